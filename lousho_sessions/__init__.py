@@ -1,0 +1,1 @@
+"""lousho_sessions: durable multi-turn sessions for AI agents."""

@@ -1,0 +1,136 @@
+"""Every error the SDK raises.
+
+::
+
+    LoushoError
+    ├── SessionBusyError                  code LOUSHO_SESSION_BUSY
+    ├── SessionAwaitingApprovalError      code LOUSHO_SESSION_AWAITING_APPROVAL
+    ├── InvalidSessionIdError (ValueError)
+    ├── StoreError
+    │   ├── StoreClosedError
+    │   ├── SchemaVersionError
+    │   ├── StoreCorruptError (ValueError)
+    │   └── StoreConflictError
+    ├── PropagatingToolError
+    ├── ProviderError                     .status .retryable .request_id
+    ├── ApprovalNotFoundError (LookupError)
+    └── ApprovalAlreadyResolvedError
+
+Foreign errors are wrapped where they cross into the SDK, with ``raise … from exc``.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ApprovalAlreadyResolvedError",
+    "ApprovalNotFoundError",
+    "InvalidSessionIdError",
+    "LoushoError",
+    "PropagatingToolError",
+    "ProviderError",
+    "SchemaVersionError",
+    "SessionAwaitingApprovalError",
+    "SessionBusyError",
+    "StoreClosedError",
+    "StoreConflictError",
+    "StoreCorruptError",
+    "StoreError",
+]
+
+
+class LoushoError(Exception):
+    """Base class of every error raised by lousho_sessions."""
+
+    code: str = "LOUSHO_ERROR"
+
+
+class SessionBusyError(LoushoError):
+    """A turn is running or waiting to start on this session."""
+
+    code = "LOUSHO_SESSION_BUSY"
+
+
+class SessionAwaitingApprovalError(LoushoError):
+    """A durable turn of this session waits on an approval; resolve it first."""
+
+    code = "LOUSHO_SESSION_AWAITING_APPROVAL"
+
+    def __init__(self, message: str, *, approval_id: str | None) -> None:
+        super().__init__(message)
+        self.approval_id = approval_id
+
+
+class InvalidSessionIdError(LoushoError, ValueError):
+    """A session id that does not match ``^[A-Za-z0-9_-]{1,128}$``."""
+
+    code = "LOUSHO_INVALID_SESSION_ID"
+
+
+class StoreError(LoushoError):
+    """A store could not do what was asked."""
+
+    code = "LOUSHO_STORE_ERROR"
+
+
+class StoreClosedError(StoreError):
+    """The store was used after ``close()``."""
+
+    code = "LOUSHO_STORE_CLOSED"
+
+
+class SchemaVersionError(StoreError):
+    """The stored data was written by a newer release of lousho_sessions."""
+
+    code = "LOUSHO_SCHEMA_VERSION"
+
+
+class StoreCorruptError(StoreError, ValueError):
+    """Stored data cannot be read (not JSON, not SQLite, truncated); it is left as it is."""
+
+    code = "LOUSHO_STORE_CORRUPT"
+
+
+class StoreConflictError(StoreError):
+    """An append expected a transcript length the store no longer has."""
+
+    code = "LOUSHO_STORE_CONFLICT"
+
+
+class PropagatingToolError(LoushoError):
+    """Raised by a tool to end the ``send()`` with this error instead of telling the model."""
+
+    code = "LOUSHO_TOOL_ERROR"
+
+
+class ProviderError(LoushoError):
+    """The model call failed. ``retryable`` says whether trying again may help."""
+
+    code = "LOUSHO_PROVIDER_ERROR"
+
+    def __init__(
+        self,
+        status: int | None,
+        message: str,
+        retryable: bool = False,
+        request_id: str | None = None,
+    ) -> None:
+        super().__init__(message if status is None else f"{status}: {message}")
+        self.status = status
+        self.message = message
+        self.retryable = retryable
+        self.request_id = request_id
+
+    def __reduce__(self) -> tuple[type[ProviderError], tuple[int | None, str, bool, str | None]]:
+        return (type(self), (self.status, self.message, self.retryable, self.request_id))
+
+
+class ApprovalNotFoundError(LoushoError, LookupError):
+    """No approval has that id."""
+
+    code = "LOUSHO_APPROVAL_NOT_FOUND"
+
+
+class ApprovalAlreadyResolvedError(LoushoError):
+    """The approval was resolved before (here or in another process)."""
+
+    code = "LOUSHO_APPROVAL_ALREADY_RESOLVED"

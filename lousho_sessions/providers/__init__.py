@@ -1,0 +1,1 @@
+"""Model providers: the one seam between a turn and a model."""

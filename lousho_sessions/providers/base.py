@@ -1,0 +1,107 @@
+"""The ``Provider`` Protocol and what flows through it.
+
+A provider turns a ``ModelRequest`` into an iterator of ``ModelEvent``: text
+deltas and tool-call deltas as they arrive, then exactly one ``ModelResponse``
+(the assistant message, its usage and why the model stopped). A non-streamed
+call simply drains the iterator (:func:`complete`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any, Literal, Protocol, Union, runtime_checkable
+
+import attrs
+
+from ..abort import AbortSignal
+from ..errors import ProviderError
+from ..messages import Message, Usage
+
+__all__ = [
+    "ModelEvent",
+    "ModelRequest",
+    "ModelResponse",
+    "ModelTextDelta",
+    "ModelToolCallDelta",
+    "Provider",
+    "ToolSpec",
+    "complete",
+]
+
+FinishReason = Literal["stop", "tool_calls", "length"]
+
+
+@attrs.frozen
+class ToolSpec:
+    """What the model is told about a tool: its name, description and JSON schema."""
+
+    name: str
+    description: str
+    parameters: Mapping[str, Any] = attrs.field(factory=lambda: {"type": "object", "properties": {}})
+
+
+@attrs.frozen
+class ModelRequest:
+    """One model call: the system text, the whole conversation the model sees, the tools."""
+
+    system: str | None
+    messages: tuple[Message, ...]
+    tools: tuple[ToolSpec, ...] = ()
+    settings: Mapping[str, Any] = attrs.field(factory=dict)
+    signal: AbortSignal = attrs.field(factory=AbortSignal, repr=False, eq=False)
+
+
+@attrs.frozen
+class ModelTextDelta:
+    """A piece of the assistant's text."""
+
+    text: str
+    type: Literal["text.delta"] = "text.delta"
+
+
+@attrs.frozen
+class ModelToolCallDelta:
+    """A piece of a tool call: ``index`` orders calls; ``arguments`` is a JSON text fragment."""
+
+    index: int
+    id: str | None = None
+    name: str | None = None
+    arguments: str = ""
+    type: Literal["tool_call.delta"] = "tool_call.delta"
+
+
+@attrs.frozen
+class ModelResponse:
+    """The model's complete answer; the last event of every stream."""
+
+    message: Message
+    usage: Usage = Usage()
+    finish_reason: FinishReason = "stop"
+    type: Literal["response"] = "response"
+
+
+ModelEvent = Union[ModelTextDelta, ModelToolCallDelta, ModelResponse]
+
+
+@runtime_checkable
+class Provider(Protocol):
+    """A model. ``stream`` yields ``ModelEvent`` and ends with one ``ModelResponse``.
+
+    It must stop promptly (raising or returning) once ``signal`` is aborted, and
+    raise ``ProviderError`` for failures of the model service.
+    """
+
+    name: str
+
+    def stream(self, request: ModelRequest, signal: AbortSignal) -> Iterator[ModelEvent]: ...
+
+
+def complete(provider: Provider, request: ModelRequest) -> ModelResponse:
+    """Drain ``provider.stream`` and return its ``ModelResponse``."""
+    response: ModelResponse | None = None
+    for event in provider.stream(request, request.signal):
+        if isinstance(event, ModelResponse):
+            response = event
+    if response is None:
+        raise ProviderError(None, f"provider {provider.name!r} ended its stream without a response")
+    return response

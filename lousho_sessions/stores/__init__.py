@@ -1,0 +1,1 @@
+"""Stores: where transcripts, checkpoints and approvals live."""

@@ -1,0 +1,181 @@
+"""Store Protocols, the ``AgentStore`` bundle, id checks and helpers shared by our stores.
+
+A user's store needs only the Protocol's methods. Our stores also offer three
+optional capabilities the session uses when present (found with ``getattr``):
+
+* ``append(id, messages, expected_length)``: add a turn's new messages without
+  rewriting the transcript; raises ``StoreConflictError`` when the stored length
+  is not ``expected_length``.
+* ``revision(id)``: a cheap value that changes with every write of ``id``
+  (``None`` when nothing is stored), so a session reloads only when another
+  session object or process wrote.
+* ``turn_lock(id, timeout=None)``: a context manager that holds the session for
+  a whole turn, across threads and processes, and is freed if the holder dies.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol, runtime_checkable
+
+import attrs
+
+from ..errors import InvalidSessionIdError, StoreCorruptError
+from ..messages import Message
+
+__all__ = [
+    "APPROVAL_ID_PATTERN",
+    "SESSION_ID_PATTERN",
+    "TURN_ID_PATTERN",
+    "AgentStore",
+    "ApprovalStore",
+    "CheckpointStore",
+    "SessionStore",
+    "decode_json_object",
+    "encode_json_object",
+    "validate_approval_id",
+    "validate_session_id",
+    "validate_turn_id",
+]
+
+SESSION_ID_PATTERN = r"^[A-Za-z0-9_-]{1,128}$"
+#: A durable turn's key: ``<session id>.turn-<n>``, or ``<session id>.send`` for ``agent.send``.
+TURN_ID_PATTERN = r"^[A-Za-z0-9_-]{1,128}\.[A-Za-z0-9_-]{1,64}$"
+APPROVAL_ID_PATTERN = r"^[A-Za-z0-9_.-]{1,200}$"
+
+_SESSION_ID = re.compile(SESSION_ID_PATTERN)
+_TURN_ID = re.compile(TURN_ID_PATTERN)
+_APPROVAL_ID = re.compile(APPROVAL_ID_PATTERN)
+
+
+def validate_session_id(session_id: object) -> str:
+    """Return ``session_id`` if it matches ``SESSION_ID_PATTERN``, else raise ``InvalidSessionIdError``."""
+    if isinstance(session_id, str) and _SESSION_ID.fullmatch(session_id):
+        return session_id
+    raise InvalidSessionIdError(
+        f"invalid session id {session_id!r}: session ids must match {SESSION_ID_PATTERN} "
+        "(letters, digits, '_' and '-', 1 to 128 characters; they become file names)"
+    )
+
+
+def validate_turn_id(turn_id: object) -> str:
+    if isinstance(turn_id, str) and _TURN_ID.fullmatch(turn_id):
+        return turn_id
+    raise InvalidSessionIdError(
+        f"invalid checkpoint id {turn_id!r}: checkpoint ids must match {TURN_ID_PATTERN} "
+        "(a session id, a dot, then e.g. 'turn-3')"
+    )
+
+
+def validate_approval_id(approval_id: object) -> str:
+    if isinstance(approval_id, str) and _APPROVAL_ID.fullmatch(approval_id):
+        return approval_id
+    raise InvalidSessionIdError(
+        f"invalid approval id {approval_id!r}: approval ids must match {APPROVAL_ID_PATTERN}"
+    )
+
+
+def encode_json_object(value: Mapping[str, Any], *, what: str) -> str:
+    """JSON text for a checkpoint or approval; ``TypeError`` naming ``what`` if it is not JSON-able."""
+    if not isinstance(value, Mapping):
+        raise TypeError(f"{what}: expected a JSON object (a mapping), got {type(value).__name__}")
+    try:
+        return json.dumps(value, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"{what}: not JSON-serialisable: {exc}") from exc
+
+
+def decode_json_object(text: str | bytes, *, source: str) -> dict[str, Any]:
+    """Parse a stored JSON object; ``StoreCorruptError`` naming ``source`` if it is not one."""
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise StoreCorruptError(f"{source}: not valid JSON: {exc}") from exc
+    if not isinstance(value, dict):
+        raise StoreCorruptError(f"{source}: expected a JSON object, got {type(value).__name__}")
+    return value
+
+
+@runtime_checkable
+class SessionStore(Protocol):
+    """Keeps transcripts between calls. ``load`` of an unknown id returns ``None``."""
+
+    def load(self, id: str) -> list[Message] | None: ...
+
+    def save(self, id: str, messages: Sequence[Message]) -> None: ...
+
+    def delete(self, id: str) -> None: ...
+
+
+@runtime_checkable
+class CheckpointStore(Protocol):
+    """Keeps the checkpoints of unfinished durable turns, keyed by turn id.
+
+    Checkpoints are opaque JSON objects: store what you are given, unchanged.
+    """
+
+    def load(self, turn_id: str) -> dict[str, Any] | None: ...
+
+    def save(self, turn_id: str, checkpoint: Mapping[str, Any]) -> None: ...
+
+    def delete(self, turn_id: str) -> None: ...
+
+    def list(self, prefix: str = "") -> list[str]: ...
+
+
+@runtime_checkable
+class ApprovalStore(Protocol):
+    """Keeps approval records (JSON objects with at least ``id``, ``session_id``,
+    ``status`` — ``"pending"``, ``"approved"`` or ``"denied"``).
+
+    ``resolve`` is an atomic compare-and-set from ``"pending"``: exactly one caller
+    wins; the others get ``ApprovalAlreadyResolvedError``. An unknown id raises
+    ``ApprovalNotFoundError``.
+    """
+
+    def create(self, record: Mapping[str, Any]) -> None: ...
+
+    def get(self, id: str) -> dict[str, Any] | None: ...
+
+    def resolve(self, id: str, *, approved: bool, reason: str | None = None) -> dict[str, Any]: ...
+
+    def list(self, session_id: str | None = None, status: str | None = "pending") -> list[dict[str, Any]]: ...
+
+    def delete(self, id: str) -> None: ...
+
+
+@attrs.define
+class AgentStore:
+    """The three parts an agent keeps: transcripts, checkpoints, approvals (each optional)."""
+
+    sessions: SessionStore | None = None
+    checkpoints: CheckpointStore | None = None
+    approvals: ApprovalStore | None = None
+
+
+def store_parts(store: object) -> AgentStore:
+    """Read ``store`` as its parts: a ``SessionStore``, an object or mapping with
+    ``sessions``/``checkpoints``/``approvals``, or ``None``."""
+    if store is None:
+        return AgentStore()
+    if isinstance(store, AgentStore):
+        return store
+    if isinstance(store, Mapping):
+        unknown = set(store) - {"sessions", "checkpoints", "approvals"}
+        if unknown:
+            raise TypeError(f"unknown store parts {sorted(unknown)}; expected sessions, checkpoints, approvals")
+        return AgentStore(store.get("sessions"), store.get("checkpoints"), store.get("approvals"))
+    if any(hasattr(store, name) for name in ("sessions", "checkpoints", "approvals")):
+        return AgentStore(
+            getattr(store, "sessions", None),
+            getattr(store, "checkpoints", None),
+            getattr(store, "approvals", None),
+        )
+    if all(callable(getattr(store, name, None)) for name in ("load", "save", "delete")):
+        return AgentStore(sessions=store)  # type: ignore[arg-type]
+    raise TypeError(
+        f"{type(store).__name__} is not a store: expected a SessionStore (load/save/delete) "
+        "or an object with sessions/checkpoints/approvals"
+    )

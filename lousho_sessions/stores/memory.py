@@ -1,0 +1,171 @@
+"""In-memory stores: tests, scripts, one process that never restarts."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timezone
+from typing import Any
+
+from ..errors import ApprovalAlreadyResolvedError, ApprovalNotFoundError, StoreConflictError
+from ..messages import Message
+from .base import (
+    AgentStore,
+    decode_json_object,
+    encode_json_object,
+    validate_approval_id,
+    validate_session_id,
+    validate_turn_id,
+)
+
+__all__ = [
+    "MemoryApprovalStore",
+    "MemoryCheckpointStore",
+    "MemorySessionStore",
+    "memory_store",
+]
+
+
+class MemorySessionStore:
+    """Transcripts in a dict; messages are frozen, so no copies of them are made."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._data: dict[str, list[Message]] = {}
+        self._revisions: dict[str, int] = {}
+        self._counter = 0
+
+    def load(self, id: str) -> list[Message] | None:
+        validate_session_id(id)
+        with self._lock:
+            messages = self._data.get(id)
+            return None if messages is None else list(messages)
+
+    def save(self, id: str, messages: Sequence[Message]) -> None:
+        validate_session_id(id)
+        new = list(messages)
+        for m in new:
+            if not isinstance(m, Message):
+                raise TypeError(f"session {id!r}: expected Message objects, got {type(m).__name__}")
+        with self._lock:
+            self._data[id] = new
+            self._bump(id)
+
+    def append(self, id: str, messages: Sequence[Message], expected_length: int) -> None:
+        validate_session_id(id)
+        with self._lock:
+            current = self._data.setdefault(id, [])
+            if len(current) != expected_length:
+                raise StoreConflictError(
+                    f"session {id!r}: expected {expected_length} stored messages, found {len(current)}"
+                )
+            current.extend(messages)
+            self._bump(id)
+
+    def delete(self, id: str) -> None:
+        validate_session_id(id)
+        with self._lock:
+            self._data.pop(id, None)
+            self._revisions.pop(id, None)
+
+    def revision(self, id: str) -> int | None:
+        validate_session_id(id)
+        return self._revisions.get(id)
+
+    def _bump(self, id: str) -> None:
+        self._counter += 1
+        self._revisions[id] = self._counter
+
+
+class MemoryCheckpointStore:
+    """Checkpoints kept as JSON text, so they behave exactly as a persistent store's."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._data: dict[str, str] = {}
+
+    def load(self, turn_id: str) -> dict[str, Any] | None:
+        validate_turn_id(turn_id)
+        text = self._data.get(turn_id)
+        return None if text is None else decode_json_object(text, source=f"checkpoint {turn_id!r}")
+
+    def save(self, turn_id: str, checkpoint: Mapping[str, Any]) -> None:
+        validate_turn_id(turn_id)
+        text = encode_json_object(checkpoint, what=f"checkpoint {turn_id!r}")
+        with self._lock:
+            self._data[turn_id] = text
+
+    def delete(self, turn_id: str) -> None:
+        validate_turn_id(turn_id)
+        with self._lock:
+            self._data.pop(turn_id, None)
+
+    def list(self, prefix: str = "") -> list[str]:
+        with self._lock:
+            return sorted(k for k in self._data if k.startswith(prefix))
+
+
+def _now_iso() -> str:
+    return datetime.now(timezone.utc).isoformat()
+
+
+class MemoryApprovalStore:
+    """Approval records in a dict; ``resolve`` is a compare-and-set under a lock."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._data: dict[str, str] = {}
+
+    def create(self, record: Mapping[str, Any]) -> None:
+        approval_id = validate_approval_id(record.get("id"))
+        text = encode_json_object(record, what=f"approval {approval_id!r}")
+        with self._lock:
+            if approval_id in self._data:
+                raise ValueError(f"approval {approval_id!r} exists already")
+            self._data[approval_id] = text
+
+    def get(self, id: str) -> dict[str, Any] | None:
+        validate_approval_id(id)
+        text = self._data.get(id)
+        return None if text is None else decode_json_object(text, source=f"approval {id!r}")
+
+    def resolve(self, id: str, *, approved: bool, reason: str | None = None) -> dict[str, Any]:
+        validate_approval_id(id)
+        with self._lock:
+            text = self._data.get(id)
+            if text is None:
+                raise ApprovalNotFoundError(f"no approval with id {id!r}")
+            record = decode_json_object(text, source=f"approval {id!r}")
+            if record.get("status") != "pending":
+                raise ApprovalAlreadyResolvedError(
+                    f"approval {id!r} was already resolved ({record.get('status')})"
+                )
+            record.update(
+                status="approved" if approved else "denied", reason=reason, resolved_at=_now_iso()
+            )
+            self._data[id] = encode_json_object(record, what=f"approval {id!r}")
+            return record
+
+    def list(self, session_id: str | None = None, status: str | None = "pending") -> list[dict[str, Any]]:
+        with self._lock:
+            texts = list(self._data.items())
+        records = [decode_json_object(t, source=f"approval {k!r}") for k, t in texts]
+        return sorted(
+            (
+                r
+                for r in records
+                if (session_id is None or r.get("session_id") == session_id)
+                and (status is None or r.get("status") == status)
+            ),
+            key=lambda r: (str(r.get("created_at", "")), str(r.get("id"))),
+        )
+
+    def delete(self, id: str) -> None:
+        validate_approval_id(id)
+        with self._lock:
+            self._data.pop(id, None)
+
+
+def memory_store() -> AgentStore:
+    """Sessions, checkpoints and approvals in memory, as one ``AgentStore``."""
+    return AgentStore(MemorySessionStore(), MemoryCheckpointStore(), MemoryApprovalStore())
