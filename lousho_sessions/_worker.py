@@ -11,11 +11,18 @@ from __future__ import annotations
 import collections
 import logging
 import threading
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Generator, Hashable
 from concurrent.futures import Future
-from typing import Any
+from typing import Any, TypeVar
 
-__all__ = ["IDLE_SECONDS", "Job", "Worker", "submit", "worker_for"]
+__all__ = ["IDLE_SECONDS", "Job", "Steps", "Worker", "drive", "submit", "worker_for"]
+
+T = TypeVar("T")
+
+#: A call made of several waits: it yields a ``Future`` (awaited) or a blocking
+#: callable (called off the event loop by ``aio``) and gets its result back.
+#: ``drive`` runs one on the calling thread; ``aio`` awaits the same generator.
+Steps = Generator["Future[Any] | Callable[[], Any]", Any, T]
 
 log = logging.getLogger("lousho_sessions.worker")
 
@@ -137,6 +144,22 @@ def submit(key: Hashable, job: Job, owner: Any = None) -> Worker:
             worker = _registry[key] = Worker(key, owner)
         worker._submit(job)
     return worker
+
+
+def drive(steps: Steps[T]) -> T:
+    """Run ``steps`` on this thread: wait for each Future it yields, call each callable."""
+    value: Any = None
+    error: BaseException | None = None
+    while True:
+        try:
+            step = steps.send(value) if error is None else steps.throw(error)
+        except StopIteration as stop:
+            result: T = stop.value
+            return result
+        try:
+            value, error = (step.result() if isinstance(step, Future) else step()), None
+        except BaseException as exc:
+            value, error = None, exc
 
 
 def live_workers() -> int:

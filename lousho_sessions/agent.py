@@ -7,7 +7,7 @@ import threading
 import uuid
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
@@ -180,11 +180,16 @@ class Agent:
         timeout: float | None = None,
     ) -> ExecutionResult:
         """One turn from an empty history. With ``session_id`` and a checkpoint store it is durable."""
+        result: ExecutionResult = _wait(*self._send_future(input, signal, session_id), timeout)
+        return result
+
+    def _send_future(
+        self, input: Any, signal: AbortSignal | None, session_id: str | None
+    ) -> tuple[Future[ExecutionResult], AbortController]:
         controller = _linked(signal)
         job = self._single(to_messages(input), controller, session_id, emit=None, approve=self.approve)
         _worker.submit(job.state, job)
-        result: ExecutionResult = _wait(job.future, controller, timeout)
-        return result
+        return job.future, controller
 
     def stream(self, input: Any, *, signal: AbortSignal | None = None) -> AgentRun:
         """One turn from an empty history, streamed."""
@@ -201,9 +206,12 @@ class Agent:
 
     def resume(self, id: str) -> ExecutionResult | None:
         """Finish a run started with ``send(..., session_id=id)``, then the session's pending turn."""
+        return _worker.drive(self._resume_steps(id))
+
+    def _resume_steps(self, id: str) -> _worker.Steps[ExecutionResult | None]:
         validate_session_id(id)
-        first = self._resume_single(id)
-        second = self._session_for(id).resume()
+        first: ExecutionResult | None = yield self._resume_single_future(id)
+        second: ExecutionResult | None = yield self._session_for(id)._resume_future(None)[0]
         return second if second is not None else first
 
     def _session_for(self, session_id: str) -> Session:
@@ -246,12 +254,11 @@ class Agent:
 
         return _worker.Job(work, "single", ("single", id(checkpoints), key))
 
-    def _resume_single(self, key: str) -> ExecutionResult | None:
+    def _resume_single_future(self, key: str) -> Future[ExecutionResult | None]:
         checkpoints = self.store.checkpoints or self._pause_store
         job = _worker.Job(lambda j: self._finish_single(key, checkpoints, None), "single")
         _worker.submit(("single", id(checkpoints), key), job, owner=checkpoints)
-        result: ExecutionResult | None = job.future.result()
-        return result
+        return job.future
 
     def _finish_single(self, key: str, checkpoints: CheckpointStore, signal: AbortSignal | None) -> ExecutionResult | None:
         turn_id = f"{key}.send"
@@ -396,13 +403,18 @@ class Approvals:
         Exactly one ``resolve()`` of an approval wins, across processes; the others
         raise ``ApprovalAlreadyResolvedError``.
         """
+        return _worker.drive(self._resolve_steps(id, approved, reason))
+
+    def _resolve_steps(self, id: str, approved: bool, reason: str | None) -> _worker.Steps[ExecutionResult | None]:
         agent = self._agent
-        record = agent._approval_store.resolve(id, approved=approved, reason=reason)
+        record = yield lambda: agent._approval_store.resolve(id, approved=approved, reason=reason)
         turn_id = str(record.get("turn_id") or "")
         key, _, kind = turn_id.rpartition(".")
         if kind == "send":
-            return agent._resume_single(key)
+            result: ExecutionResult | None = yield agent._resume_single_future(key)
+            return result
         session_id = record.get("session_id")
         if not session_id:
             return None
-        return agent._session_for(str(session_id)).resume()
+        result = yield agent._session_for(str(session_id))._resume_future(None)[0]
+        return result

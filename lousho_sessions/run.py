@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import queue
+import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from types import TracebackType
@@ -39,14 +40,38 @@ class AgentRun:
         self._join = join
         self._iterated = False
         self._finished = False
+        self._sink: Callable[[Event], None] | None = None
+        self._sink_lock = threading.Lock()
 
     # the sink the worker calls; must never block
     def _push(self, event: Event) -> None:
         if isinstance(event, RunDone):
             self._finished = True
-        self._events.put(event)
+        with self._sink_lock:
+            if self._sink is not None:
+                self._sink(event)
+                return
+            self._events.put(event)
         if isinstance(event, RunDone):
             self._events.put(_END)
+
+    def _deliver_to(self, sink: Callable[[Event], None]) -> None:
+        """Hand every event (those so far, in order, then the rest) to ``sink`` instead of iteration.
+
+        ``sink`` is called on the worker thread and must not block (``aio`` uses it).
+        """
+        with self._sink_lock:
+            if self._iterated:
+                raise RuntimeError(f"run {self.id} was iterated already; events are delivered once")
+            self._iterated = True
+            while True:
+                try:
+                    item = self._events.get_nowait()
+                except queue.Empty:
+                    break
+                if item is not _END:
+                    sink(item)
+            self._sink = sink
 
     @property
     def done(self) -> bool:

@@ -95,13 +95,20 @@ class Session:
         Aborted (``signal`` or ``timeout``): returns ``finish_reason == "aborted"``
         and leaves the transcript as it was.
         """
+        result: ExecutionResult = _wait(*self._send_future(input, signal), timeout)
+        return result
+
+    def _send_future(
+        self, input: Any, signal: AbortSignal | None
+    ) -> tuple[Future[ExecutionResult], AbortController | None]:
+        """Queue the turn; its Future and the controller that aborts it (None if it joined a turn)."""
         messages = to_messages(input)
         joined = self._join(messages)
         if joined is not None:
-            return _wait(joined, None, timeout)
+            return joined, None
         controller = _linked(signal)
         job = self._submit_turn(messages, controller, emit=None, approve=self.agent.approve)
-        return _wait(job.future, controller, timeout)
+        return job.future, controller
 
     def stream(self, input: Any, *, signal: AbortSignal | None = None) -> AgentRun:
         """Queue a turn now and stream it; see ``AgentRun``."""
@@ -119,6 +126,12 @@ class Session:
 
     def resume(self, *, signal: AbortSignal | None = None) -> ExecutionResult | None:
         """Finish the interrupted (or approved) turn; ``None`` when none is pending."""
+        result: ExecutionResult | None = _wait(*self._resume_future(signal), None)
+        return result
+
+    def _resume_future(
+        self, signal: AbortSignal | None
+    ) -> tuple[Future[ExecutionResult | None], AbortController]:
         controller = _linked(signal)
 
         def work(job: _worker.Job) -> ExecutionResult | None:
@@ -126,7 +139,7 @@ class Session:
                 self._sync()
                 return self._finish_pending(controller, emit=None)
 
-        return _wait(self._run_job(work, "resume"), controller, None)
+        return self._run_job(work, "resume"), controller
 
     def _submit_turn(
         self,
@@ -325,6 +338,10 @@ class Session:
 
     def pending(self) -> PendingTurn | None:
         """The unfinished turn (running when the process stopped, or awaiting approval), if any."""
+        result: PendingTurn | None = self._pending_future().result()
+        return result
+
+    def _pending_future(self) -> Future[PendingTurn | None]:
 
         def work(job: _worker.Job) -> PendingTurn | None:
             self._sync()
@@ -336,18 +353,20 @@ class Session:
             )
             return PendingTurn(status, state.turn_id or "", state.approval_id)
 
-        result: PendingTurn | None = self._run_job(work, "pending").result()
-        return result
+        return self._run_job(work, "pending")
 
     def discard_pending(self) -> None:
         """Drop the unfinished turn without running it (and its approval, if it waited on one)."""
+        self._discard_pending_future().result()
+
+    def _discard_pending_future(self) -> Future[None]:
 
         def work(job: _worker.Job) -> None:
             with self._turn_lock():
                 self._sync()
                 self._drop_pending()
 
-        self._run_job(work, "discard").result()
+        return self._run_job(work, "discard")
 
     def _drop_pending(self) -> None:
         for turn_id in self._pauses.list(f"{self.id}.turn-"):
@@ -365,17 +384,23 @@ class Session:
 
     def load(self) -> tuple[Message, ...]:
         """Read the saved transcript now."""
+        result: tuple[Message, ...] = self._load_future().result()
+        return result
+
+    def _load_future(self) -> Future[tuple[Message, ...]]:
 
         def work(job: _worker.Job) -> tuple[Message, ...]:
             self._loaded = False
             self._sync()
             return tuple(self._cache)
 
-        result: tuple[Message, ...] = self._run_job(work, "load").result()
-        return result
+        return self._run_job(work, "load")
 
     def clear(self) -> None:
         """Empty the transcript and save it empty; deletes a pending turn's checkpoint."""
+        self._clear_future().result()
+
+    def _clear_future(self) -> Future[None]:
         self._ensure_idle()
 
         def work(job: _worker.Job) -> None:
@@ -395,10 +420,14 @@ class Session:
                 self._set_cache([])
             self._notify(ContextCleared(self.id))
 
-        self._run_job(work, "clear").result()
+        return self._run_job(work, "clear")
 
     def compact(self, *, keep_last: int = 4, instructions: str | None = None) -> CompactionResult:
         """Summarise all but the last ``keep_last`` messages into one summary message and save."""
+        result: CompactionResult = self._compact_future(keep_last, instructions).result()
+        return result
+
+    def _compact_future(self, keep_last: int, instructions: str | None) -> Future[CompactionResult]:
         if keep_last < 0:
             raise ValueError(f"keep_last must be >= 0, got {keep_last}")
 
@@ -407,8 +436,7 @@ class Session:
                 self._sync()
                 return self._compact(keep_last, instructions)
 
-        result: CompactionResult = self._run_job(work, "compact").result()
-        return result
+        return self._run_job(work, "compact")
 
     def _compact(self, keep_last: int, instructions: str | None) -> CompactionResult:
         before = list(self._cache)
