@@ -73,7 +73,9 @@ class Worker:
 
     def busy(self) -> bool:
         with self._cond:
-            return self.current is not None or bool(self._queue)
+            # a job whose result is out is done, though its thread may not have cleared ``current`` yet
+            running = self.current is not None and not self.current.future.done()
+            return running or bool(self._queue)
 
     def jobs(self) -> list[Job]:
         """The running job (first) and the waiting ones, in order."""

@@ -1,0 +1,298 @@
+"""``lousho_sessions.aio``: await the sync core from asyncio code.
+
+``AsyncAgent(agent)``, ``AsyncSession(session)`` and ``AsyncAgentRun`` wrap the
+sync objects (``.sync`` gives them back). The work runs on the same session
+worker threads as the sync API: awaiting waits on the job's
+``concurrent.futures.Future`` through ``asyncio.wrap_future``, and stream events
+reach the loop through ``loop.call_soon_threadsafe``, so the event loop never
+blocks. Cancelling the task that awaits a turn aborts the turn, which leaves the
+transcript as it was.
+
+This is the only module of the package that imports asyncio.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import Future
+from types import TracebackType
+from typing import Any, ParamSpec, TypeVar
+
+from . import _worker
+from .abort import AbortSignal
+from .agent import Agent, Approvals
+from .agent import create_agent as _create_agent
+from .approvals import ApprovalRequest
+from .events import Event, RunDone, SessionEvent
+from .messages import Message
+from .results import CompactionResult, ExecutionResult, PendingTurn
+from .run import AgentRun
+from .session import Session
+
+__all__ = ["AsyncAgent", "AsyncAgentRun", "AsyncApprovals", "AsyncSession", "create_agent"]
+
+T = TypeVar("T")
+P = ParamSpec("P")
+_Abort = Callable[[Any], None]
+
+
+async def _wait(
+    future: Future[T],
+    on_cancel: _Abort | None = None,
+    timeout: float | None = None,
+    on_timeout: _Abort | None = None,
+) -> T:
+    """Await a worker's Future. Cancelled: ``on_cancel("cancelled")``, then re-raise.
+
+    After ``timeout`` seconds: ``on_timeout("timeout")`` and wait for the (aborted)
+    result, or without ``on_timeout`` raise ``TimeoutError`` — as the sync calls do.
+    """
+    # shield: cancelling the awaiting task must not cancel a queued job (we abort it instead)
+    waiting = asyncio.shield(asyncio.wrap_future(future))
+    try:
+        if timeout is not None:
+            await asyncio.wait({waiting}, timeout=timeout)
+            if not waiting.done():
+                if on_timeout is None:
+                    waiting.cancel()
+                    raise TimeoutError(f"no result within {timeout} s")
+                on_timeout("timeout")
+        return await waiting
+    except asyncio.CancelledError:
+        waiting.cancel()
+        if on_cancel is not None:
+            on_cancel("cancelled")
+        raise
+
+
+async def _drive(steps: _worker.Steps[T]) -> T:
+    """Await each step of a multi-step call; ``_worker.drive`` is the sync twin."""
+    value: Any = None
+    error: Exception | None = None
+    while True:
+        try:
+            step = steps.send(value) if error is None else steps.throw(error)
+        except StopIteration as stop:
+            result: T = stop.value
+            return result
+        try:
+            if isinstance(step, Future):
+                value = await _wait(step)
+            else:  # a blocking store call with no worker Future: keep it off the loop
+                value = await asyncio.to_thread(step)
+            error = None
+        except Exception as exc:
+            value, error = None, exc
+
+
+class AsyncAgentRun:
+    """A streamed turn for asyncio: ``async for event in run``, ``await run.result()``.
+
+    Leaving the loop early, leaving ``async with``, or cancelling the task that
+    iterates or awaits the result aborts the run unless it had finished.
+    """
+
+    def __init__(self, run: AgentRun) -> None:
+        self.sync = run
+        self._loop = asyncio.get_running_loop()
+        self._events: asyncio.Queue[Event] = asyncio.Queue()
+        self._iterated = False
+        run._deliver_to(self._sink)
+
+    def _sink(self, event: Event) -> None:
+        """Called on the worker thread for each event."""
+        try:
+            self._loop.call_soon_threadsafe(self._events.put_nowait, event)
+        except RuntimeError:  # the loop is closed: nobody is left to read the run
+            self.sync.abort("event loop closed")
+
+    @property
+    def id(self) -> str:
+        return self.sync.id
+
+    @property
+    def done(self) -> bool:
+        return self.sync.done
+
+    def __aiter__(self) -> AsyncIterator[Event]:
+        if self._iterated:
+            raise RuntimeError(f"run {self.id} was iterated already; events are delivered once")
+        self._iterated = True
+        return self._iterate()
+
+    async def _iterate(self) -> AsyncIterator[Event]:
+        try:
+            while True:
+                event = await self._events.get()
+                yield event
+                if isinstance(event, RunDone):
+                    return
+        finally:
+            self.sync.__exit__(None, None, None)  # aborts unless the run finished
+
+    async def result(self, timeout: float | None = None) -> ExecutionResult:
+        """The turn's result; raises the turn's error, or ``TimeoutError``."""
+        result = await _wait(self.sync._future, self.sync.abort, timeout)
+        if result is None:
+            raise RuntimeError(f"run {self.id} has no result")
+        return result
+
+    def abort(self, reason: Any = None) -> None:
+        self.sync.abort(reason)
+
+    def enqueue(self, input: Any) -> str:
+        return self.sync.enqueue(input)
+
+    def steer(self, input: Any) -> str:
+        return self.sync.steer(input)
+
+    async def __aenter__(self) -> AsyncAgentRun:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.sync.__exit__(exc_type, exc, tb)
+
+    def __repr__(self) -> str:
+        return f"<AsyncAgentRun {self.id} done={self.done}>"
+
+
+class AsyncSession:
+    """A ``Session`` for asyncio; every member means what it does on ``Session``."""
+
+    def __init__(self, session: Session) -> None:
+        self.sync = session
+
+    @property
+    def id(self) -> str:
+        return self.sync.id
+
+    @property
+    def messages(self) -> tuple[Message, ...]:
+        return self.sync.messages
+
+    async def send(
+        self, input: Any, *, signal: AbortSignal | None = None, timeout: float | None = None
+    ) -> ExecutionResult:
+        future, controller = self.sync._send_future(input, signal)
+        abort = controller.abort if controller is not None else None
+        return await _wait(future, abort, timeout, abort)
+
+    def stream(self, input: Any, *, signal: AbortSignal | None = None) -> AsyncAgentRun:
+        return AsyncAgentRun(self.sync.stream(input, signal=signal))
+
+    async def resume(self, *, signal: AbortSignal | None = None) -> ExecutionResult | None:
+        future, controller = self.sync._resume_future(signal)
+        return await _wait(future, controller.abort)
+
+    async def load(self) -> tuple[Message, ...]:
+        return await _wait(self.sync._load_future())
+
+    async def compact(
+        self, *, keep_last: int = 4, instructions: str | None = None
+    ) -> CompactionResult:
+        return await _wait(self.sync._compact_future(keep_last, instructions))
+
+    async def clear(self) -> None:
+        await _wait(self.sync._clear_future())
+
+    async def pending(self) -> PendingTurn | None:
+        return await _wait(self.sync._pending_future())
+
+    async def discard_pending(self) -> None:
+        await _wait(self.sync._discard_pending_future())
+
+    def on(self, listener: Callable[[SessionEvent], None]) -> Callable[[], None]:
+        """Listeners are called on the worker thread, as with ``Session.on``."""
+        return self.sync.on(listener)
+
+    def close(self) -> None:
+        self.sync.close()
+
+    async def __aenter__(self) -> AsyncSession:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<AsyncSession {self.id!r} messages={len(self.messages)}>"
+
+
+class AsyncApprovals:
+    """``agent.approvals`` for asyncio."""
+
+    def __init__(self, approvals: Approvals) -> None:
+        self.sync = approvals
+
+    async def resolve(
+        self, *, id: str, approved: bool, reason: str | None = None
+    ) -> ExecutionResult | None:
+        return await _drive(self.sync._resolve_steps(id, approved, reason))
+
+    async def get(self, id: str) -> ApprovalRequest:
+        return await asyncio.to_thread(self.sync.get, id)
+
+    async def list(
+        self, session_id: str | None = None, status: str | None = "pending"
+    ) -> list[ApprovalRequest]:
+        return await asyncio.to_thread(self.sync.list, session_id, status)
+
+
+class AsyncAgent:
+    """An ``Agent`` for asyncio; ``session()`` gives ``AsyncSession`` objects."""
+
+    def __init__(self, agent: Agent) -> None:
+        self.sync = agent
+        self.approvals = AsyncApprovals(agent.approvals)
+
+    def session(self, id: str | None = None, **options: Any) -> AsyncSession:
+        """``Agent.session(id, **options)``, wrapped; makes no store call, so nothing to await."""
+        return AsyncSession(self.sync.session(id, **options))
+
+    async def send(
+        self,
+        input: Any,
+        *,
+        signal: AbortSignal | None = None,
+        session_id: str | None = None,
+        timeout: float | None = None,
+    ) -> ExecutionResult:
+        future, controller = self.sync._send_future(input, signal, session_id)
+        return await _wait(future, controller.abort, timeout, controller.abort)
+
+    def stream(self, input: Any, *, signal: AbortSignal | None = None) -> AsyncAgentRun:
+        return AsyncAgentRun(self.sync.stream(input, signal=signal))
+
+    async def resume(self, id: str) -> ExecutionResult | None:
+        return await _drive(self.sync._resume_steps(id))
+
+    def close(self) -> None:
+        self.sync.close()
+
+    async def __aenter__(self) -> AsyncAgent:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<AsyncAgent {self.sync!r}>"
+
+
+def _async_agent_of(make: Callable[P, Agent]) -> Callable[P, AsyncAgent]:
+    @functools.wraps(make)
+    def create(*args: P.args, **kwargs: P.kwargs) -> AsyncAgent:
+        return AsyncAgent(make(*args, **kwargs))
+
+    create.__doc__ = "``lousho_sessions.create_agent(...)`` wrapped in an ``AsyncAgent``."
+    return create
+
+
+create_agent = _async_agent_of(_create_agent)
