@@ -14,6 +14,7 @@ recorded response or running a recorded tool again.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import uuid
@@ -61,9 +62,10 @@ def run_tools_inline(fns: Sequence[Callable[[], ToolOutcome]]) -> Iterator[tuple
     """Run tools one after another on this thread (the default when no pool is given)."""
     for index, fn in enumerate(fns):
         try:
-            yield index, fn()
-        except BaseException as exc:  # handed to the turn, which decides
-            yield index, exc
+            outcome: ToolOutcome | BaseException = fn()
+        except Exception as exc:  # handed to the turn, which decides
+            outcome = exc
+        yield index, outcome
 
 
 @attrs.define
@@ -499,8 +501,14 @@ class Turn:
 
             return invoke
 
+        outcomes = config.run_tools([job(c) for c in calls])
+        with contextlib.closing(outcomes):  # type: ignore[type-var]
+            self._collect(calls, outcomes)
+
+    def _collect(self, calls: list[ToolCall], outcomes: Iterator[tuple[int, ToolOutcome | BaseException]]) -> None:
+        state = self.state
         propagate: BaseException | None = None
-        for index, outcome in config.run_tools([job(c) for c in calls]):
+        for index, outcome in outcomes:
             call = calls[index]
             state.tool_calls += 1
             if isinstance(outcome, PropagatingToolError):

@@ -274,9 +274,10 @@ class Agent:
         """Run a step's tools: one inline, several on a thread pool; yields as each ends."""
         if len(fns) == 1:
             try:
-                yield 0, fns[0]()
-            except BaseException as exc:
-                yield 0, exc
+                outcome: ToolOutcome | BaseException = fns[0]()
+            except Exception as exc:
+                outcome = exc
+            yield 0, outcome
             return
         with self._pool_lock:
             if self._pool is None:
