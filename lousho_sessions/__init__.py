@@ -33,7 +33,12 @@ from .results import CompactionResult, ExecutionResult, Limits, PendingTurn
 from .run import AgentRun
 from .session import Session
 from .stores.base import AgentStore, ApprovalStore, CheckpointStore, SessionStore
-from .stores.memory import MemoryApprovalStore, MemoryCheckpointStore, MemorySessionStore, memory_store
+from .stores.memory import (
+    MemoryApprovalStore,
+    MemoryCheckpointStore,
+    MemorySessionStore,
+    memory_store,
+)
 from .tools import Tool, ToolContext, tool
 
 __version__ = "0.1.0"

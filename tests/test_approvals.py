@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
 import pytest
-
 from helpers import WAIT, calls
+
 from lousho_sessions import (
     ApprovalAlreadyResolvedError,
     ApprovalNotFoundError,
@@ -66,9 +67,14 @@ def test_while_waiting_send_stream_resume_clear_raise() -> None:
     agent = create_agent(provider=script(), tools=[delete_file])
     session = agent.session()
     approval_id = session.send("delete").approval_id
-    for call in (lambda: session.send("more"), lambda: session.resume(), lambda: session.clear()):
+    attempts: list[Callable[[], object]] = [
+        lambda: session.send("more"),
+        session.resume,
+        session.clear,
+    ]
+    for attempt in attempts:
         with pytest.raises(SessionAwaitingApprovalError) as info:
-            call()
+            attempt()
         assert info.value.approval_id == approval_id
         assert info.value.code == "LOUSHO_SESSION_AWAITING_APPROVAL"
     run = session.stream("more")
@@ -87,7 +93,9 @@ def test_denied_call_tells_the_model() -> None:
     assert final is not None and final.text == "Done."
     assert ran == []
     tool_message = provider.calls[1].messages[-1]
-    assert tool_message.is_error and "denied" in tool_message.text and "not today" in tool_message.text
+    assert (
+        tool_message.is_error and "denied" in tool_message.text and "not today" in tool_message.text
+    )
 
 
 def test_resolve_twice_and_unknown() -> None:
@@ -164,7 +172,12 @@ def test_callable_needs_approval() -> None:
         return "ok"
 
     provider = ScriptedProvider(
-        [calls(("remove", {"path": "/tmp/a"})), "first", calls(("remove", {"path": "/etc/b"})), "second"]
+        [
+            calls(("remove", {"path": "/tmp/a"})),
+            "first",
+            calls(("remove", {"path": "/etc/b"})),
+            "second",
+        ]
     )
     session = create_agent(provider=provider, tools=[remove]).session()
     assert session.send("a").finish_reason == "stop"
@@ -178,11 +191,18 @@ def test_durable_restart_resolve_directly() -> None:
     approval_id = first.session("u1").send("delete").approval_id
     assert approval_id is not None
     # "a new process": a new agent over the same store, no session opened first
-    second = create_agent(provider=ScriptedProvider(["Done again."]), tools=[delete_file], store=store)
+    second = create_agent(
+        provider=ScriptedProvider(["Done again."]), tools=[delete_file], store=store
+    )
     final = second.approvals.resolve(id=approval_id, approved=True)
     assert final is not None and final.text == "Done again."
     assert ran == ["/tmp/x"]
-    assert [m.role for m in second.session("u1").load()] == ["user", "assistant", "tool", "assistant"]
+    assert [m.role for m in second.session("u1").load()] == [
+        "user",
+        "assistant",
+        "tool",
+        "assistant",
+    ]
 
 
 def test_durable_restart_resume_first_then_resolve() -> None:
@@ -221,7 +241,10 @@ def test_single_turn_agent_send_pauses_and_resolves() -> None:
 
 def test_two_calls_needing_approval_pause_twice() -> None:
     provider = ScriptedProvider(
-        [calls(("delete_file", {"path": "a"}), ("delete_file", {"path": "b"})), Message.assistant("both")]
+        [
+            calls(("delete_file", {"path": "a"}), ("delete_file", {"path": "b"})),
+            Message.assistant("both"),
+        ]
     )
     agent = create_agent(provider=provider, tools=[delete_file])
     session = agent.session()

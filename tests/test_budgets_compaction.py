@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from helpers import calls, priced
+
 from lousho_sessions import (
     Compaction,
     FunctionProvider,
@@ -45,7 +45,12 @@ def test_session_budget_holds_after_reopening_from_store() -> None:
     for i in range(3):
         session.send(f"q{i}")
     called: list[int] = []
-    fresh = create_agent(provider=FunctionProvider(lambda r: (called.append(1), priced("r", 0.4))[1]), store=store)
+
+    def model(request: ModelRequest) -> Message:
+        called.append(1)
+        return priced("r", 0.4)
+
+    fresh = create_agent(provider=FunctionProvider(model), store=store)
     result = fresh.session("budget", limits=Limits(max_cost_usd=1)).send("again")
     assert result.finish_reason == "limit" and called == []
 
@@ -56,7 +61,11 @@ def test_per_turn_limits() -> None:
         """Step."""
         return "ok"
 
-    loop = FunctionProvider(lambda r: Message.assistant("", tool_calls=calls(("step", {})).tool_calls, usage=Usage(100, 100, 0.01)))
+    loop = FunctionProvider(
+        lambda r: Message.assistant(
+            "", tool_calls=calls(("step", {})).tool_calls, usage=Usage(100, 100, 0.01)
+        )
+    )
     agent = create_agent(provider=loop, tools=[step], limits=Limits(max_tool_calls=2))
     result = agent.session().send("go")
     assert result.finish_reason == "limit" and result.limit == "max_tool_calls"
@@ -67,7 +76,9 @@ def test_per_turn_limits() -> None:
     result = agent.session().send("go")
     assert result.limit == "max_steps" and result.steps == 2
     # per-turn limits reset every turn
-    agent = create_agent(provider=FunctionProvider(lambda r: priced("x", 0.6)), limits=Limits(max_cost_usd=1))
+    agent = create_agent(
+        provider=FunctionProvider(lambda r: priced("x", 0.6)), limits=Limits(max_cost_usd=1)
+    )
     session = agent.session()
     assert [session.send("a").finish_reason, session.send("b").finish_reason] == ["stop", "stop"]
 
@@ -145,7 +156,11 @@ def test_automatic_compaction() -> None:
         seen.append(len(request.messages))
         return "ok"
 
-    agent = create_agent(provider=FunctionProvider(model), store=store, compaction=Compaction(max_tokens=100, keep_last=4))
+    agent = create_agent(
+        provider=FunctionProvider(model),
+        store=store,
+        compaction=Compaction(max_tokens=100, keep_last=4),
+    )
     session = agent.session("auto")
     session.send("next")
     assert seen == [1, 6]  # the summary call, then the turn: summary + 4 kept + the new message
@@ -193,8 +208,15 @@ def test_project_instructions(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
     nested.mkdir(parents=True)
     monkeypatch.chdir(nested)
     seen: list[ModelRequest] = []
-    provider = FunctionProvider(lambda r: (seen.append(r), "ok")[1])
-    session = create_agent(instructions="Be brief.", provider=provider, project_instructions=True).session()
+
+    def model(request: ModelRequest) -> str:
+        seen.append(request)
+        return "ok"
+
+    provider = FunctionProvider(model)
+    session = create_agent(
+        instructions="Be brief.", provider=provider, project_instructions=True
+    ).session()
     session.send("hi")
     assert seen[0].system == "Be brief.\n\nUse British spelling."
     assert all("British" not in m.text for m in session.messages)

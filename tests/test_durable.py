@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from helpers import WAIT, Gate, calls
+
 from lousho_sessions import (
     AgentExecutor,
     FunctionProvider,
@@ -89,7 +89,9 @@ def test_propagating_error_is_resumed_without_rerunning_finished_work() -> None:
     assert result is not None and result.text == "finished"
     assert runs[0] == "first" and runs.count("first") == 1  # recorded result not run again
     assert runs[1] == runs[2]  # the interrupted tool ran again, with the same idempotency key
-    assert len(provider.calls) == model_calls + 1  # the recorded model response was not re-requested
+    assert (
+        len(provider.calls) == model_calls + 1
+    )  # the recorded model response was not re-requested
     assert session.pending() is None and store.checkpoints.list("d1.") == []
     roles = [m.role for m in session.load()]
     assert roles == ["user", "assistant", "user", "assistant", "tool", "tool", "assistant"]
@@ -100,7 +102,7 @@ def _ok(request: ModelRequest) -> str:
 
 
 def test_send_resumes_pending_first() -> None:
-    provider, runs, first, second = two_tool_turn()
+    provider, _, first, second = two_tool_turn()
     provider.replies.append("answer to next")
     agent = create_agent(provider=provider, tools=[first, second], store=memory_store())
     session = agent.session("d2")
@@ -129,7 +131,9 @@ def test_failed_checkpoint_write_then_resume() -> None:
 def test_aborted_durable_turn_drops_checkpoint() -> None:
     gate = Gate()
     store = memory_store()
-    agent = create_agent(provider=FunctionProvider(lambda r: (gate.wait_in(r), "x")[1]), store=store)
+    agent = create_agent(
+        provider=FunctionProvider(lambda r: (gate.wait_in(r), "x")[1]), store=store
+    )
     session = agent.session("d4")
     run = session.stream("hi")
     assert gate.entered.wait(WAIT)
@@ -152,8 +156,10 @@ def test_clear_deletes_pending_turn() -> None:
 
 
 def test_discard_pending() -> None:
-    provider, runs, first, second = two_tool_turn()
-    session = create_agent(provider=provider, tools=[first, second], store=memory_store()).session("d6")
+    provider, _, first, second = two_tool_turn()
+    session = create_agent(provider=provider, tools=[first, second], store=memory_store()).session(
+        "d6"
+    )
     with pytest.raises(PropagatingToolError):
         session.send("go")
     session.discard_pending()
@@ -183,7 +189,9 @@ def test_agent_executor_execute() -> None:
     checkpoints = MemoryCheckpointStore()
     agent = create_agent(provider=ScriptedProvider(["hi there"]))
     history = (Message.user("earlier"), Message.assistant("reply"))
-    result = AgentExecutor.execute(agent, "now", session_id="ex", history=history, checkpoint_store=checkpoints)
+    result = AgentExecutor.execute(
+        agent, "now", session_id="ex", history=history, checkpoint_store=checkpoints
+    )
     assert result.text == "hi there" and [m.text for m in result.messages] == ["now", "hi there"]
     assert checkpoints.list() == []
 

@@ -7,10 +7,11 @@ from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 
 import pytest
-
 from helpers import WAIT, Gate, calls
+
 from lousho_sessions import (
     FunctionProvider,
+    Message,
     ModelRequest,
     ProviderError,
     ScriptedProvider,
@@ -49,7 +50,11 @@ def test_queue_joins_running_turn_one_result() -> None:
     assert a is b  # one turn, one result
     assert a.text == "reply to Only direct ones, please."
     # the next model call saw the queued message after the first reply
-    assert seen[-1] == ["Find flights to Rome.", "reply to Find flights to Rome.", "Only direct ones, please."]
+    assert seen[-1] == [
+        "Find flights to Rome.",
+        "reply to Find flights to Rome.",
+        "Only direct ones, please.",
+    ]
     texts = [m.text for m in session.load()]
     assert texts == [
         "Find flights to Rome.",
@@ -80,13 +85,15 @@ def test_queue_input_goes_after_tool_results() -> None:
         gate.wait_in(ModelRequest(None, ()))
         return "tool output"
 
-    replies = iter([calls(("slow", {})), "after tools"])
+    replies: Iterator[str | Message] = iter([calls(("slow", {})), "after tools"])
 
-    def model(request: ModelRequest) -> object:
+    def model(request: ModelRequest) -> str | Message:
         seen.append([f"{m.role}:{m.text}" for m in request.messages])
         return next(replies)
 
-    session = create_agent(provider=FunctionProvider(model), tools=[slow]).session(turn_policy="queue")  # type: ignore[arg-type]
+    session = create_agent(provider=FunctionProvider(model), tools=[slow]).session(
+        turn_policy="queue"
+    )
     run = session.stream("start")
     stream = iter(run)
     assert gate.entered.wait(WAIT)
@@ -124,7 +131,11 @@ def test_steer_remakes_silent_model_call() -> None:
     steered = session.send("Actually, Paris.")
     assert steered.text == "fresh answer" and steered is run.result()
     assert calls_seen[-1] == ["Find flights to Rome.", "Actually, Paris."]
-    assert [m.text for m in session.load()] == ["Find flights to Rome.", "Actually, Paris.", "fresh answer"]
+    assert [m.text for m in session.load()] == [
+        "Find flights to Rome.",
+        "Actually, Paris.",
+        "fresh answer",
+    ]
 
 
 def test_steer_after_model_spoke_waits_like_queue() -> None:
@@ -201,7 +212,9 @@ def test_durable_failed_turn_keeps_queued_input_for_resume() -> None:
             raise ProviderError(503, "busy")
         return "recovered"
 
-    session = create_agent(provider=FunctionProvider(model), store=memory_store()).session("q1", turn_policy="queue")
+    session = create_agent(provider=FunctionProvider(model), store=memory_store()).session(
+        "q1", turn_policy="queue"
+    )
     run = session.stream("a")
     stream = iter(run)
     assert gate.entered.wait(WAIT)
