@@ -37,15 +37,15 @@ POINTS = (
     "after-model-1",  # checkpoint 2: the response asking for tool_a
     "inside-tool-a",
     "after-tool-a",  # checkpoint 3: tool_a's result
-    "between-tools",  # checkpoint 4: tool_a's step closed, before the model asks for tool_b
-    "after-model-2",  # checkpoint 5
+    "after-model-2",  # checkpoint 4: the response asking for tool_b
+    "between-tools",  # tool_b about to start, tool_a's result recorded
     "inside-tool-b",
-    "after-last-tool",  # checkpoint 6: tool_b's result
-    "after-model-3",  # checkpoint 8: the final answer recorded
+    "after-last-tool",  # checkpoint 5: tool_b's result
+    "after-model-3",  # checkpoint 6: the final answer recorded
     "final-save-before",  # in the transcript append, before it writes
     "final-save-after",  # after the append, before the checkpoint is deleted
 )
-_AFTER_SAVE = {"after-input": 1, "after-model-1": 2, "after-tool-a": 3, "between-tools": 4, "after-model-2": 5, "after-last-tool": 6, "after-model-3": 8}  # fmt: skip
+_AFTER_SAVE = {"after-input": 1, "after-model-1": 2, "after-tool-a": 3, "after-model-2": 4, "after-last-tool": 5, "after-model-3": 6}  # fmt: skip
 
 
 def log(path: str, line: str) -> None:
@@ -98,6 +98,8 @@ def build(kind: str, path: str, logfile: str, point: str | None, how: str) -> An
     @tool
     def tool_b(ctx: ToolContext) -> str:
         """Second tool."""
+        if point == "between-tools":
+            crash()
         log(logfile, f"tool_b {ctx.idempotency_key}")
         if point == "inside-tool-b":
             crash()
