@@ -58,7 +58,9 @@ class Counting:
 
 def measure(length: int, durable: bool, folder: Path) -> tuple[float, float]:
     store = SqliteStore(folder / f"bench-{length}-{durable}.db")
-    pairs = [m for i in range(length // 2) for m in (Message.user(f"q{i}"), Message.assistant(f"a{i}"))]
+    pairs = [
+        m for i in range(length // 2) for m in (Message.user(f"q{i}"), Message.assistant(f"a{i}"))
+    ]
     store.sessions.save("bench", pairs)
     checkpoints = Counting(store.checkpoints) if durable else None
     parts = AgentStore(store.sessions, checkpoints, store.approvals)
@@ -82,12 +84,16 @@ def measure(length: int, durable: bool, folder: Path) -> tuple[float, float]:
 def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        print(f"{'length':>7} | {'plain µs':>9} | {'durable µs':>10} | {'commits/turn':>12} | {'µs/extra commit':>15}")
+        print(
+            f"{'length':>7} | {'plain µs':>9} | {'durable µs':>10} | {'commits/turn':>12} | {'µs/extra commit':>15}"
+        )
         for length in (10, 5_000):
             plain, _ = measure(length, False, folder)
             durable, commits = measure(length, True, folder)
             extra = (durable - plain) / max(commits - 1, 1)
-            print(f"{length:>7} | {plain:>9.0f} | {durable:>10.0f} | {commits:>12.1f} | {extra:>15.0f}")
+            print(
+                f"{length:>7} | {plain:>9.0f} | {durable:>10.0f} | {commits:>12.1f} | {extra:>15.0f}"
+            )
 
 
 if __name__ == "__main__":

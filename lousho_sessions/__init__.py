@@ -45,6 +45,7 @@ from .tools import Tool, ToolContext, tool
 __version__ = "0.1.0"
 
 __all__ = [
+    "CHECKPOINT_VERSION",
     "AbortController",
     "AbortSignal",
     "Agent",
@@ -56,7 +57,6 @@ __all__ = [
     "ApprovalRequest",
     "ApprovalStore",
     "Approvals",
-    "CHECKPOINT_VERSION",
     "CheckpointStore",
     "Compaction",
     "CompactionResult",
