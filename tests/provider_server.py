@@ -219,7 +219,9 @@ class ProviderServer:
         with self._lock:
             if self._replies:
                 return self._replies.popleft()
-        return JSONReply(500, '{"error": {"message": "the test scripted no reply", "type": "test"}}')
+        return JSONReply(
+            500, '{"error": {"message": "the test scripted no reply", "type": "test"}}'
+        )
 
     def _record(self, recorded: Recorded) -> int:
         with self._lock:

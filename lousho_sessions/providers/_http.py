@@ -381,7 +381,9 @@ class HttpClient:
         return text
 
     @contextlib.contextmanager
-    def stream(self, path: str, body: Mapping[str, Any], signal: AbortSignal) -> Iterator[HttpStream]:
+    def stream(
+        self, path: str, body: Mapping[str, Any], signal: AbortSignal
+    ) -> Iterator[HttpStream]:
         """POST ``body`` to ``path`` (retrying as the policy says) and give the open stream.
 
         The response is closed when the ``with`` block ends, however it ends.

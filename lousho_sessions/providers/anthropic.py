@@ -185,8 +185,7 @@ class AnthropicProvider:
         if not state.done:
             raise ProviderError(
                 None,
-                f"{self.name}: the event stream ended before message_stop; "
-                "the reply is incomplete",
+                f"{self.name}: the event stream ended before message_stop; the reply is incomplete",
                 retryable=True,
                 request_id=state.request_id,
             )
@@ -239,7 +238,11 @@ class _StreamState:
         if "input_tokens" in usage:
             self.input_tokens = sum(
                 int(usage.get(key) or 0)
-                for key in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+                for key in (
+                    "input_tokens",
+                    "cache_creation_input_tokens",
+                    "cache_read_input_tokens",
+                )
             )
         if "output_tokens" in usage:
             self.output_tokens = int(usage.get("output_tokens") or 0)
@@ -248,7 +251,9 @@ class _StreamState:
         block = data.get("content_block") or {}
         kind = str(block.get("type") or "")
         if kind == "tool_use":
-            started = _Block(kind, self.calls, str(block.get("id") or ""), str(block.get("name") or ""))
+            started = _Block(
+                kind, self.calls, str(block.get("id") or ""), str(block.get("name") or "")
+            )
             self.calls += 1
             self.blocks[index] = started
             given = block.get("input")
