@@ -182,7 +182,9 @@ class AsyncSession:
     ) -> ExecutionResult:
         future, controller = self.sync._send_future(input, signal)
         abort = controller.abort if controller is not None else None
-        return await _wait(future, abort, timeout, abort)
+        result = await _wait(future, abort, timeout, abort)
+        assert result is not None  # only resume() may have no result
+        return result
 
     def stream(self, input: Any, *, signal: AbortSignal | None = None) -> AsyncAgentRun:
         return AsyncAgentRun(self.sync.stream(input, signal=signal))
