@@ -10,13 +10,14 @@ from typing import Any
 
 import pytest
 
-django = pytest.importorskip("django")
+pytest.importorskip("django")
+
+import django
+from django.test import AsyncClient, Client
+from helpers import WAIT
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "django_app.settings")  # examples/ is on the path
 django.setup()
-
-from django.test import AsyncClient, Client
-
-from helpers import WAIT
 
 COOKIE = "lousho_session"
 
@@ -59,7 +60,7 @@ def test_streaming_view_sends_server_sent_events() -> None:
     post(client, "/chat", "My name is Ali.")
     response = client.get("/chat/stream", {"message": "What is my name?"})
     assert response["Content-Type"] == "text/event-stream"
-    body = b"".join(response.streaming_content).decode()  # type: ignore[arg-type]
+    body = b"".join(response.streaming_content).decode()
     deltas = [
         json.loads(block.split("data: ", 1)[1])["text"]
         for block in body.split("\n\n")

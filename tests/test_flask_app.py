@@ -19,7 +19,6 @@ pytest.importorskip("flask")
 
 from flask.testing import FlaskClient
 from flask_app import COOKIE, create_app  # examples/ is on pytest's pythonpath
-
 from helpers import WAIT
 
 TESTS = Path(__file__).parent
@@ -224,4 +223,3 @@ def test_gunicorn_workers_share_one_sqlite_store_and_lose_no_turn(server: Server
     assert json.loads(body)["text"] == "refund_order says: order Z-9 refunded"
     _, _, body = server.request("GET", "/history", cookie=session_id)
     assert [m["role"] for m in json.loads(body)][-4:] == ["user", "assistant", "tool", "assistant"]
-
