@@ -2,11 +2,14 @@
 
 The blocks of one page run in order in one namespace (a fresh module), each page
 in a fresh interpreter, so a page is a script a reader can follow top to bottom.
-A block whose first line is ``# doc: no-run`` is shown, not run.
+A block whose first line is ``# doc: no-run`` is shown, not run. Warnings are
+errors, as in the rest of the suite.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import subprocess
 import sys
@@ -16,6 +19,7 @@ import pytest
 
 DOCS = Path(__file__).parent.parent / "docs"
 PAGES = ["async.md", "integrations.md"]
+MODEL_ENV = ("LOUSHO_MODEL", "OPENAI_API_KEY", "ANTHROPIC_API_KEY", "OPENAI_BASE_URL")
 FENCE = re.compile(r"^```python\n(.*?)^```", re.DOTALL | re.MULTILINE)
 
 RUNNER = """
@@ -47,8 +51,6 @@ def blocks(page: str) -> list[tuple[int, str]]:
 
 @pytest.mark.parametrize("page", PAGES)
 def test_every_snippet_runs(page: str, tmp_path: Path) -> None:
-    import json
-
     runnable = blocks(page)
     assert runnable, f"{page} has no runnable python block"
     done = subprocess.run(
@@ -57,6 +59,7 @@ def test_every_snippet_runs(page: str, tmp_path: Path) -> None:
         capture_output=True,
         text=True,
         cwd=tmp_path,  # snippets that write files write them here
+        env={k: v for k, v in os.environ.items() if k not in MODEL_ENV},  # the offline demo model
         timeout=120,
     )
     assert done.returncode == 0, done.stderr[-4000:]
