@@ -65,7 +65,10 @@ def python_blocks(text: str) -> list[Block]:
                 break
             end += 1
         if opening["info"].lower() in ("python", "py"):
-            body = [line[len(indent) :] if line.startswith(indent) else line for line in lines[start:end]]
+            body = [
+                line[len(indent) :] if line.startswith(indent) else line
+                for line in lines[start:end]
+            ]
             blocks.append(Block(start + 1, "\n".join(body)))
         index = end + 1
     return blocks
@@ -114,11 +117,13 @@ def test_doc_examples_run(path: Path, tmp_path: Path, monkeypatch: pytest.Monkey
             continue
         # pad so that tracebacks give the Markdown file's line numbers
         source = "\n" * (block.line - 1) + block.code
+        failure: str | None = None
         try:
             exec(compile(source, str(path), "exec"), module.__dict__)
         except Exception as exc:
-            details = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+            failure = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        if failure is not None:
             pytest.fail(
-                f"{relative}: the python block at line {block.line} failed:\n{details}",
+                f"{relative}: the python block at line {block.line} failed:\n{failure}",
                 pytrace=False,
             )
