@@ -11,7 +11,7 @@ from __future__ import annotations
 import statistics
 import time
 
-from lousho_sessions import FunctionProvider, Message, MemorySessionStore, create_agent
+from lousho_sessions import FunctionProvider, MemorySessionStore, Message, create_agent
 from lousho_sessions.providers.base import ModelRequest
 
 LENGTHS = (10, 1_000, 5_000)
@@ -24,7 +24,9 @@ def instant(request: ModelRequest) -> str:
 
 def measure(length: int) -> float:
     store = MemorySessionStore()
-    pairs = [m for i in range(length // 2) for m in (Message.user(f"q{i}"), Message.assistant(f"a{i}"))]
+    pairs = [
+        m for i in range(length // 2) for m in (Message.user(f"q{i}"), Message.assistant(f"a{i}"))
+    ]
     store.save("bench", pairs)
     agent = create_agent(provider=FunctionProvider(instant))
     session = agent.session("bench", store=store)

@@ -26,14 +26,22 @@ from .errors import (
 from .events import Event
 from .messages import ImagePart, Message, Part, TextPart, ToolCall, Usage
 from .pricing import Pricing
+from .providers.anthropic import AnthropicProvider
 from .providers.base import ModelEvent, ModelRequest, ModelResponse, Provider, ToolSpec
 from .providers.demo import DemoProvider
 from .providers.function import FunctionProvider, ScriptedProvider
+from .providers.openai import OpenAIProvider
 from .results import CompactionResult, ExecutionResult, Limits, PendingTurn
 from .run import AgentRun
 from .session import Session
-from .stores.base import AgentStore, ApprovalStore, CheckpointStore, SessionStore
-from .stores.memory import MemoryApprovalStore, MemoryCheckpointStore, MemorySessionStore, memory_store
+from .stores.base import AgentStore, ApprovalStore, CheckpointStore, PruneResult, SessionStore
+from .stores.files import FileApprovalStore, FileCheckpointStore, FileSessionStore, file_store
+from .stores.memory import (
+    MemoryApprovalStore,
+    MemoryCheckpointStore,
+    MemorySessionStore,
+    memory_store,
+)
 from .tools import Tool, ToolContext, tool
 
 __version__ = "0.1.0"
@@ -46,6 +54,7 @@ __all__ = [
     "AgentExecutor",
     "AgentRun",
     "AgentStore",
+    "AnthropicProvider",
     "ApprovalAlreadyResolvedError",
     "ApprovalNotFoundError",
     "ApprovalRequest",
@@ -57,6 +66,9 @@ __all__ = [
     "DemoProvider",
     "Event",
     "ExecutionResult",
+    "FileApprovalStore",
+    "FileCheckpointStore",
+    "FileSessionStore",
     "FunctionProvider",
     "ImagePart",
     "InvalidSessionIdError",
@@ -69,12 +81,14 @@ __all__ = [
     "ModelEvent",
     "ModelRequest",
     "ModelResponse",
+    "OpenAIProvider",
     "Part",
     "PendingTurn",
     "Pricing",
     "PropagatingToolError",
     "Provider",
     "ProviderError",
+    "PruneResult",
     "SchemaVersionError",
     "ScriptedProvider",
     "Session",
@@ -91,6 +105,7 @@ __all__ = [
     "ToolSpec",
     "Usage",
     "create_agent",
+    "file_store",
     "memory_store",
     "tool",
 ]

@@ -41,7 +41,13 @@ from .events import (
 )
 from .messages import Message, ToolCall, Usage
 from .pricing import Pricing, price_usage
-from .providers.base import ModelRequest, ModelResponse, ModelTextDelta, ModelToolCallDelta, Provider
+from .providers.base import (
+    ModelRequest,
+    ModelResponse,
+    ModelTextDelta,
+    ModelToolCallDelta,
+    Provider,
+)
 from .results import ExecutionResult, FinishReason, Limits
 from .serde import message_from_dict, message_to_dict
 from .stores.base import ApprovalStore
@@ -55,10 +61,14 @@ log = logging.getLogger("lousho_sessions.turn")
 CHECKPOINT_VERSION = 1
 
 ToolOutcome = tuple[str, bool]  # (output, is_error)
-RunTools = Callable[[Sequence[Callable[[], ToolOutcome]]], Iterator[tuple[int, "ToolOutcome | BaseException"]]]
+RunTools = Callable[
+    [Sequence[Callable[[], ToolOutcome]]], Iterator[tuple[int, "ToolOutcome | BaseException"]]
+]
 
 
-def run_tools_inline(fns: Sequence[Callable[[], ToolOutcome]]) -> Iterator[tuple[int, ToolOutcome | BaseException]]:
+def run_tools_inline(
+    fns: Sequence[Callable[[], ToolOutcome]],
+) -> Iterator[tuple[int, ToolOutcome | BaseException]]:
     """Run tools one after another on this thread (the default when no pool is given)."""
     for index, fn in enumerate(fns):
         try:
@@ -234,7 +244,9 @@ class TurnState:
         return data
 
     @classmethod
-    def from_checkpoint(cls, data: Mapping[str, Any], history: Sequence[Message], *, source: str) -> TurnState:
+    def from_checkpoint(
+        cls, data: Mapping[str, Any], history: Sequence[Message], *, source: str
+    ) -> TurnState:
         version = data.get("version")
         if data.get("format") != "lousho.turn" or not isinstance(version, int):
             raise StoreCorruptError(f"{source}: not a lousho turn checkpoint")
@@ -341,8 +353,14 @@ class Turn:
             self._apply_queued(final=False)
         message = response.message
         if message.role != "assistant":
-            raise ProviderError(None, f"provider {config.provider.name!r} returned a {message.role!r} message")
-        usage = price_usage(response.usage if response.usage != Usage() else (message.usage or Usage()), config.model_name, config.pricing)
+            raise ProviderError(
+                None, f"provider {config.provider.name!r} returned a {message.role!r} message"
+            )
+        usage = price_usage(
+            response.usage if response.usage != Usage() else (message.usage or Usage()),
+            config.model_name,
+            config.pricing,
+        )
         calls = _unique_call_ids(message.tool_calls, state)
         message = attrs.evolve(message, usage=usage, tool_calls=calls)
         state.new.append(message)
@@ -404,7 +422,9 @@ class Turn:
         if controller.signal.aborted:
             return None
         if response is None:
-            raise ProviderError(None, f"provider {config.provider.name!r} ended its stream without a response")
+            raise ProviderError(
+                None, f"provider {config.provider.name!r} ended its stream without a response"
+            )
         return response
 
     def _tool_step(self, assistant: Message) -> None:
@@ -415,17 +435,24 @@ class Turn:
         steered = config.inbox is not None and config.inbox.has_steer()
         for call in calls:
             if steered:
-                self._record(call, "Not run: the user sent a new message first.", True, checkpoint=False)
+                self._record(
+                    call, "Not run: the user sent a new message first.", True, checkpoint=False
+                )
                 continue
             tool = config.tools.get(call.name)
             if tool is None:
                 known = ", ".join(sorted(config.tools)) or "none"
-                self._record(call, f"Error: unknown tool {call.name!r} (tools: {known})", True, checkpoint=False)
+                self._record(
+                    call,
+                    f"Error: unknown tool {call.name!r} (tools: {known})",
+                    True,
+                    checkpoint=False,
+                )
                 continue
             decision = self._decision(call, tool)
             if decision is None:
                 runnable.append(call)
-            elif decision == "pending":
+            elif isinstance(decision, str):  # "pending"
                 pause = pause or call
             elif decision["approved"]:
                 runnable.append(call)
@@ -437,11 +464,11 @@ class Turn:
             self._run(runnable)
         if pause is not None:
             self._pause(pause)
-        # every call answered: the results join the turn, in call order
+        # every call answered: the results join the turn, in call order. No checkpoint
+        # here: the results are recorded already, and the next model response saves.
         for call in assistant.tool_calls:
             state.new.append(state.results.pop(call.id))
         state.results.clear()
-        self._checkpoint()
 
     def _decision(self, call: ToolCall, tool: Tool) -> dict[str, Any] | str | None:
         """None: no approval needed; "pending": wait; else the decision."""
@@ -451,7 +478,9 @@ class Turn:
         try:
             needed = tool.requires_approval(call.arguments)
         except Exception as exc:
-            raise PropagatingToolError(f"needs_approval of tool {tool.name!r} raised: {exc}") from exc
+            raise PropagatingToolError(
+                f"needs_approval of tool {tool.name!r} raised: {exc}"
+            ) from exc
         if not needed:
             return None
         approval_id = approval_id_for(state.run_id, call.id)
@@ -459,7 +488,9 @@ class Turn:
         if record is not None and record.get("status") in ("approved", "denied"):
             decision = {"approved": record["status"] == "approved", "reason": record.get("reason")}
         elif config.approve is not None:
-            request = ApprovalRequest(approval_id, state.session_id, state.turn_id, state.run_id, call)
+            request = ApprovalRequest(
+                approval_id, state.session_id, state.turn_id, state.run_id, call
+            )
             answer = config.approve(request)
             if answer is None:
                 return "pending"
@@ -474,7 +505,11 @@ class Turn:
         approval_id = approval_id_for(state.run_id, call.id)
         if config.approvals.get(approval_id) is None:
             record = new_record(
-                approval_id, session_id=state.session_id, turn_id=state.turn_id, run_id=state.run_id, call=call
+                approval_id,
+                session_id=state.session_id,
+                turn_id=state.turn_id,
+                run_id=state.run_id,
+                call=call,
             )
             config.approvals.create(record)
         state.status = "awaiting-approval"
@@ -505,7 +540,9 @@ class Turn:
         with contextlib.closing(outcomes):  # type: ignore[type-var]
             self._collect(calls, outcomes)
 
-    def _collect(self, calls: list[ToolCall], outcomes: Iterator[tuple[int, ToolOutcome | BaseException]]) -> None:
+    def _collect(
+        self, calls: list[ToolCall], outcomes: Iterator[tuple[int, ToolOutcome | BaseException]]
+    ) -> None:
         state = self.state
         propagate: BaseException | None = None
         for index, outcome in outcomes:
@@ -569,7 +606,10 @@ class Turn:
                 return "max_tokens"
             if limits.max_steps is not None and base_steps + state.steps >= limits.max_steps:
                 return "max_steps"
-            if limits.max_tool_calls is not None and base_calls + state.tool_calls >= limits.max_tool_calls:
+            if (
+                limits.max_tool_calls is not None
+                and base_calls + state.tool_calls >= limits.max_tool_calls
+            ):
                 return "max_tool_calls"
         return None
 

@@ -75,7 +75,9 @@ def resolve_provider(model: str) -> Provider:
     return provider
 
 
-def find_project_instructions(value: bool | str | os.PathLike[str], start: Path | None = None) -> str | None:
+def find_project_instructions(
+    value: bool | str | os.PathLike[str], start: Path | None = None
+) -> str | None:
     """The text of ``AGENTS.md``: the given file, or the nearest one upward from ``start``/cwd."""
     if value is False:
         return None
@@ -181,7 +183,9 @@ class Agent:
     ) -> ExecutionResult:
         """One turn from an empty history. With ``session_id`` and a checkpoint store it is durable."""
         controller = _linked(signal)
-        job = self._single(to_messages(input), controller, session_id, emit=None, approve=self.approve)
+        job = self._single(
+            to_messages(input), controller, session_id, emit=None, approve=self.approve
+        )
         _worker.submit(job.state, job)
         result: ExecutionResult = _wait(job.future, controller, timeout)
         return result
@@ -192,7 +196,12 @@ class Agent:
         holder: list[AgentRun] = []
         run_id = "run-" + uuid.uuid4().hex
         job = self._single(
-            to_messages(input), controller, None, emit=lambda e: holder[0]._push(e), approve=None, run_id=run_id
+            to_messages(input),
+            controller,
+            None,
+            emit=lambda e: holder[0]._push(e),
+            approve=None,
+            run_id=run_id,
         )
         run = AgentRun(run_id, job.future, controller)
         holder.append(run)
@@ -233,8 +242,18 @@ class Agent:
             try:
                 if durable:
                     self._finish_single(key, checkpoints, None)
-                state = TurnState.start(messages, session_id=session_id, turn_id=f"{key}.send", run_id=run_id)
-                result = AgentExecutor.run_state(self, state, controller, checkpoints, durable=durable, emit=emit, approve=approve)
+                state = TurnState.start(
+                    messages, session_id=session_id, turn_id=f"{key}.send", run_id=run_id
+                )
+                result = AgentExecutor.run_state(
+                    self,
+                    state,
+                    controller,
+                    checkpoints,
+                    durable=durable,
+                    emit=emit,
+                    approve=approve,
+                )
             except BaseException as exc:
                 if emit is not None:
                     emit(ErrorEvent(run_id, exc))
@@ -253,7 +272,9 @@ class Agent:
         result: ExecutionResult | None = job.future.result()
         return result
 
-    def _finish_single(self, key: str, checkpoints: CheckpointStore, signal: AbortSignal | None) -> ExecutionResult | None:
+    def _finish_single(
+        self, key: str, checkpoints: CheckpointStore, signal: AbortSignal | None
+    ) -> ExecutionResult | None:
         turn_id = f"{key}.send"
         data = checkpoints.load(turn_id)
         if data is None:
@@ -263,14 +284,19 @@ class Agent:
             record = self._approval_store.get(state.approval_id or "")
             if record is None or record.get("status") == "pending":
                 raise SessionAwaitingApprovalError(
-                    f"run {turn_id!r} waits on approval {state.approval_id!r}", approval_id=state.approval_id
+                    f"run {turn_id!r} waits on approval {state.approval_id!r}",
+                    approval_id=state.approval_id,
                 )
             state.status, state.approval_id = "running", None
-        return AgentExecutor.run_state(self, state, _linked(signal), checkpoints, durable=True, emit=None, approve=self.approve)
+        return AgentExecutor.run_state(
+            self, state, _linked(signal), checkpoints, durable=True, emit=None, approve=self.approve
+        )
 
     # -- tools ----------------------------------------------------------------
 
-    def _run_tools(self, fns: Sequence[Callable[[], ToolOutcome]]) -> Iterator[tuple[int, ToolOutcome | BaseException]]:
+    def _run_tools(
+        self, fns: Sequence[Callable[[], ToolOutcome]]
+    ) -> Iterator[tuple[int, ToolOutcome | BaseException]]:
         """Run a step's tools: one inline, several on a thread pool; yields as each ends."""
         if len(fns) == 1:
             try:
@@ -327,8 +353,12 @@ class AgentExecutor:
     ) -> ExecutionResult:
         """One turn of ``agent`` after ``history``; checkpointed under ``<session_id>.send`` when a
         checkpoint store is given. The transcript is yours to keep: see ``result.messages``."""
-        key = validate_session_id(session_id) if session_id is not None else "run-" + uuid.uuid4().hex
-        state = TurnState.start(to_messages(input), history=history, session_id=session_id, turn_id=f"{key}.send")
+        key = (
+            validate_session_id(session_id) if session_id is not None else "run-" + uuid.uuid4().hex
+        )
+        state = TurnState.start(
+            to_messages(input), history=history, session_id=session_id, turn_id=f"{key}.send"
+        )
         store = checkpoint_store or agent._pause_store
         return AgentExecutor.run_state(
             agent, state, _linked(signal), store, durable=checkpoint_store is not None, emit=emit,
@@ -387,11 +417,15 @@ class Approvals:
             raise ApprovalNotFoundError(f"no approval with id {id!r}")
         return ApprovalRequest.from_record(record)
 
-    def list(self, session_id: str | None = None, status: str | None = "pending") -> list[ApprovalRequest]:
+    def list(
+        self, session_id: str | None = None, status: str | None = "pending"
+    ) -> list[ApprovalRequest]:
         records = self._agent._approval_store.list(session_id=session_id, status=status)
         return [ApprovalRequest.from_record(r) for r in records]
 
-    def resolve(self, *, id: str, approved: bool, reason: str | None = None) -> ExecutionResult | None:
+    def resolve(
+        self, *, id: str, approved: bool, reason: str | None = None
+    ) -> ExecutionResult | None:
         """Decide, then continue the paused turn as the session's next turn and return its result.
 
         Exactly one ``resolve()`` of an approval wins, across processes; the others

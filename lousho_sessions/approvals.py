@@ -47,7 +47,9 @@ class ApprovalRequest:
             session_id=record.get("session_id"),
             turn_id=record.get("turn_id"),
             run_id=str(record.get("run_id", "")),
-            call=ToolCall(str(call.get("id", "")), str(call.get("name", "")), call.get("arguments") or {}),
+            call=ToolCall(
+                str(call.get("id", "")), str(call.get("name", "")), call.get("arguments") or {}
+            ),
             status=record.get("status", "pending"),
             reason=record.get("reason"),
             created_at=record.get("created_at"),

@@ -28,7 +28,9 @@ def to_messages(input: Any) -> list[Message]:
         if all(isinstance(i, (TextPart, ImagePart)) for i in items):
             return [Message.user(items)]
         kinds = sorted({type(i).__name__ for i in items})
-        raise TypeError(f"input mixes or holds unsupported items ({', '.join(kinds)}): give parts or messages")
+        raise TypeError(
+            f"input mixes or holds unsupported items ({', '.join(kinds)}): give parts or messages"
+        )
     raise TypeError(
         f"unsupported input {type(input).__name__}: give a str, a sequence of TextPart/ImagePart, "
         "or a sequence of Message"

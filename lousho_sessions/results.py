@@ -10,7 +10,9 @@ from .messages import Message, Usage
 
 __all__ = ["CompactionResult", "ExecutionResult", "FinishReason", "Limits", "PendingTurn"]
 
-FinishReason = Literal["stop", "length", "aborted", "awaiting-approval", "limit", "max-steps", "error"]
+FinishReason = Literal[
+    "stop", "length", "aborted", "awaiting-approval", "limit", "max-steps", "error"
+]
 
 
 @attrs.frozen

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import builtins
 import contextlib
-import uuid
 import logging
 import threading
+import uuid
 from collections.abc import Callable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -98,10 +98,12 @@ class Session:
         messages = to_messages(input)
         joined = self._join(messages)
         if joined is not None:
-            return _wait(joined, None, timeout)
+            result: ExecutionResult = _wait(joined, None, timeout)
+            return result
         controller = _linked(signal)
         job = self._submit_turn(messages, controller, emit=None, approve=self.agent.approve)
-        return _wait(job.future, controller, timeout)
+        result = _wait(job.future, controller, timeout)
+        return result
 
     def stream(self, input: Any, *, signal: AbortSignal | None = None) -> AgentRun:
         """Queue a turn now and stream it; see ``AgentRun``."""
@@ -111,7 +113,9 @@ class Session:
             return _joined_run(joined)
         controller = _linked(signal)
         holder: list[AgentRun] = []
-        job = self._submit_turn(messages, controller, emit=lambda e: holder[0]._push(e), approve=None, defer=True)
+        job = self._submit_turn(
+            messages, controller, emit=lambda e: holder[0]._push(e), approve=None, defer=True
+        )
         run = AgentRun(job.state.run_id, job.future, controller, join=self._joiner(job))
         holder.append(run)
         _worker.submit(self._key, job, owner=self.store)
@@ -126,7 +130,8 @@ class Session:
                 self._sync()
                 return self._finish_pending(controller, emit=None)
 
-        return _wait(self._run_job(work, "resume"), controller, None)
+        result: ExecutionResult | None = _wait(self._run_job(work, "resume"), controller, None)
+        return result
 
     def _submit_turn(
         self,
@@ -148,7 +153,9 @@ class Session:
         emit = tj.emit
         try:
             if tj.controller.signal.aborted:
-                result = ExecutionResult("", finish_reason="aborted", run_id=tj.run_id, session_id=self.id)
+                result = ExecutionResult(
+                    "", finish_reason="aborted", run_id=tj.run_id, session_id=self.id
+                )
                 self._settle(tj.inbox, result, None, requeue=True)
                 _emit(emit, RunDone(tj.run_id, "aborted", result))
                 return result
@@ -163,7 +170,9 @@ class Session:
                     turn_id=f"{self.id}.turn-{len(self._cache)}",
                     run_id=tj.run_id,
                 )
-                result = self._drive(state, tj.controller, emit=emit, approve=tj.approve, inbox=tj.inbox)
+                result = self._drive(
+                    state, tj.controller, emit=emit, approve=tj.approve, inbox=tj.inbox
+                )
         except BaseException as exc:
             _emit(emit, ErrorEvent(tj.run_id, exc))
             _emit(emit, RunDone(tj.run_id, "error", None))
@@ -209,7 +218,10 @@ class Session:
                 left = inbox.close()
                 if left and self.checkpoint_store is not None:
                     state.queued.extend(
-                        {"input_id": t.input_id, "messages": [message_to_dict(m) for m in t.messages]}
+                        {
+                            "input_id": t.input_id,
+                            "messages": [message_to_dict(m) for m in t.messages],
+                        }
                         for t in left
                     )
                     self._save_checkpoint(state)
@@ -226,7 +238,12 @@ class Session:
         return result
 
     def _settle(
-        self, inbox: Inbox | None, result: ExecutionResult | None, error: BaseException | None, *, requeue: bool = False
+        self,
+        inbox: Inbox | None,
+        result: ExecutionResult | None,
+        error: BaseException | None,
+        *,
+        requeue: bool = False,
     ) -> None:
         """Answer the callers that joined this turn; input it never took runs as the next turn."""
         if inbox is None:
@@ -245,10 +262,12 @@ class Session:
     def _requeue(self, ticket: Ticket) -> None:
         future = ticket.future
         assert future is not None
-        job = self._submit_turn(list(ticket.messages), AbortController(), emit=None, approve=self.agent.approve)
+        job = self._submit_turn(
+            list(ticket.messages), AbortController(), emit=None, approve=self.agent.approve
+        )
         job.future.add_done_callback(lambda f: _chain(f, future))
 
-    def _join(self, messages: list[Message]) -> Future[ExecutionResult] | None:
+    def _join(self, messages: list[Message]) -> Future[ExecutionResult | None] | None:
         """With turn_policy "queue"/"steer", join the running or waiting turn."""
         if self.turn_policy == "wait":
             return None
@@ -257,7 +276,7 @@ class Session:
             return None
         for job in worker.jobs():
             if job.kind == "turn":
-                future: Future[ExecutionResult] = Future()
+                future: Future[ExecutionResult | None] = Future()
                 if job.state.inbox.join(messages, steer=self.turn_policy == "steer", future=future):
                     return future
         return None
@@ -267,7 +286,7 @@ class Session:
             messages = to_messages(input)
             ticket = job.state.inbox.join(messages, steer=steer)
             if ticket is not None:
-                return ticket.input_id
+                return str(ticket.input_id)
             # the turn has ended: the input runs as the next turn
             self._submit_turn(messages, AbortController(), emit=None, approve=self.agent.approve)
             return "in-next-turn"
@@ -321,7 +340,9 @@ class Session:
             state.status, state.approval_id = "running", None
         if link is not None:
             link.add_callback(lambda s: controller.abort(s.reason))
-        return self._drive(state, controller, emit=emit, approve=self.agent.approve, inbox=None, resumed=True)
+        return self._drive(
+            state, controller, emit=emit, approve=self.agent.approve, inbox=None, resumed=True
+        )
 
     def pending(self) -> PendingTurn | None:
         """The unfinished turn (running when the process stopped, or awaiting approval), if any."""
@@ -521,7 +542,9 @@ class _TurnJob:
 
     __slots__ = ("approve", "controller", "emit", "inbox", "messages", "run_id")
 
-    def __init__(self, messages: list[Message], controller: AbortController, emit: Any, approve: Any) -> None:
+    def __init__(
+        self, messages: list[Message], controller: AbortController, emit: Any, approve: Any
+    ) -> None:
         self.messages = messages
         self.controller = controller
         self.emit = emit
@@ -562,18 +585,18 @@ def _chain(source: Future[Any], target: Future[Any]) -> None:
         target.set_result(source.result())
 
 
-def _joined_run(future: Future[ExecutionResult]) -> AgentRun:
+def _joined_run(future: Future[ExecutionResult | None]) -> AgentRun:
     """A stream that joined another turn: it yields only that turn's ``run.done``."""
     run = AgentRun("run-" + uuid.uuid4().hex, future, AbortController())
 
-    def done(f: Future[ExecutionResult]) -> None:
+    def done(f: Future[ExecutionResult | None]) -> None:
         error = f.exception()
         if error is not None:
             run._push(ErrorEvent(run.id, error))
             run._push(RunDone(run.id, "error", None))
         else:
             result = f.result()
-            run._push(RunDone(run.id, result.finish_reason, result))
+            run._push(RunDone(run.id, result.finish_reason if result else "error", result))
 
     future.add_done_callback(done)
     return run

@@ -140,7 +140,9 @@ def _parse_doc(doc: str) -> tuple[str, dict[str, str]]:
     current: str | None = None
     for raw in doc.splitlines():
         line = raw.strip()
-        header = re.fullmatch(r"(Args|Arguments|Parameters|Returns|Raises|Yields|Example|Examples):", line)
+        header = re.fullmatch(
+            r"(Args|Arguments|Parameters|Returns|Raises|Yields|Example|Examples):", line
+        )
         if header:
             section = header.group(1)
             current = None
@@ -149,7 +151,11 @@ def _parse_doc(doc: str) -> tuple[str, dict[str, str]]:
             summary_lines.append(raw)
         elif section in ("Args", "Arguments", "Parameters") and line:
             m = re.match(r"(\w+)\s*(?:\([^)]*\))?\s*:\s*(.*)", line)
-            if m and raw.startswith((" ", "\t")) and (current is None or not raw.startswith("        ")):
+            if (
+                m
+                and raw.startswith((" ", "\t"))
+                and (current is None or not raw.startswith("        "))
+            ):
                 current = m.group(1)
                 args[current] = m.group(2)
             elif current is not None:
@@ -162,7 +168,9 @@ def _schema_for(fn: Callable[..., Any]) -> tuple[dict[str, Any], bool]:
     try:
         hints = typing.get_type_hints(fn)
     except Exception as exc:
-        raise TypeError(f"tool {getattr(fn, '__name__', fn)!r}: cannot read type hints: {exc}") from exc
+        raise TypeError(
+            f"tool {getattr(fn, '__name__', fn)!r}: cannot read type hints: {exc}"
+        ) from exc
     _, arg_docs = _parse_doc(inspect.getdoc(fn) or "")
     properties: dict[str, Any] = {}
     required: list[str] = []
@@ -175,7 +183,9 @@ def _schema_for(fn: Callable[..., Any]) -> tuple[dict[str, Any], bool]:
         if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
             continue
         if param.kind is param.POSITIONAL_ONLY:
-            raise TypeError(f"tool {fn.__name__!r}: positional-only parameter {pname!r} is not supported")
+            raise TypeError(
+                f"tool {fn.__name__!r}: positional-only parameter {pname!r} is not supported"
+            )
         schema = json_schema(hint)
         if pname in arg_docs:
             schema = {**schema, "description": arg_docs[pname]}
@@ -184,7 +194,11 @@ def _schema_for(fn: Callable[..., Any]) -> tuple[dict[str, Any], bool]:
         elif _json_safe(param.default):
             schema = {**schema, "default": param.default}
         properties[pname] = schema
-    result: dict[str, Any] = {"type": "object", "properties": properties, "additionalProperties": False}
+    result: dict[str, Any] = {
+        "type": "object",
+        "properties": properties,
+        "additionalProperties": False,
+    }
     if required:
         result["required"] = required
     return result, takes_context
@@ -235,4 +249,6 @@ def json_schema(hint: Any) -> dict[str, Any]:
         return schema
     if typing.get_origin(hint) is typing.Annotated:
         return json_schema(args[0])
-    raise TypeError(f"cannot describe type {hint!r} as JSON schema; use str, int, float, bool, list, dict, Literal or Enum")
+    raise TypeError(
+        f"cannot describe type {hint!r} as JSON schema; use str, int, float, bool, list, dict, Literal or Enum"
+    )

@@ -22,7 +22,8 @@ def echo_provider() -> FunctionProvider:
 def calls(*calls: tuple[str, dict[str, object]], text: str = "") -> Message:
     """An assistant message asking for tool calls."""
     return Message.assistant(
-        text, tool_calls=[ToolCall(f"c{i}", name, dict(args)) for i, (name, args) in enumerate(calls)]
+        text,
+        tool_calls=[ToolCall(f"c{i}", name, dict(args)) for i, (name, args) in enumerate(calls)],
     )
 
 

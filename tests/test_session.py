@@ -7,22 +7,22 @@ import threading
 from typing import Any
 
 import pytest
-
 from helpers import WAIT, Gate, calls, echo_provider
+
 from lousho_sessions import (
     AbortController,
-    Message,
     FunctionProvider,
     InvalidSessionIdError,
     MemorySessionStore,
+    Message,
     ModelRequest,
     PropagatingToolError,
     ProviderError,
     SessionBusyError,
+    _worker,
     create_agent,
     tool,
 )
-from lousho_sessions import _worker
 
 
 def strict_pairs(messages: tuple[Message, ...]) -> bool:
@@ -90,7 +90,7 @@ def test_twenty_threads_give_forty_messages_in_strict_pairs() -> None:
     assert len(messages) == 40
     assert strict_pairs(messages)
     # each reply answers the message just before it: the turns did not interleave
-    for user, reply in zip(messages[::2], messages[1::2]):
+    for user, reply in zip(messages[::2], messages[1::2], strict=True):
         assert reply.text.endswith(user.text)
 
 
@@ -194,7 +194,12 @@ def test_abort_from_another_thread_returns_promptly_and_keeps_transcript() -> No
     session.send("hello")
     before = session.load()
     controller = AbortController()
-    threading.Thread(target=lambda: (gate.entered.wait(WAIT), controller.abort("user"))).start()
+
+    def abort_when_blocked() -> None:
+        assert gate.entered.wait(WAIT)
+        controller.abort("user")
+
+    threading.Thread(target=abort_when_blocked).start()
     result = session.send("block", signal=controller.signal)
     assert result.finish_reason == "aborted"
     assert result.messages == ()
@@ -204,7 +209,9 @@ def test_abort_from_another_thread_returns_promptly_and_keeps_transcript() -> No
 
 def test_timeout_aborts_the_turn() -> None:
     gate = Gate()
-    session = create_agent(provider=FunctionProvider(lambda r: (gate.wait_in(r), "late")[1])).session()
+    session = create_agent(
+        provider=FunctionProvider(lambda r: (gate.wait_in(r), "late")[1])
+    ).session()
     result = session.send("x", timeout=0.05)
     assert result.finish_reason == "aborted"
     assert session.load() == ()
@@ -212,7 +219,12 @@ def test_timeout_aborts_the_turn() -> None:
 
 def test_signal_aborted_before_start_runs_nothing() -> None:
     called = threading.Event()
-    session = create_agent(provider=FunctionProvider(lambda r: (called.set(), "x")[1])).session()
+
+    def model(request: ModelRequest) -> str:
+        called.set()
+        return "x"
+
+    session = create_agent(provider=FunctionProvider(model)).session()
     controller = AbortController()
     controller.abort()
     assert session.send("x", signal=controller.signal).finish_reason == "aborted"

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-
 from helpers import WAIT, Gate, calls, echo_provider
+
 from lousho_sessions import (
     AbortController,
     FunctionProvider,
@@ -16,7 +16,7 @@ from lousho_sessions import (
     create_agent,
     tool,
 )
-from lousho_sessions.events import ErrorEvent, RunDone, TextDelta
+from lousho_sessions.events import ErrorEvent, RunDone, TextDelta, ToolResultEvent
 
 
 def chunks(request: ModelRequest) -> list[str]:
@@ -111,7 +111,9 @@ def test_abort_method_and_signal() -> None:
 
     controller = AbortController()
     gate2 = Gate()
-    session2 = create_agent(provider=FunctionProvider(lambda r: (gate2.wait_in(r), "x")[1])).session()
+    session2 = create_agent(
+        provider=FunctionProvider(lambda r: (gate2.wait_in(r), "x")[1])
+    ).session()
     run2 = session2.stream("hi", signal=controller.signal)
     assert gate2.entered.wait(WAIT)
     controller.abort()
@@ -160,12 +162,23 @@ def test_tool_events_in_stream() -> None:
         return a + b
 
     replies = iter([calls(("add", {"a": 2, "b": 3})), Message.assistant("5")])
-    session = create_agent(provider=FunctionProvider(lambda r: next(replies)), tools=[add]).session()
+    session = create_agent(
+        provider=FunctionProvider(lambda r: next(replies)), tools=[add]
+    ).session()
     events = list(session.stream("add 2 and 3"))
     types = [e.type for e in events]
-    assert types == ["run.start", "step.start", "tool.call", "tool.result", "step.start", "text.delta", "run.done"]
+    assert types == [
+        "run.start",
+        "step.start",
+        "tool.call",
+        "tool.result",
+        "step.start",
+        "text.delta",
+        "run.done",
+    ]
     result_event = events[3]
-    assert getattr(result_event, "output") == "5" and not getattr(result_event, "is_error")
+    assert isinstance(result_event, ToolResultEvent)
+    assert result_event.output == "5" and not result_event.is_error
 
 
 def test_agent_stream_single_turn() -> None:

@@ -7,8 +7,8 @@ import threading
 from typing import Literal
 
 import pytest
-
 from helpers import WAIT, calls
+
 from lousho_sessions import (
     FunctionProvider,
     Message,
@@ -28,7 +28,12 @@ class Color(enum.Enum):
 
 def test_schema_from_hints_and_docstring() -> None:
     @tool
-    def search(query: str, limit: int = 5, kind: Literal["web", "news"] = "web", tags: list[str] | None = None) -> str:
+    def search(
+        query: str,
+        limit: int = 5,
+        kind: Literal["web", "news"] = "web",
+        tags: list[str] | None = None,
+    ) -> str:
         """Search the web.
 
         Args:
@@ -46,7 +51,10 @@ def test_schema_from_hints_and_docstring() -> None:
     assert props["tags"]["anyOf"][0] == {"type": "array", "items": {"type": "string"}}
     assert search.parameters["required"] == ["query"]
     assert json_schema(Color) == {"enum": ["red", "blue"]}
-    assert json_schema(dict[str, float]) == {"type": "object", "additionalProperties": {"type": "number"}}
+    assert json_schema(dict[str, float]) == {
+        "type": "object",
+        "additionalProperties": {"type": "number"},
+    }
 
 
 def test_context_parameter_is_not_in_schema() -> None:
@@ -69,7 +77,7 @@ def test_unsupported_hint_is_a_clear_error() -> None:
 
 def test_invalid_tool_name() -> None:
     with pytest.raises(ValueError, match="invalid tool name"):
-        tool(lambda: "x", name="has space")
+        tool(name="has space")(lambda: "x")
 
 
 def test_raising_tool_gives_model_an_error_result() -> None:
@@ -110,7 +118,9 @@ def test_tools_of_one_step_run_in_parallel_results_in_call_order() -> None:
         barrier.wait()
         return f"done {n}"
 
-    provider = ScriptedProvider([calls(("work", {"n": 1}), ("work", {"n": 2}), ("work", {"n": 3})), "all done"])
+    provider = ScriptedProvider(
+        [calls(("work", {"n": 1}), ("work", {"n": 2}), ("work", {"n": 3})), "all done"]
+    )
     result = create_agent(provider=provider, tools=[work]).session().send("go")
     outputs = [m.text for m in result.messages if m.role == "tool"]
     assert outputs == ["done 1", "done 2", "done 3"]

@@ -94,7 +94,11 @@ class DemoProvider:
     def _tool_call(text: str, tools: tuple[ToolSpec, ...], n: int) -> ToolCall | None:
         lowered = text.lower()
         for spec in tools:
-            words = [w for w in re.split(r"[_\-]", spec.name.lower()) if w not in ("get", "do", "run", "set")]
+            words = [
+                w
+                for w in re.split(r"[_\-]", spec.name.lower())
+                if w not in ("get", "do", "run", "set")
+            ]
             if spec.name.lower() in lowered or any(len(w) > 2 and w in lowered for w in words):
                 args = _arguments(text, spec.parameters)
                 if args is not None:
@@ -117,7 +121,9 @@ def _arguments(text: str, schema: Mapping[str, Any]) -> dict[str, Any] | None:
             args[name] = not re.search(r"\b(no|not|false)\b", text, re.IGNORECASE)
         else:
             quoted = re.search(r"[\"']([^\"']+)[\"']", text)
-            place = re.search(r"\b(?:in|for|of|at|to|named|called)\s+([A-Z][\w.\-/]*(?:\s+[A-Z][\w\-]*)*)", text)
+            place = re.search(
+                r"\b(?:in|for|of|at|to|named|called)\s+([A-Z][\w.\-/]*(?:\s+[A-Z][\w\-]*)*)", text
+            )
             capital = re.findall(r"(?<!^)\b([A-Z][a-z][\w\-]*)", text)
             value = (
                 quoted.group(1)

@@ -25,7 +25,9 @@ class FunctionProvider:
     call fail. ``request.signal`` tells ``fn`` when the turn was aborted.
     """
 
-    def __init__(self, fn: Callable[[ModelRequest], Reply | Iterable[Reply]], *, name: str = "function") -> None:
+    def __init__(
+        self, fn: Callable[[ModelRequest], Reply | Iterable[Reply]], *, name: str = "function"
+    ) -> None:
         self.fn = fn
         self.name = name
 
@@ -35,7 +37,9 @@ class FunctionProvider:
             yield from _respond(reply)
             return
         if not isinstance(reply, Iterable):
-            raise TypeError(f"FunctionProvider: fn returned {type(reply).__name__}; expected str or Message")
+            raise TypeError(
+                f"FunctionProvider: fn returned {type(reply).__name__}; expected str or Message"
+            )
         chunks: list[str] = []
         final: Message | None = None
         for item in reply:
@@ -85,5 +89,8 @@ class ScriptedProvider(FunctionProvider):
             index = len(self.calls)
             self.calls.append(request)
         if index >= len(self.replies):
-            raise ProviderError(None, f"ScriptedProvider has no reply left for call {index + 1} ({len(self.replies)} scripted)")
+            raise ProviderError(
+                None,
+                f"ScriptedProvider has no reply left for call {index + 1} ({len(self.replies)} scripted)",
+            )
         return self.replies[index]

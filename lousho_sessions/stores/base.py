@@ -18,12 +18,14 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping, Sequence
+from datetime import datetime, timedelta, timezone
 from typing import Any, Protocol, runtime_checkable
 
 import attrs
 
-from ..errors import InvalidSessionIdError, StoreCorruptError
+from ..errors import ApprovalAlreadyResolvedError, InvalidSessionIdError, StoreCorruptError
 from ..messages import Message
+from ..serde import message_to_dict
 
 __all__ = [
     "APPROVAL_ID_PATTERN",
@@ -32,9 +34,14 @@ __all__ = [
     "AgentStore",
     "ApprovalStore",
     "CheckpointStore",
+    "PruneResult",
     "SessionStore",
+    "approval_sort_key",
     "decode_json_object",
     "encode_json_object",
+    "message_json",
+    "older_than_seconds",
+    "resolved_approval",
     "validate_approval_id",
     "validate_session_id",
     "validate_turn_id",
@@ -98,6 +105,53 @@ def decode_json_object(text: str | bytes, *, source: str) -> dict[str, Any]:
     return value
 
 
+def message_json(message: Message) -> str:
+    """One message as compact JSON text, exactly as ``serde.messages_to_json`` writes it in a list."""
+    return json.dumps(message_to_dict(message), separators=(",", ":"))
+
+
+def resolved_approval(
+    record: Mapping[str, Any], *, approved: bool, reason: str | None, source: str
+) -> dict[str, Any]:
+    """The record after a successful ``resolve``; ``ApprovalAlreadyResolvedError`` unless pending.
+
+    Stores call this inside their compare-and-set (a lock, a transaction) so every
+    store writes the same fields: ``status``, ``reason`` and ``resolved_at`` (ISO 8601, UTC).
+    """
+    status = record.get("status")
+    if status != "pending":
+        raise ApprovalAlreadyResolvedError(f"approval {source} was already resolved ({status})")
+    updated = dict(record)
+    updated.update(
+        status="approved" if approved else "denied",
+        reason=reason,
+        resolved_at=datetime.now(timezone.utc).isoformat(),
+    )
+    return updated
+
+
+def approval_sort_key(record: Mapping[str, Any]) -> tuple[str, str]:
+    """The order ``ApprovalStore.list`` returns records in: creation time, then id."""
+    return (str(record.get("created_at", "")), str(record.get("id")))
+
+
+def older_than_seconds(older_than: timedelta | float) -> float:
+    """``prune``'s age as seconds; ``ValueError`` for a negative or non-finite age."""
+    seconds = older_than.total_seconds() if isinstance(older_than, timedelta) else float(older_than)
+    if not seconds >= 0 or seconds == float("inf"):
+        raise ValueError(f"older_than must be a finite, non-negative age, got {older_than!r}")
+    return seconds
+
+
+@attrs.frozen
+class PruneResult:
+    """How many sessions, checkpoints and resolved approvals a ``prune`` deleted."""
+
+    sessions: int
+    checkpoints: int
+    approvals: int
+
+
 @runtime_checkable
 class SessionStore(Protocol):
     """Keeps transcripts between calls. ``load`` of an unknown id returns ``None``."""
@@ -141,7 +195,9 @@ class ApprovalStore(Protocol):
 
     def resolve(self, id: str, *, approved: bool, reason: str | None = None) -> dict[str, Any]: ...
 
-    def list(self, session_id: str | None = None, status: str | None = "pending") -> list[dict[str, Any]]: ...
+    def list(
+        self, session_id: str | None = None, status: str | None = "pending"
+    ) -> list[dict[str, Any]]: ...
 
     def delete(self, id: str) -> None: ...
 
@@ -165,7 +221,9 @@ def store_parts(store: object) -> AgentStore:
     if isinstance(store, Mapping):
         unknown = set(store) - {"sessions", "checkpoints", "approvals"}
         if unknown:
-            raise TypeError(f"unknown store parts {sorted(unknown)}; expected sessions, checkpoints, approvals")
+            raise TypeError(
+                f"unknown store parts {sorted(unknown)}; expected sessions, checkpoints, approvals"
+            )
         return AgentStore(store.get("sessions"), store.get("checkpoints"), store.get("approvals"))
     if any(hasattr(store, name) for name in ("sessions", "checkpoints", "approvals")):
         return AgentStore(

@@ -1,0 +1,525 @@
+"""JSON file stores: one plain, inspectable file per session, checkpoint and approval.
+
+The three stores of ``file_store(dir)`` share one directory::
+
+    <id>.json                    a session (see below)
+    <id>.json.lock               guards writes of that session across processes
+    <id>.lock                    the session's turn lock (``turn_lock``)
+    <turn id>.checkpoint.json    a durable turn's checkpoint (turn ids hold one dot)
+    <approval id>.approval.json  an approval record
+    .approvals.lock              guards approval writes
+
+Session ids hold no dots, so these names never collide. Lock files are empty and
+stay after ``delete`` (removing a lock file another process waits on would break
+the lock). Every write is atomic and durable: a temp file in the same directory,
+flushed and fsynced, moved over the old file with ``os.replace``, then the
+directory is fsynced; a reader sees the old file or the new one, never a mix. A file that is
+not what it should be raises ``StoreCorruptError`` naming its path and is left as
+it is.
+
+A session file is a versioned JSON object::
+
+    {"format": "lousho.session", "version": 1, "revision": "<hex>", "messages": [...]}
+
+``revision`` is a random token written with every save or append.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import tempfile
+import threading
+import uuid
+from collections import OrderedDict
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager, suppress
+from pathlib import Path
+from typing import Any
+
+import attrs
+from filelock import FileLock, Timeout
+
+from ..errors import (
+    ApprovalNotFoundError,
+    SchemaVersionError,
+    SessionBusyError,
+    StoreConflictError,
+    StoreCorruptError,
+    StoreError,
+)
+from ..messages import Message
+from ..serde import message_from_dict
+from .base import (
+    AgentStore,
+    approval_sort_key,
+    decode_json_object,
+    encode_json_object,
+    message_json,
+    resolved_approval,
+    validate_approval_id,
+    validate_session_id,
+    validate_turn_id,
+)
+
+__all__ = [
+    "SESSION_FILE_VERSION",
+    "SESSION_FILE_VERSIONS",
+    "FileApprovalStore",
+    "FileCheckpointStore",
+    "FileSessionStore",
+    "file_store",
+]
+
+log = logging.getLogger("lousho_sessions.stores.files")
+
+#: Every version of the session file, with what changed. A change bumps the
+#: version, adds a line here, a migration in ``_parse_session`` and a golden fixture.
+SESSION_FILE_VERSIONS: Mapping[int, str] = {
+    1: "first version: messages as serde dicts, a random revision token per write",
+}
+SESSION_FILE_VERSION = max(SESSION_FILE_VERSIONS)
+_FORMAT = "lousho.session"
+_HEADER = re.compile(rb'^\{"format":"lousho\.session","version":\d+,"revision":"([0-9a-f]{32})"')
+_HEADER_BYTES = 128
+_CHECKPOINT_SUFFIX = ".checkpoint.json"
+_APPROVAL_SUFFIX = ".approval.json"
+#: How long a write waits for another process's write of the same file; writes are short.
+_WRITE_LOCK_TIMEOUT = 60.0
+#: The append cache keeps at most this many characters of serialized transcripts.
+_CACHE_MAX_CHARS = 32 * 1024 * 1024
+
+
+class _Directory:
+    """A store directory: created on first write, atomic durable writes, wrapped OS errors."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(os.fspath(path)).absolute()
+
+    def ensure(self) -> None:
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreError(f"{self.path}: cannot create the store directory: {exc}") from exc
+
+    def read(self, path: Path) -> bytes | None:
+        """The file's bytes, or ``None`` when it does not exist."""
+        try:
+            return path.read_bytes()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise StoreError(f"{path}: cannot read: {exc}") from exc
+
+    def write(self, path: Path, data: bytes) -> os.stat_result:
+        """Replace ``path`` with ``data`` atomically and durably; returns the new file's stat."""
+        try:
+            fd, tmp = tempfile.mkstemp(dir=self.path, prefix=f".{path.name}.", suffix=".tmp")
+        except OSError as exc:
+            raise StoreError(f"{path}: cannot create a temp file: {exc}") from exc
+        try:
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view) :]
+                os.fsync(fd)
+                stat = os.fstat(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, path)
+        except BaseException as exc:
+            with suppress(OSError):
+                os.unlink(tmp)
+            if isinstance(exc, OSError):
+                raise StoreError(f"{path}: cannot write: {exc}") from exc
+            raise
+        self.sync()
+        return stat
+
+    def remove(self, path: Path) -> None:
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            raise StoreError(f"{path}: cannot delete: {exc}") from exc
+        self.sync()
+
+    def sync(self) -> None:
+        """Fsync the directory so a rename or unlink survives a power loss (POSIX only)."""
+        if os.name != "posix":
+            return
+        try:
+            fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            raise StoreError(f"{self.path}: cannot fsync the directory: {exc}") from exc
+
+    def names(self, suffix: str) -> list[str]:
+        """Names of the files ending in ``suffix`` (temp files excluded)."""
+        try:
+            names = os.listdir(self.path)
+        except FileNotFoundError:
+            return []
+        except OSError as exc:
+            raise StoreError(f"{self.path}: cannot list: {exc}") from exc
+        return [n for n in names if n.endswith(suffix) and not n.startswith(".")]
+
+    @contextmanager
+    def lock(self, path: Path, timeout: float, what: str) -> Iterator[None]:
+        """Hold the filelock ``path`` (freed when this process dies), or raise ``StoreError``."""
+        self.ensure()
+        lock = FileLock(path, timeout=timeout)
+        try:
+            lock.acquire()
+        except Timeout as exc:
+            raise StoreError(f"{what}: lock {path} not acquired within {timeout} s") from exc
+        try:
+            yield
+        finally:
+            lock.release()
+
+
+@attrs.frozen
+class _Cached:
+    """A session file as last written or read here: its revision, message JSON and count."""
+
+    revision: str
+    body: str
+    length: int
+
+
+def _revision(head: bytes, stat: os.stat_result) -> str:
+    # The token changes with each write of ours; the stat part catches edits by hand.
+    match = _HEADER.match(head)
+    token = match.group(1).decode("ascii") if match else ""
+    return f"{token}:{stat.st_ino}:{stat.st_mtime_ns}:{stat.st_size}"
+
+
+def _parse_session(path: Path, raw: bytes) -> list[dict[str, Any]]:
+    """The message dicts of a session file; ``StoreCorruptError``/``SchemaVersionError`` naming ``path``."""
+    data = decode_json_object(raw, source=str(path))
+    if data.get("format") != _FORMAT:
+        raise StoreCorruptError(
+            f"{path}: not a lousho session file (format {data.get('format')!r}, expected {_FORMAT!r})"
+        )
+    version = data.get("version")
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise StoreCorruptError(f"{path}: invalid session file version {version!r}")
+    if version > SESSION_FILE_VERSION:
+        raise SchemaVersionError(
+            f"{path}: session file version {version} was written by a newer lousho_sessions; "
+            f"this release reads versions up to {SESSION_FILE_VERSION}"
+        )
+    messages = data.get("messages")
+    if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
+        raise StoreCorruptError(f"{path}: 'messages' must be a JSON array of objects")
+    return messages
+
+
+def _message_jsons(id: str, messages: Sequence[Message]) -> list[str]:
+    for m in messages:
+        if not isinstance(m, Message):
+            raise TypeError(f"session {id!r}: expected Message objects, got {type(m).__name__}")
+    return [message_json(m) for m in messages]
+
+
+class FileSessionStore:
+    """Transcripts as ``<dir>/<id>.json`` files, shared safely by threads and processes.
+
+    Also offers the optional capabilities ``append``, ``revision`` and
+    ``turn_lock`` (see ``lousho_sessions.stores.base``). ``append`` rewrites the
+    file (atomically) but does not serialize the old messages again: the JSON of
+    the transcripts this object last wrote or read is cached, checked against the
+    file's revision.
+    """
+
+    def __init__(self, dir: str | os.PathLike[str]) -> None:
+        self._dir = _Directory(dir)
+        self._cache: OrderedDict[str, _Cached] = OrderedDict()
+        self._cache_chars = 0
+        self._cache_lock = threading.Lock()
+
+    @property
+    def dir(self) -> Path:
+        return self._dir.path
+
+    def __repr__(self) -> str:
+        return f"FileSessionStore({str(self.dir)!r})"
+
+    def path(self, id: str) -> Path:
+        """The file that holds session ``id``."""
+        return self._dir.path / f"{validate_session_id(id)}.json"
+
+    def load(self, id: str) -> list[Message] | None:
+        path = self.path(id)
+        try:
+            with open(path, "rb") as f:
+                stat = os.fstat(f.fileno())
+                raw = f.read()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise StoreError(f"{path}: cannot read: {exc}") from exc
+        dicts = _parse_session(path, raw)
+        messages = []
+        for i, d in enumerate(dicts):
+            try:
+                messages.append(message_from_dict(d))
+            except ValueError as exc:
+                raise StoreCorruptError(f"{path}: message {i}: {exc}") from exc
+        body = ",".join(json.dumps(d, separators=(",", ":")) for d in dicts)
+        self._remember(id, _Cached(_revision(raw[:_HEADER_BYTES], stat), body, len(dicts)))
+        return messages
+
+    def save(self, id: str, messages: Sequence[Message]) -> None:
+        path = self.path(id)
+        parts = _message_jsons(id, messages)
+        with self._write_lock(id, path):
+            self._write(id, path, ",".join(parts), len(parts))
+
+    def append(self, id: str, messages: Sequence[Message], expected_length: int) -> None:
+        """Add ``messages`` if the file holds ``expected_length`` messages, else ``StoreConflictError``."""
+        path = self.path(id)
+        parts = _message_jsons(id, messages)
+        with self._write_lock(id, path):
+            current = self._current(id, path)
+            length = current.length if current else 0
+            if length != expected_length:
+                raise StoreConflictError(
+                    f"session {id!r} ({path}): expected {expected_length} stored messages, found {length}"
+                )
+            body = ",".join(([current.body] if current and current.body else []) + parts)
+            self._write(id, path, body, length + len(parts))
+
+    def delete(self, id: str) -> None:
+        path = self.path(id)
+        self._forget(id)
+        if not self._dir.path.is_dir():
+            return
+        with self._write_lock(id, path):
+            self._dir.remove(path)
+            self._forget(id)
+
+    def revision(self, id: str) -> str | None:
+        """A value that changes with every write of ``id``; ``None`` when no file exists."""
+        path = self.path(id)
+        try:
+            with open(path, "rb") as f:
+                return _revision(f.read(_HEADER_BYTES), os.fstat(f.fileno()))
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise StoreError(f"{path}: cannot read: {exc}") from exc
+
+    @contextmanager
+    def turn_lock(self, id: str, timeout: float | None = None) -> Iterator[None]:
+        """Hold session ``id`` for a turn, across threads and processes (``<dir>/<id>.lock``).
+
+        The lock is an OS file lock, so it is freed when the holding process dies.
+        ``SessionBusyError`` when it is not acquired within ``timeout`` seconds
+        (``None``: wait as long as it takes).
+        """
+        lock_path = self._dir.path / f"{validate_session_id(id)}.lock"
+        self._dir.ensure()
+        lock = FileLock(lock_path, timeout=-1 if timeout is None else timeout)
+        try:
+            lock.acquire()
+        except Timeout as exc:
+            raise SessionBusyError(
+                f"session {id!r} is held by another turn: {lock_path} not acquired within {timeout} s"
+            ) from exc
+        try:
+            yield
+        finally:
+            lock.release()
+
+    def _write_lock(self, id: str, path: Path) -> AbstractContextManager[None]:
+        return self._dir.lock(
+            path.with_name(path.name + ".lock"), _WRITE_LOCK_TIMEOUT, f"session {id!r}"
+        )
+
+    def _write(self, id: str, path: Path, body: str, length: int) -> None:
+        token = uuid.uuid4().hex
+        text = (
+            f'{{"format":"{_FORMAT}","version":{SESSION_FILE_VERSION},"revision":"{token}",'
+            f'"messages":[{body}]}}\n'
+        )
+        data = text.encode("utf-8")
+        stat = self._dir.write(path, data)
+        self._remember(id, _Cached(_revision(data[:_HEADER_BYTES], stat), body, length))
+
+    def _current(self, id: str, path: Path) -> _Cached | None:
+        """The file's content as cached, read again only if its revision changed."""
+        try:
+            with open(path, "rb") as f:
+                head = f.read(_HEADER_BYTES)
+                revision = _revision(head, os.fstat(f.fileno()))
+                with self._cache_lock:
+                    cached = self._cache.get(id)
+                if cached is not None and cached.revision == revision:
+                    return cached
+                raw = head + f.read()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise StoreError(f"{path}: cannot read: {exc}") from exc
+        log.debug("session %r changed on disk; reading %s", id, path)
+        dicts = _parse_session(path, raw)
+        body = ",".join(json.dumps(d, separators=(",", ":")) for d in dicts)
+        entry = _Cached(revision, body, len(dicts))
+        self._remember(id, entry)
+        return entry
+
+    def _remember(self, id: str, entry: _Cached) -> None:
+        with self._cache_lock:
+            old = self._cache.pop(id, None)
+            if old is not None:
+                self._cache_chars -= len(old.body)
+            if len(entry.body) > _CACHE_MAX_CHARS:
+                return
+            self._cache[id] = entry
+            self._cache_chars += len(entry.body)
+            while self._cache_chars > _CACHE_MAX_CHARS:
+                _, evicted = self._cache.popitem(last=False)
+                self._cache_chars -= len(evicted.body)
+
+    def _forget(self, id: str) -> None:
+        with self._cache_lock:
+            old = self._cache.pop(id, None)
+            if old is not None:
+                self._cache_chars -= len(old.body)
+
+
+class FileCheckpointStore:
+    """Checkpoints as ``<dir>/<turn id>.checkpoint.json``; each save replaces the file atomically."""
+
+    def __init__(self, dir: str | os.PathLike[str]) -> None:
+        self._dir = _Directory(dir)
+
+    @property
+    def dir(self) -> Path:
+        return self._dir.path
+
+    def __repr__(self) -> str:
+        return f"FileCheckpointStore({str(self.dir)!r})"
+
+    def path(self, turn_id: str) -> Path:
+        return self._dir.path / f"{validate_turn_id(turn_id)}{_CHECKPOINT_SUFFIX}"
+
+    def load(self, turn_id: str) -> dict[str, Any] | None:
+        path = self.path(turn_id)
+        raw = self._dir.read(path)
+        return None if raw is None else decode_json_object(raw, source=str(path))
+
+    def save(self, turn_id: str, checkpoint: Mapping[str, Any]) -> None:
+        path = self.path(turn_id)
+        text = encode_json_object(checkpoint, what=f"checkpoint {turn_id!r}")
+        self._dir.ensure()
+        self._dir.write(path, text.encode("utf-8"))
+
+    def delete(self, turn_id: str) -> None:
+        self._dir.remove(self.path(turn_id))
+
+    def list(self, prefix: str = "") -> list[str]:
+        """The stored turn ids that start with ``prefix``, sorted."""
+        ids = (n[: -len(_CHECKPOINT_SUFFIX)] for n in self._dir.names(_CHECKPOINT_SUFFIX))
+        return sorted(t for t in ids if t.startswith(prefix) and _is_turn_id(t))
+
+
+def _is_turn_id(value: str) -> bool:
+    try:
+        validate_turn_id(value)
+    except ValueError:
+        return False
+    return True
+
+
+class FileApprovalStore:
+    """Approval records as ``<dir>/<approval id>.approval.json``.
+
+    ``create``, ``resolve`` and ``delete`` hold ``<dir>/.approvals.lock``, so
+    ``resolve`` is a compare-and-set across threads and processes: exactly one
+    caller turns a pending approval into approved or denied.
+    """
+
+    def __init__(self, dir: str | os.PathLike[str]) -> None:
+        self._dir = _Directory(dir)
+
+    @property
+    def dir(self) -> Path:
+        return self._dir.path
+
+    def __repr__(self) -> str:
+        return f"FileApprovalStore({str(self.dir)!r})"
+
+    def path(self, id: str) -> Path:
+        return self._dir.path / f"{validate_approval_id(id)}{_APPROVAL_SUFFIX}"
+
+    def create(self, record: Mapping[str, Any]) -> None:
+        """Store a new record; ``ValueError`` if one with its ``id`` exists."""
+        approval_id = validate_approval_id(record.get("id"))
+        path = self.path(approval_id)
+        text = encode_json_object(record, what=f"approval {approval_id!r}")
+        with self._lock():
+            if path.exists():
+                raise ValueError(f"approval {approval_id!r} exists already ({path})")
+            self._dir.write(path, text.encode("utf-8"))
+
+    def get(self, id: str) -> dict[str, Any] | None:
+        path = self.path(id)
+        raw = self._dir.read(path)
+        return None if raw is None else decode_json_object(raw, source=str(path))
+
+    def resolve(self, id: str, *, approved: bool, reason: str | None = None) -> dict[str, Any]:
+        path = self.path(id)
+        with self._lock():
+            raw = self._dir.read(path)
+            if raw is None:
+                raise ApprovalNotFoundError(f"no approval with id {id!r} in {self.dir}")
+            record = resolved_approval(
+                decode_json_object(raw, source=str(path)),
+                approved=approved,
+                reason=reason,
+                source=repr(id),
+            )
+            self._dir.write(
+                path, encode_json_object(record, what=f"approval {id!r}").encode("utf-8")
+            )
+            return record
+
+    def list(
+        self, session_id: str | None = None, status: str | None = "pending"
+    ) -> list[dict[str, Any]]:
+        records = []
+        for name in self._dir.names(_APPROVAL_SUFFIX):
+            path = self._dir.path / name
+            raw = self._dir.read(path)
+            if raw is None:  # deleted since the listing
+                continue
+            record = decode_json_object(raw, source=str(path))
+            if (session_id is None or record.get("session_id") == session_id) and (
+                status is None or record.get("status") == status
+            ):
+                records.append(record)
+        return sorted(records, key=approval_sort_key)
+
+    def delete(self, id: str) -> None:
+        path = self.path(id)
+        if not self._dir.path.is_dir():
+            return
+        with self._lock():
+            self._dir.remove(path)
+
+    def _lock(self) -> AbstractContextManager[None]:
+        return self._dir.lock(self._dir.path / ".approvals.lock", _WRITE_LOCK_TIMEOUT, "approvals")
+
+
+def file_store(dir: str | os.PathLike[str]) -> AgentStore:
+    """Sessions, checkpoints and approvals as files in ``dir``, as one ``AgentStore``."""
+    return AgentStore(FileSessionStore(dir), FileCheckpointStore(dir), FileApprovalStore(dir))

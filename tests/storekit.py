@@ -1,0 +1,55 @@
+"""The stores under test, built by kind, for the contract suite, state machines and workers."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from lousho_sessions.sqlite import SqliteStore
+from lousho_sessions.stores.base import ApprovalStore, CheckpointStore
+from lousho_sessions.stores.files import FileApprovalStore, FileCheckpointStore, FileSessionStore
+from lousho_sessions.stores.memory import (
+    MemoryApprovalStore,
+    MemoryCheckpointStore,
+    MemorySessionStore,
+)
+
+#: Every store the contract suite runs over.
+KINDS = ("memory", "files", "sqlite", "sqlite-memory")
+#: The stores that persist across processes.
+SHARED_KINDS = ("files", "sqlite")
+WAIT = 30.0  # seconds any wait on another thread or process may take before a test fails
+
+
+@attrs.define
+class Kit:
+    """One store's three parts. ``sessions`` is ``Any``: tests use its optional capabilities."""
+
+    kind: str
+    sessions: Any
+    checkpoints: CheckpointStore
+    approvals: ApprovalStore
+    close: Callable[[], None]
+
+
+def open_kit(kind: str, location: Path) -> Kit:
+    """A new store of ``kind`` keeping its files (if any) under the directory ``location``."""
+    if kind == "memory":
+        return Kit(
+            kind, MemorySessionStore(), MemoryCheckpointStore(), MemoryApprovalStore(), lambda: None
+        )
+    if kind == "files":
+        return Kit(
+            kind,
+            FileSessionStore(location),
+            FileCheckpointStore(location),
+            FileApprovalStore(location),
+            lambda: None,
+        )
+    if kind in ("sqlite", "sqlite-memory"):
+        db = SqliteStore(":memory:" if kind == "sqlite-memory" else location / "store.db")
+        return Kit(kind, db.sessions, db.checkpoints, db.approvals, db.close)
+    raise ValueError(f"unknown store kind {kind!r}")
