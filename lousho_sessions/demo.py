@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 from collections.abc import Mapping
 
 from . import (
@@ -17,12 +18,13 @@ from . import (
     AgentStore,
     DemoProvider,
     ExecutionResult,
+    ProviderError,
     create_agent,
-    memory_store,
+    file_store,
     tool,
 )
 
-__all__ = ["choose_model", "main", "make_agent"]
+__all__ = ["choose_model", "main", "make_agent", "tour"]
 
 
 @tool
@@ -82,11 +84,29 @@ def show(prompt: str, result: ExecutionResult) -> None:
 
 
 def main() -> int:
-    # One store shared by two agent instances: transcripts, checkpoints, approvals.
-    store: AgentStore = memory_store()
-    agent, label = make_agent(choose_model(os.environ), store)
-    print(f"lousho_sessions demo — model: {label}")
+    model = choose_model(os.environ)
+    if model is not None:
+        try:
+            return tour(model)
+        except ProviderError as exc:  # no network, a bad key…: the offline tour still runs
+            print(f"\n(the model call failed: {exc}; running the offline tour instead)\n")
+    return tour(None)
 
+
+def tour(model: str | None) -> int:
+    """Run every section with ``model`` (``None``: the offline DemoProvider)."""
+    with tempfile.TemporaryDirectory(prefix="lousho-demo-") as folder:
+        # One store on disk, shared by two agent instances: transcripts, checkpoints, approvals.
+        store = file_store(folder)
+        agent, label = make_agent(model, store)
+        print(f"lousho_sessions demo — model: {label}; store: file_store({folder!r})")
+        try:
+            return sections(agent, store)
+        finally:
+            agent.close()
+
+
+def sections(agent: Agent, store: AgentStore) -> int:
     section("1. A session remembers across turns")
     session = agent.session("user-42")
     for prompt in ("My name is Ali.", "What is my name?"):
@@ -138,7 +158,6 @@ def main() -> int:
 
     section("Done")
     print(f"session {session.id!r} holds {len(session.load())} messages")
-    agent.close()
     other.close()
     return 0
 
