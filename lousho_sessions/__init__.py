@@ -1,1 +1,101 @@
-"""lousho_sessions: durable multi-turn sessions for AI agents."""
+"""lousho_sessions: durable multi-turn sessions for AI agents.
+
+Synchronous first: every call blocks and returns a value; ``lousho_sessions.aio``
+awaits the same work. ``import lousho_sessions`` never imports sqlite3.
+"""
+
+from ._turn import CHECKPOINT_VERSION
+from .abort import AbortController, AbortSignal
+from .agent import Agent, AgentExecutor, Approvals, create_agent
+from .approvals import ApprovalRequest
+from .compaction import Compaction
+from .errors import (
+    ApprovalAlreadyResolvedError,
+    ApprovalNotFoundError,
+    InvalidSessionIdError,
+    LoushoError,
+    PropagatingToolError,
+    ProviderError,
+    SchemaVersionError,
+    SessionAwaitingApprovalError,
+    SessionBusyError,
+    StoreClosedError,
+    StoreConflictError,
+    StoreCorruptError,
+)
+from .events import Event
+from .messages import ImagePart, Message, Part, TextPart, ToolCall, Usage
+from .pricing import Pricing
+from .providers.base import ModelEvent, ModelRequest, ModelResponse, Provider, ToolSpec
+from .providers.demo import DemoProvider
+from .providers.function import FunctionProvider, ScriptedProvider
+from .results import CompactionResult, ExecutionResult, Limits, PendingTurn
+from .run import AgentRun
+from .session import Session
+from .stores.base import AgentStore, ApprovalStore, CheckpointStore, SessionStore
+from .stores.memory import (
+    MemoryApprovalStore,
+    MemoryCheckpointStore,
+    MemorySessionStore,
+    memory_store,
+)
+from .tools import Tool, ToolContext, tool
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "CHECKPOINT_VERSION",
+    "AbortController",
+    "AbortSignal",
+    "Agent",
+    "AgentExecutor",
+    "AgentRun",
+    "AgentStore",
+    "ApprovalAlreadyResolvedError",
+    "ApprovalNotFoundError",
+    "ApprovalRequest",
+    "ApprovalStore",
+    "Approvals",
+    "CheckpointStore",
+    "Compaction",
+    "CompactionResult",
+    "DemoProvider",
+    "Event",
+    "ExecutionResult",
+    "FunctionProvider",
+    "ImagePart",
+    "InvalidSessionIdError",
+    "Limits",
+    "LoushoError",
+    "MemoryApprovalStore",
+    "MemoryCheckpointStore",
+    "MemorySessionStore",
+    "Message",
+    "ModelEvent",
+    "ModelRequest",
+    "ModelResponse",
+    "Part",
+    "PendingTurn",
+    "Pricing",
+    "PropagatingToolError",
+    "Provider",
+    "ProviderError",
+    "SchemaVersionError",
+    "ScriptedProvider",
+    "Session",
+    "SessionAwaitingApprovalError",
+    "SessionBusyError",
+    "SessionStore",
+    "StoreClosedError",
+    "StoreConflictError",
+    "StoreCorruptError",
+    "TextPart",
+    "Tool",
+    "ToolCall",
+    "ToolContext",
+    "ToolSpec",
+    "Usage",
+    "create_agent",
+    "memory_store",
+    "tool",
+]

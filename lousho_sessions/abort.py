@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -42,11 +43,8 @@ class AbortSignal:
                 self._callbacks.append(fn)
 
                 def remove() -> None:
-                    with self._lock:
-                        try:
-                            self._callbacks.remove(fn)
-                        except ValueError:
-                            pass
+                    with self._lock, contextlib.suppress(ValueError):
+                        self._callbacks.remove(fn)
 
                 return remove
         fn(self)
@@ -71,9 +69,13 @@ class AbortSignal:
     def any(cls, signals: Iterable[AbortSignal | None]) -> AbortSignal:
         """A signal aborted as soon as any of ``signals`` is."""
         combined = cls()
+
+        def forward(source: AbortSignal) -> None:
+            combined._abort(source.reason)
+
         for signal in signals:
             if signal is not None:
-                signal.add_callback(lambda s: combined._abort(s.reason))
+                signal.add_callback(forward)
         return combined
 
     def __repr__(self) -> str:

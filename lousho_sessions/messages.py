@@ -8,7 +8,7 @@ a load and save by this one.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any, Literal, Union
 
@@ -96,6 +96,14 @@ def _parts(value: str | Sequence[Part]) -> tuple[Part, ...]:
     return tuple(value)
 
 
+def _part_tuple(value: Iterable[Part]) -> tuple[Part, ...]:
+    return tuple(value)
+
+
+def _call_tuple(value: Iterable[ToolCall]) -> tuple[ToolCall, ...]:
+    return tuple(value)
+
+
 def _now() -> datetime:
     return datetime.now(timezone.utc)
 
@@ -113,8 +121,8 @@ class Message:
     """
 
     role: Role
-    content: tuple[Part, ...] = attrs.field(default=(), converter=tuple)
-    tool_calls: tuple[ToolCall, ...] = attrs.field(default=(), converter=tuple)
+    content: tuple[Part, ...] = attrs.field(default=(), converter=_part_tuple)
+    tool_calls: tuple[ToolCall, ...] = attrs.field(default=(), converter=_call_tuple)
     tool_call_id: str | None = None
     is_error: bool = False
     usage: Usage | None = None

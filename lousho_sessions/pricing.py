@@ -19,7 +19,9 @@ class Pricing:
     output_per_million: float
 
     def cost(self, input_tokens: int, output_tokens: int) -> float:
-        return (input_tokens * self.input_per_million + output_tokens * self.output_per_million) / 1e6
+        return (
+            input_tokens * self.input_per_million + output_tokens * self.output_per_million
+        ) / 1e6
 
 
 #: Public list prices (USD per million tokens) of common models; override with ``create_agent(pricing=...)``.

@@ -37,7 +37,9 @@ class ToolSpec:
 
     name: str
     description: str
-    parameters: Mapping[str, Any] = attrs.field(factory=lambda: {"type": "object", "properties": {}})
+    parameters: Mapping[str, Any] = attrs.field(
+        factory=lambda: {"type": "object", "properties": {}}
+    )
 
 
 @attrs.frozen

@@ -195,7 +195,9 @@ class ApprovalStore(Protocol):
 
     def resolve(self, id: str, *, approved: bool, reason: str | None = None) -> dict[str, Any]: ...
 
-    def list(self, session_id: str | None = None, status: str | None = "pending") -> list[dict[str, Any]]: ...
+    def list(
+        self, session_id: str | None = None, status: str | None = "pending"
+    ) -> list[dict[str, Any]]: ...
 
     def delete(self, id: str) -> None: ...
 
@@ -219,7 +221,9 @@ def store_parts(store: object) -> AgentStore:
     if isinstance(store, Mapping):
         unknown = set(store) - {"sessions", "checkpoints", "approvals"}
         if unknown:
-            raise TypeError(f"unknown store parts {sorted(unknown)}; expected sessions, checkpoints, approvals")
+            raise TypeError(
+                f"unknown store parts {sorted(unknown)}; expected sessions, checkpoints, approvals"
+            )
         return AgentStore(store.get("sessions"), store.get("checkpoints"), store.get("approvals"))
     if any(hasattr(store, name) for name in ("sessions", "checkpoints", "approvals")):
         return AgentStore(

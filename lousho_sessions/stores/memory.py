@@ -146,7 +146,9 @@ class MemoryApprovalStore:
             self._data[id] = encode_json_object(record, what=f"approval {id!r}")
             return record
 
-    def list(self, session_id: str | None = None, status: str | None = "pending") -> list[dict[str, Any]]:
+    def list(
+        self, session_id: str | None = None, status: str | None = "pending"
+    ) -> list[dict[str, Any]]:
         with self._lock:
             texts = list(self._data.items())
         records = [decode_json_object(t, source=f"approval {k!r}") for k, t in texts]

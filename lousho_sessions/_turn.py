@@ -1,0 +1,659 @@
+"""One turn: model -> tools -> approvals -> checkpoints. No threads live here.
+
+``Turn.run()`` drives a ``TurnState`` to an end: a final answer, a pause on an
+approval, a limit, an abort, or an error it raises. Everything outside the
+loop — the provider, running tools (perhaps on threads), saving checkpoints,
+emitting events, queued input — comes in through ``TurnConfig`` and the
+``Inbox``, so the loop can be driven and tested step by step.
+
+The state is the checkpoint: ``TurnState.to_checkpoint()`` is saved after the
+input is taken, after each model response and after each tool result, and
+``TurnState.from_checkpoint()`` resumes it without asking the model again for a
+recorded response or running a recorded tool again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import Future
+from datetime import datetime, timezone
+from typing import Any
+
+import attrs
+
+from .abort import AbortController, AbortedError, AbortSignal
+from .approvals import ApprovalRequest, approval_id_for, new_record
+from .errors import LoushoError, PropagatingToolError, ProviderError, StoreCorruptError
+from .events import (
+    ApprovalRequested,
+    Event,
+    InputApplied,
+    InputQueued,
+    RunStart,
+    StepStart,
+    TextDelta,
+    ToolCallEvent,
+    ToolResultEvent,
+)
+from .messages import Message, ToolCall, Usage
+from .pricing import Pricing, price_usage
+from .providers.base import (
+    ModelRequest,
+    ModelResponse,
+    ModelTextDelta,
+    ModelToolCallDelta,
+    Provider,
+)
+from .results import ExecutionResult, FinishReason, Limits
+from .serde import message_from_dict, message_to_dict
+from .stores.base import ApprovalStore
+from .tools import Tool, ToolContext
+
+__all__ = ["CHECKPOINT_VERSION", "Inbox", "Turn", "TurnConfig", "TurnState"]
+
+log = logging.getLogger("lousho_sessions.turn")
+
+#: Checkpoint format versions: 1 — first release.
+CHECKPOINT_VERSION = 1
+
+ToolOutcome = tuple[str, bool]  # (output, is_error)
+RunTools = Callable[
+    [Sequence[Callable[[], ToolOutcome]]], Iterator[tuple[int, "ToolOutcome | BaseException"]]
+]
+
+
+def run_tools_inline(
+    fns: Sequence[Callable[[], ToolOutcome]],
+) -> Iterator[tuple[int, ToolOutcome | BaseException]]:
+    """Run tools one after another on this thread (the default when no pool is given)."""
+    for index, fn in enumerate(fns):
+        try:
+            outcome: ToolOutcome | BaseException = fn()
+        except Exception as exc:  # handed to the turn, which decides
+            outcome = exc
+        yield index, outcome
+
+
+@attrs.define
+class Ticket:
+    """Input that joins a running turn (``enqueue``/``steer`` or a queue/steer send)."""
+
+    input_id: str
+    messages: tuple[Message, ...]
+    steer: bool = False
+    applied: bool = False
+    future: Future[Any] | None = None
+
+
+class Inbox:
+    """Queued input for one turn, shared between the turn and joining callers."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._waiting: list[Ticket] = []
+        self.tickets: list[Ticket] = []
+        self.closed = False
+        self._on_steer: Callable[[], None] | None = None
+        self.emit: Callable[[Event], None] | None = None
+        self.run_id = ""
+
+    def join(
+        self, messages: Sequence[Message], *, steer: bool, future: Future[Any] | None = None
+    ) -> Ticket | None:
+        """Add input to the turn; ``None`` when the turn no longer takes input."""
+        with self._lock:
+            if self.closed:
+                return None
+            ticket = Ticket("in-" + uuid.uuid4().hex, tuple(messages), steer, future=future)
+            self._waiting.append(ticket)
+            self.tickets.append(ticket)
+            on_steer = self._on_steer if steer else None
+            emit = self.emit
+        if emit is not None:
+            emit(InputQueued(self.run_id, ticket.input_id))
+        if on_steer is not None:
+            on_steer()
+        return ticket
+
+    def take(self) -> list[Ticket]:
+        with self._lock:
+            taken, self._waiting = self._waiting, []
+            return taken
+
+    def close_if_empty(self) -> bool:
+        """Close the inbox unless input is waiting; True when closed."""
+        with self._lock:
+            if self._waiting:
+                return False
+            self.closed = True
+            return True
+
+    def close(self) -> list[Ticket]:
+        """Close and return the input that was never applied."""
+        with self._lock:
+            self.closed = True
+            left, self._waiting = self._waiting, []
+            return left
+
+    def set_steer_hook(self, hook: Callable[[], None] | None) -> None:
+        with self._lock:
+            self._on_steer = hook
+
+    def has_steer(self) -> bool:
+        with self._lock:
+            return any(t.steer for t in self._waiting)
+
+
+@attrs.define
+class TurnConfig:
+    """What a turn needs beyond its state."""
+
+    provider: Provider
+    system: str | None
+    tools: Mapping[str, Tool]
+    signal: AbortSignal
+    approvals: ApprovalStore
+    settings: Mapping[str, Any] = attrs.field(factory=dict)
+    max_steps: int = 20
+    limits: Limits | None = None
+    session_limits: Limits | None = None
+    #: what the session spent before this turn: usage, model calls, tool calls
+    session_spent: tuple[Usage, int, int] = (Usage(), 0, 0)
+    model_name: str | None = None
+    pricing: Mapping[str, Pricing] | None = None
+    approve: Callable[[ApprovalRequest], bool | None] | None = None
+    checkpoint: Callable[[TurnState], None] | None = None
+    emit: Callable[[Event], None] | None = None
+    run_tools: RunTools = run_tools_inline
+    inbox: Inbox | None = None
+
+
+def _now_iso() -> str:
+    return datetime.now(timezone.utc).isoformat()
+
+
+@attrs.define
+class TurnState:
+    """Everything about an unfinished turn; the checkpoint is this, as JSON."""
+
+    run_id: str
+    session_id: str | None
+    turn_id: str | None
+    history: tuple[Message, ...]
+    new: list[Message]
+    base_length: int = 0
+    base_last_id: str | None = None
+    status: str = "running"
+    approval_id: str | None = None
+    results: dict[str, Message] = attrs.field(factory=dict)
+    decisions: dict[str, dict[str, Any]] = attrs.field(factory=dict)
+    steps: int = 0
+    tool_calls: int = 0
+    usage: Usage = Usage()
+    queued: list[dict[str, Any]] = attrs.field(factory=list)
+    created_at: str = attrs.field(factory=_now_iso)
+    extra: dict[str, Any] = attrs.field(factory=dict)
+
+    @classmethod
+    def start(
+        cls,
+        input_messages: Sequence[Message],
+        *,
+        history: Sequence[Message] = (),
+        session_id: str | None = None,
+        turn_id: str | None = None,
+        run_id: str | None = None,
+    ) -> TurnState:
+        history = tuple(history)
+        return cls(
+            run_id=run_id or "run-" + uuid.uuid4().hex,
+            session_id=session_id,
+            turn_id=turn_id,
+            history=history,
+            new=list(input_messages),
+            base_length=len(history),
+            base_last_id=history[-1].id if history else None,
+        )
+
+    def to_checkpoint(self) -> dict[str, Any]:
+        data = dict(self.extra)
+        data.update(
+            format="lousho.turn",
+            version=CHECKPOINT_VERSION,
+            run_id=self.run_id,
+            session_id=self.session_id,
+            turn_id=self.turn_id,
+            base_length=self.base_length,
+            base_last_id=self.base_last_id,
+            status=self.status,
+            approval_id=self.approval_id,
+            new=[message_to_dict(m) for m in self.new],
+            results={k: message_to_dict(m) for k, m in self.results.items()},
+            decisions=self.decisions,
+            steps=self.steps,
+            tool_calls=self.tool_calls,
+            usage=attrs.asdict(self.usage),
+            queued=self.queued,
+            created_at=self.created_at,
+            updated_at=_now_iso(),
+        )
+        return data
+
+    @classmethod
+    def from_checkpoint(
+        cls, data: Mapping[str, Any], history: Sequence[Message], *, source: str
+    ) -> TurnState:
+        version = data.get("version")
+        if data.get("format") != "lousho.turn" or not isinstance(version, int):
+            raise StoreCorruptError(f"{source}: not a lousho turn checkpoint")
+        if version > CHECKPOINT_VERSION:
+            from .errors import SchemaVersionError
+
+            raise SchemaVersionError(
+                f"{source}: checkpoint version {version} is newer than this release reads ({CHECKPOINT_VERSION})"
+            )
+        known = {
+            "format", "version", "run_id", "session_id", "turn_id", "base_length", "base_last_id",
+            "status", "approval_id", "new", "results", "decisions", "steps", "tool_calls", "usage",
+            "queued", "created_at", "updated_at",
+        }  # fmt: skip
+        try:
+            usage = data.get("usage") or {}
+            return cls(
+                run_id=str(data["run_id"]),
+                session_id=data.get("session_id"),
+                turn_id=data.get("turn_id"),
+                history=tuple(history),
+                new=[message_from_dict(m) for m in data["new"]],
+                base_length=int(data.get("base_length", len(history))),
+                base_last_id=data.get("base_last_id"),
+                status=str(data.get("status", "running")),
+                approval_id=data.get("approval_id"),
+                results={k: message_from_dict(m) for k, m in (data.get("results") or {}).items()},
+                decisions=dict(data.get("decisions") or {}),
+                steps=int(data.get("steps", 0)),
+                tool_calls=int(data.get("tool_calls", 0)),
+                usage=Usage(
+                    int(usage.get("input_tokens", 0)),
+                    int(usage.get("output_tokens", 0)),
+                    float(usage.get("cost_usd", 0.0)),
+                ),
+                queued=list(data.get("queued") or []),
+                created_at=str(data.get("created_at") or _now_iso()),
+                extra={k: v for k, v in data.items() if k not in known},
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise StoreCorruptError(f"{source}: cannot read checkpoint: {exc}") from exc
+
+
+class _Finish(Exception):
+    def __init__(self, reason: FinishReason, limit: str | None = None) -> None:
+        self.reason = reason
+        self.limit = limit
+
+
+class Turn:
+    """Runs a ``TurnState`` with a ``TurnConfig``. Not thread-safe; one thread drives it."""
+
+    def __init__(self, state: TurnState, config: TurnConfig) -> None:
+        self.state = state
+        self.config = config
+        self._model_abort: AbortController | None = None
+        self._emitted = False
+
+    # -- public -------------------------------------------------------------
+
+    def run(self) -> ExecutionResult:
+        """Drive the turn to an end; raises the turn's error (provider, propagating tool, store)."""
+        state, config = self.state, self.config
+        if config.inbox is not None:
+            config.inbox.run_id = state.run_id
+            config.inbox.emit = config.emit
+        self._emit(RunStart(state.run_id))
+        if state.steps == 0 and not state.results and state.status == "running":
+            self._checkpoint()  # the input is taken
+        try:
+            while True:
+                self._check_abort()
+                last = state.new[-1] if state.new else None
+                if last is not None and last.role == "assistant" and last.tool_calls:
+                    self._tool_step(last)
+                    continue
+                if last is not None and last.role == "assistant":
+                    if self._apply_queued(final=True):
+                        continue
+                    raise _Finish("stop")
+                self._apply_queued(final=False)
+                self._model_step()
+        except _Finish as finish:
+            return self._result(finish.reason, finish.limit)
+        except AbortedError:
+            return self._result("aborted")
+
+    # -- steps --------------------------------------------------------------
+
+    def _model_step(self) -> None:
+        state, config = self.state, self.config
+        limit = self._limit_reached()
+        if limit is not None:
+            raise _Finish("limit", limit)
+        if state.steps >= config.max_steps:
+            raise _Finish("max-steps")
+        state.steps += 1
+        self._emit(StepStart(state.run_id, state.steps))
+        while True:
+            response = self._call_model()
+            if response is not None:
+                break
+            # steered: the call was dropped before it said anything; remake it with the new input
+            self._apply_queued(final=False)
+        message = response.message
+        if message.role != "assistant":
+            raise ProviderError(
+                None, f"provider {config.provider.name!r} returned a {message.role!r} message"
+            )
+        usage = price_usage(
+            response.usage if response.usage != Usage() else (message.usage or Usage()),
+            config.model_name,
+            config.pricing,
+        )
+        calls = _unique_call_ids(message.tool_calls, state)
+        message = attrs.evolve(message, usage=usage, tool_calls=calls)
+        state.new.append(message)
+        state.usage = state.usage + usage
+        self._checkpoint()
+        for call in calls:
+            self._emit(ToolCallEvent(state.run_id, call))
+        if response.finish_reason == "length" and not calls:
+            raise _Finish("length")
+
+    def _call_model(self) -> ModelResponse | None:
+        state, config = self.state, self.config
+        controller = AbortController()
+        remove = config.signal.add_callback(lambda s: controller.abort(s.reason))
+        self._emitted = False
+        inbox = config.inbox
+
+        def steer() -> None:
+            if not self._emitted:
+                controller.abort("steered")
+
+        if inbox is not None:
+            inbox.set_steer_hook(steer)
+            if inbox.has_steer():
+                steer()
+        request = ModelRequest(
+            system=config.system,
+            messages=state.history + tuple(state.new),
+            tools=tuple(t.spec for t in config.tools.values()),
+            settings=config.settings,
+            signal=controller.signal,
+        )
+        response: ModelResponse | None = None
+        try:
+            for event in config.provider.stream(request, controller.signal):
+                if controller.signal.aborted:
+                    break
+                if isinstance(event, ModelTextDelta):
+                    if event.text:
+                        self._emitted = True
+                        self._emit(TextDelta(state.run_id, event.text))
+                elif isinstance(event, ModelToolCallDelta):
+                    self._emitted = True
+                elif isinstance(event, ModelResponse):
+                    response = event
+        except Exception as exc:
+            if config.signal.aborted:
+                raise AbortedError(config.signal.reason) from exc
+            if controller.signal.aborted:
+                return None  # steered
+            if isinstance(exc, LoushoError):
+                raise
+            raise ProviderError(None, f"model call failed: {type(exc).__name__}: {exc}") from exc
+        finally:
+            remove()
+            if inbox is not None:
+                inbox.set_steer_hook(None)
+        self._check_abort()
+        if controller.signal.aborted:
+            return None
+        if response is None:
+            raise ProviderError(
+                None, f"provider {config.provider.name!r} ended its stream without a response"
+            )
+        return response
+
+    def _tool_step(self, assistant: Message) -> None:
+        state, config = self.state, self.config
+        calls = [c for c in assistant.tool_calls if c.id not in state.results]
+        runnable: list[ToolCall] = []
+        pause: ToolCall | None = None
+        steered = config.inbox is not None and config.inbox.has_steer()
+        for call in calls:
+            if steered:
+                self._record(
+                    call, "Not run: the user sent a new message first.", True, checkpoint=False
+                )
+                continue
+            tool = config.tools.get(call.name)
+            if tool is None:
+                known = ", ".join(sorted(config.tools)) or "none"
+                self._record(
+                    call,
+                    f"Error: unknown tool {call.name!r} (tools: {known})",
+                    True,
+                    checkpoint=False,
+                )
+                continue
+            decision = self._decision(call, tool)
+            if decision is None:
+                runnable.append(call)
+            elif isinstance(decision, str):  # "pending"
+                pause = pause or call
+            elif decision["approved"]:
+                runnable.append(call)
+            else:
+                reason = decision.get("reason")
+                text = "The user denied this tool call" + (f": {reason}" if reason else ".")
+                self._record(call, text, True, checkpoint=False)
+        if runnable:
+            self._run(runnable)
+        if pause is not None:
+            self._pause(pause)
+        # every call answered: the results join the turn, in call order
+        for call in assistant.tool_calls:
+            state.new.append(state.results.pop(call.id))
+        state.results.clear()
+        self._checkpoint()
+
+    def _decision(self, call: ToolCall, tool: Tool) -> dict[str, Any] | str | None:
+        """None: no approval needed; "pending": wait; else the decision."""
+        state, config = self.state, self.config
+        if call.id in state.decisions:
+            return state.decisions[call.id]
+        try:
+            needed = tool.requires_approval(call.arguments)
+        except Exception as exc:
+            raise PropagatingToolError(
+                f"needs_approval of tool {tool.name!r} raised: {exc}"
+            ) from exc
+        if not needed:
+            return None
+        approval_id = approval_id_for(state.run_id, call.id)
+        record = config.approvals.get(approval_id)
+        if record is not None and record.get("status") in ("approved", "denied"):
+            decision = {"approved": record["status"] == "approved", "reason": record.get("reason")}
+        elif config.approve is not None:
+            request = ApprovalRequest(
+                approval_id, state.session_id, state.turn_id, state.run_id, call
+            )
+            answer = config.approve(request)
+            if answer is None:
+                return "pending"
+            decision = {"approved": bool(answer), "reason": None}
+        else:
+            return "pending"
+        state.decisions[call.id] = decision
+        return decision
+
+    def _pause(self, call: ToolCall) -> None:
+        state, config = self.state, self.config
+        approval_id = approval_id_for(state.run_id, call.id)
+        if config.approvals.get(approval_id) is None:
+            record = new_record(
+                approval_id,
+                session_id=state.session_id,
+                turn_id=state.turn_id,
+                run_id=state.run_id,
+                call=call,
+            )
+            config.approvals.create(record)
+        state.status = "awaiting-approval"
+        state.approval_id = approval_id
+        self._checkpoint()
+        self._emit(ApprovalRequested(state.run_id, approval_id, call))
+        raise _Finish("awaiting-approval")
+
+    def _run(self, calls: list[ToolCall]) -> None:
+        state, config = self.state, self.config
+
+        def job(call: ToolCall) -> Callable[[], ToolOutcome]:
+            tool = config.tools[call.name]
+            context = ToolContext(
+                session_id=state.session_id,
+                run_id=state.run_id,
+                call_id=call.id,
+                signal=config.signal,
+                idempotency_key=f"{state.run_id}:{call.id}",
+            )
+
+            def invoke() -> ToolOutcome:
+                return tool.invoke(call.arguments, context), False
+
+            return invoke
+
+        outcomes = config.run_tools([job(c) for c in calls])
+        with contextlib.closing(outcomes):  # type: ignore[type-var]
+            self._collect(calls, outcomes)
+
+    def _collect(
+        self, calls: list[ToolCall], outcomes: Iterator[tuple[int, ToolOutcome | BaseException]]
+    ) -> None:
+        state = self.state
+        propagate: BaseException | None = None
+        for index, outcome in outcomes:
+            call = calls[index]
+            state.tool_calls += 1
+            if isinstance(outcome, PropagatingToolError):
+                propagate = propagate or outcome
+                continue
+            if isinstance(outcome, BaseException):
+                if not isinstance(outcome, Exception):
+                    raise outcome
+                output, is_error = f"Error: {type(outcome).__name__}: {outcome}", True
+            else:
+                output, is_error = outcome
+            self._record(call, output, is_error, checkpoint=True)
+            self._check_abort()
+        if propagate is not None:
+            raise propagate
+
+    def _record(self, call: ToolCall, output: str, is_error: bool, *, checkpoint: bool) -> None:
+        self.state.results[call.id] = Message.tool(call.id, output, is_error)
+        self._emit(ToolResultEvent(self.state.run_id, call.id, output, is_error))
+        if checkpoint:
+            self._checkpoint()
+
+    def _apply_queued(self, *, final: bool) -> bool:
+        """Move queued input into the turn; at the final answer, close the inbox if none waits."""
+        state, inbox = self.state, self.config.inbox
+        applied: list[str] = []
+        # input queued by an earlier attempt of this turn (kept in its checkpoint)
+        for item in state.queued:
+            state.new.extend(message_from_dict(m) for m in item["messages"])
+            applied.append(str(item["input_id"]))
+        state.queued.clear()
+        if inbox is not None and not (final and not applied and inbox.close_if_empty()):
+            for ticket in inbox.take():
+                state.new.extend(ticket.messages)
+                ticket.applied = True
+                applied.append(ticket.input_id)
+        for input_id in applied:
+            self._emit(InputApplied(state.run_id, input_id))
+        if applied:
+            self._checkpoint()
+        return bool(applied)
+
+    # -- helpers ------------------------------------------------------------
+
+    def _limit_reached(self) -> str | None:
+        state, config = self.state, self.config
+        spent, steps, calls = config.session_spent
+        for limits, base_usage, base_steps, base_calls in (
+            (config.limits, Usage(), 0, 0),
+            (config.session_limits, spent, steps, calls),
+        ):
+            if limits is None:
+                continue
+            usage = base_usage + state.usage
+            if limits.max_cost_usd is not None and usage.cost_usd >= limits.max_cost_usd:
+                return "max_cost_usd"
+            if limits.max_tokens is not None and usage.total_tokens >= limits.max_tokens:
+                return "max_tokens"
+            if limits.max_steps is not None and base_steps + state.steps >= limits.max_steps:
+                return "max_steps"
+            if (
+                limits.max_tool_calls is not None
+                and base_calls + state.tool_calls >= limits.max_tool_calls
+            ):
+                return "max_tool_calls"
+        return None
+
+    def _check_abort(self) -> None:
+        if self.config.signal.aborted:
+            raise AbortedError(self.config.signal.reason)
+
+    def _checkpoint(self) -> None:
+        if self.config.checkpoint is not None:
+            self.config.checkpoint(self.state)
+
+    def _emit(self, event: Event) -> None:
+        if self.config.emit is not None:
+            self.config.emit(event)
+
+    def _result(self, reason: FinishReason, limit: str | None = None) -> ExecutionResult:
+        state = self.state
+        text = ""
+        for message in reversed(state.new):
+            if message.role == "assistant":
+                text = message.text
+                break
+        return ExecutionResult(
+            text=text if reason != "aborted" else "",
+            messages=tuple(state.new) if reason != "aborted" else (),
+            usage=state.usage,
+            finish_reason=reason,
+            approval_id=state.approval_id if reason == "awaiting-approval" else None,
+            limit=limit,
+            run_id=state.run_id,
+            session_id=state.session_id,
+            steps=state.steps,
+        )
+
+
+def _unique_call_ids(calls: Sequence[ToolCall], state: TurnState) -> tuple[ToolCall, ...]:
+    """Give every call an id unique within the turn (some servers send none or repeat them)."""
+    seen = {c.id for m in state.new for c in m.tool_calls}
+    out: list[ToolCall] = []
+    for index, call in enumerate(calls):
+        call_id = call.id
+        if not call_id or call_id in seen:
+            call_id = f"call_{state.steps}_{index}_{uuid.uuid4().hex[:8]}"
+            call = attrs.evolve(call, id=call_id)
+        seen.add(call_id)
+        out.append(call)
+    return tuple(out)

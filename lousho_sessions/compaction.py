@@ -1,0 +1,146 @@
+"""Compaction: replace older messages with one summary written by the agent's model.
+
+Tokens are estimated, not counted: ``ceil(characters / 4)`` per text part plus a
+fixed 4 per message and 256 per image, which is close to what OpenAI and
+Anthropic tokenizers give for English text. The threshold of
+``Compaction(max_tokens=...)`` is compared with that estimate for the system
+text plus the transcript.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+
+import attrs
+
+from .abort import AbortSignal
+from .messages import ImagePart, Message, TextPart, Usage
+from .providers.base import ModelRequest, Provider, complete
+
+__all__ = ["Compaction", "estimate_tokens", "split_point", "summarise"]
+
+SUMMARY_KEY = "lousho.summary"
+
+DEFAULT_INSTRUCTIONS = (
+    "Summarise the conversation below for the assistant who will continue it. Keep every "
+    "fact the user stated, decisions made, open tasks, and tool results still relevant. "
+    "Write plain prose, no preamble."
+)
+
+
+@attrs.frozen
+class Compaction:
+    """Automatic compaction: before a turn whose estimated prompt exceeds ``max_tokens``,
+    summarise all but the last ``keep_last`` messages."""
+
+    max_tokens: int
+    keep_last: int = 4
+    instructions: str | None = None
+
+    def __attrs_post_init__(self) -> None:
+        if self.max_tokens <= 0 or self.keep_last < 0:
+            raise ValueError("Compaction needs max_tokens > 0 and keep_last >= 0")
+
+
+def estimate_tokens(messages: Sequence[Message], system: str | None = None) -> int:
+    """Estimated prompt tokens (see the module docstring)."""
+    total = -(-len(system) // 4) if system else 0
+    for m in messages:
+        total += 4
+        for part in m.content:
+            if isinstance(part, TextPart):
+                total += -(-len(part.text) // 4)
+            elif isinstance(part, ImagePart):
+                total += 256
+        for call in m.tool_calls:
+            total += -(-(len(call.name) + len(json.dumps(dict(call.arguments)))) // 4)
+    return total
+
+
+def split_point(messages: Sequence[Message], keep_last: int) -> int:
+    """Index where the kept tail starts: at most ``keep_last`` messages are kept, and a
+    tool call is never separated from its results."""
+    index = max(0, len(messages) - keep_last)
+    while 0 < index < len(messages) and messages[index].role == "tool":
+        index -= 1  # keep the assistant message that made the calls with its results
+    return index
+
+
+def _render(messages: Sequence[Message]) -> str:
+    lines = []
+    for m in messages:
+        if m.metadata.get(SUMMARY_KEY):
+            lines.append(f"[earlier summary] {m.text}")
+            continue
+        text = m.text
+        if any(isinstance(p, ImagePart) for p in m.content):
+            text += " [image]"
+        for call in m.tool_calls:
+            text += f" [calls {call.name}({json.dumps(dict(call.arguments))})]"
+        label = "tool result" if m.role == "tool" else m.role
+        lines.append(f"{label}: {text.strip()}")
+    return "\n".join(lines)
+
+
+def summarise(
+    provider: Provider,
+    messages: Sequence[Message],
+    *,
+    instructions: str | None,
+    signal: AbortSignal | None = None,
+) -> tuple[str, Usage]:
+    """Ask ``provider`` for a summary of ``messages``; returns its text and usage."""
+    request = ModelRequest(
+        system=instructions or DEFAULT_INSTRUCTIONS,
+        messages=(Message.user(_render(messages)),),
+        signal=signal or AbortSignal(),
+    )
+    response = complete(provider, request)
+    return response.message.text.strip(), response.usage
+
+
+def summary_message(text: str, replaced: Sequence[Message], usage: Usage) -> Message:
+    """The message that stands for ``replaced``; it carries their spend so budgets hold."""
+    spent = usage
+    steps = 0
+    calls = 0
+    for m in replaced:
+        if m.usage is not None:
+            spent = spent + m.usage
+        if m.role == "assistant":
+            steps += 1
+            calls += len(m.tool_calls)
+        prior = m.metadata.get(SUMMARY_KEY)
+        if isinstance(prior, dict):
+            spent = spent + Usage(**prior.get("usage", {}))
+            steps += int(prior.get("steps", 0))
+            calls += int(prior.get("tool_calls", 0))
+    meta = {
+        SUMMARY_KEY: {
+            "replaced": len(replaced),
+            "usage": attrs.asdict(spent),
+            "steps": steps,
+            "tool_calls": calls,
+        }
+    }
+    return Message.user(f"Summary of the conversation so far:\n{text}", metadata=meta)
+
+
+def spent_by(messages: Sequence[Message]) -> tuple[Usage, int, int]:
+    """Usage, model calls and tool calls recorded in ``messages`` (summaries included)."""
+    usage = Usage()
+    steps = calls = 0
+    for m in messages:
+        if m.role == "assistant":
+            steps += 1
+            calls += len(m.tool_calls)
+            if m.usage is not None:
+                usage = usage + m.usage
+        elif m.metadata:
+            prior = m.metadata.get(SUMMARY_KEY)
+            if isinstance(prior, dict):
+                usage = usage + Usage(**prior.get("usage", {}))
+                steps += int(prior.get("steps", 0))
+                calls += int(prior.get("tool_calls", 0))
+    return usage, steps, calls

@@ -1,0 +1,65 @@
+"""What a turn returns: ``ExecutionResult``, ``PendingTurn``, ``CompactionResult``, ``Limits``."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import attrs
+
+from .messages import Message, Usage
+
+__all__ = ["CompactionResult", "ExecutionResult", "FinishReason", "Limits", "PendingTurn"]
+
+FinishReason = Literal[
+    "stop", "length", "aborted", "awaiting-approval", "limit", "max-steps", "error"
+]
+
+
+@attrs.frozen
+class ExecutionResult:
+    """The outcome of one turn.
+
+    ``messages`` are the turn's new messages (the user input included); ``usage``
+    sums the turn's model calls; ``limit`` names the limit that stopped it when
+    ``finish_reason == "limit"``.
+    """
+
+    text: str
+    messages: tuple[Message, ...] = ()
+    usage: Usage = Usage()
+    finish_reason: FinishReason = "stop"
+    approval_id: str | None = None
+    limit: str | None = None
+    run_id: str = ""
+    session_id: str | None = None
+    steps: int = 0
+
+
+@attrs.frozen
+class PendingTurn:
+    """A durable turn that has not finished."""
+
+    status: Literal["running", "awaiting-approval"]
+    turn_id: str
+    approval_id: str | None = None
+
+
+@attrs.frozen
+class CompactionResult:
+    """What ``Session.compact()`` did."""
+
+    summary: str
+    messages_before: int
+    messages_after: int
+    usage: Usage = Usage()
+    compacted: bool = True
+
+
+@attrs.frozen
+class Limits:
+    """Budgets. Per turn on ``create_agent(limits=)``; across all turns on ``agent.session(limits=)``."""
+
+    max_cost_usd: float | None = None
+    max_tokens: int | None = None
+    max_steps: int | None = None
+    max_tool_calls: int | None = None
