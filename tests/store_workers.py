@@ -55,3 +55,29 @@ def hold_write_transaction(location: str, held: Event, never: Event) -> None:
         conn.execute("INSERT INTO checkpoints VALUES ('x.turn-0', '{}', 0)")
         held.set()
         never.wait(WAIT)
+
+
+def send_turns(
+    kind: str, location: str, session_id: str, worker: int, turns: int, go: Event, out: Queue[Any]
+) -> None:
+    """``turns`` ``session.send`` calls; the model answers with what it saw."""
+    try:
+        from lousho_sessions import FunctionProvider, create_agent
+        from lousho_sessions.providers.base import ModelRequest
+
+        def model(request: ModelRequest) -> str:
+            # the tag of this turn and how many messages the model was shown
+            return f"{request.messages[-1].text}|{len(request.messages)}"
+
+        kit = open_kit(kind, Path(location))
+        agent = create_agent(provider=FunctionProvider(model), store={"sessions": kit.sessions})
+        session = agent.session(session_id)
+        assert go.wait(WAIT)
+        for n in range(turns):
+            session.send(f"w{worker}-t{n}", timeout=WAIT)
+        session.close()
+        agent.close()
+        kit.close()
+        out.put(("ok", worker))
+    except BaseException:
+        out.put(("error", traceback.format_exc()))
