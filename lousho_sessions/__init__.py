@@ -32,7 +32,8 @@ from .providers.function import FunctionProvider, ScriptedProvider
 from .results import CompactionResult, ExecutionResult, Limits, PendingTurn
 from .run import AgentRun
 from .session import Session
-from .stores.base import AgentStore, ApprovalStore, CheckpointStore, SessionStore
+from .stores.base import AgentStore, ApprovalStore, CheckpointStore, PruneResult, SessionStore
+from .stores.files import FileApprovalStore, FileCheckpointStore, FileSessionStore, file_store
 from .stores.memory import (
     MemoryApprovalStore,
     MemoryCheckpointStore,
@@ -62,6 +63,9 @@ __all__ = [
     "DemoProvider",
     "Event",
     "ExecutionResult",
+    "FileApprovalStore",
+    "FileCheckpointStore",
+    "FileSessionStore",
     "FunctionProvider",
     "ImagePart",
     "InvalidSessionIdError",
@@ -80,6 +84,7 @@ __all__ = [
     "PropagatingToolError",
     "Provider",
     "ProviderError",
+    "PruneResult",
     "SchemaVersionError",
     "ScriptedProvider",
     "Session",
@@ -96,6 +101,7 @@ __all__ = [
     "ToolSpec",
     "Usage",
     "create_agent",
+    "file_store",
     "memory_store",
     "tool",
 ]
