@@ -1,0 +1,254 @@
+"""A real HTTP server on 127.0.0.1 that speaks the OpenAI and Anthropic wire formats.
+
+Tests script its replies in order (:meth:`ProviderServer.reply`) from the
+documented payloads in ``tests/fixtures/providers/`` and read back what the
+provider sent (:attr:`ProviderServer.requests`: path, headers, JSON body, and
+the monotonic time it arrived). Replies can stream normally, stall before
+their headers or mid-stream until :attr:`ProviderServer.release` is set, or
+cut the connection mid-event. Use it as a context manager (or the
+``provider_server`` fixture): leaving it releases stalled handlers and stops
+the server.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+import threading
+import time
+from collections import deque
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+FIXTURES = Path(__file__).parent / "fixtures" / "providers"
+
+__all__ = [
+    "FIXTURES",
+    "JSONReply",
+    "ProviderServer",
+    "Recorded",
+    "SSEReply",
+    "StallReply",
+    "provider_server",
+    "sse_events",
+]
+
+
+def sse_events(kind: str, name: str) -> list[bytes]:
+    """The event blocks of fixture ``<kind>/<name>.sse``, each ending with its blank line."""
+    text = (FIXTURES / kind / f"{name}.sse").read_bytes()
+    return [block + b"\n\n" for block in re.split(rb"\n\n+", text.strip(b"\n")) if block]
+
+
+@dataclass
+class SSEReply:
+    """A ``text/event-stream`` reply sent one event per HTTP chunk.
+
+    ``stall_after=n`` sends n events, then waits for ``release``; ``cut_after=n``
+    sends n events and half of the next, then drops the connection (or, with
+    ``terminate=True``, ends the body cleanly there). ``crlf`` sends CRLF line
+    ends. For benchmarks: ``delay`` paces the events (seconds before each) and
+    ``{stamp}`` in an event becomes ``time.perf_counter()`` just before it is sent.
+    """
+
+    events: list[bytes]
+    stall_after: int | None = None
+    cut_after: int | None = None
+    terminate: bool = False
+    crlf: bool = False
+    headers: Mapping[str, str] = field(default_factory=dict)
+    delay: float = 0.0
+
+
+@dataclass
+class JSONReply:
+    """A JSON reply; ``{api_key}`` in the body becomes the key the request sent."""
+
+    status: int
+    body: str = "{}"
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def fixture(
+        cls, kind: str, name: str, status: int, headers: Mapping[str, str] | None = None
+    ) -> JSONReply:
+        return cls(status, (FIXTURES / kind / f"{name}.json").read_text(), dict(headers or {}))
+
+
+@dataclass
+class StallReply:
+    """Read the request, send nothing until ``release`` is set (or the client leaves)."""
+
+
+Reply = SSEReply | JSONReply | StallReply
+
+
+@dataclass
+class Recorded:
+    """One request the server got."""
+
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: Any
+    time: float
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    owner: ProviderServer
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        pass  # clients that hang up mid-reply are expected here
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: _Server
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def do_POST(self) -> None:
+        owner = self.server.owner
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length)
+        try:
+            body = json.loads(raw)
+        except ValueError:
+            body = raw.decode("utf-8", errors="replace")
+        headers = {k.lower(): v for k, v in self.headers.items()}
+        number = owner._record(Recorded("POST", self.path, headers, body, time.monotonic()))
+        reply = owner._next_reply()
+        request_id = f"req_{number:04d}"
+        if isinstance(reply, JSONReply):
+            self._json(reply, headers, request_id)
+        elif isinstance(reply, SSEReply):
+            self._sse(reply, request_id)
+        else:
+            owner.stalled.set()
+            owner.release.wait(30)
+            self.close_connection = True
+
+    def _json(self, reply: JSONReply, headers: Mapping[str, str], request_id: str) -> None:
+        key = headers.get("x-api-key") or headers.get("authorization", "").removeprefix("Bearer ")
+        data = reply.body.replace("{api_key}", key).encode("utf-8")
+        self.send_response(reply.status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.send_header("x-request-id", request_id)
+        for name, value in reply.headers.items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(data)
+        self.wfile.flush()
+
+    def _sse(self, reply: SSEReply, request_id: str) -> None:
+        owner = self.server.owner
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream; charset=utf-8")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.send_header("x-request-id", request_id)
+        self.send_header("request-id", request_id)
+        for name, value in reply.headers.items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.flush()
+        for number, event in enumerate(reply.events):
+            if reply.crlf:
+                event = event.replace(b"\n", b"\r\n")
+            if number == reply.stall_after:
+                owner.stalled.set()
+                owner.release.wait(30)
+                self.close_connection = True
+                return
+            if number == reply.cut_after:
+                self._chunk(event[: len(event) // 2])
+                if reply.terminate:
+                    self._chunk(b"")
+                else:
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                self.close_connection = True
+                return
+            if reply.delay:
+                time.sleep(reply.delay)  # pacing for the latency benchmark, not for sync
+            if b"{stamp}" in event:
+                event = event.replace(b"{stamp}", b"%.9f" % time.perf_counter())
+            self._chunk(event)
+        self._chunk(b"")
+
+    def _chunk(self, data: bytes) -> None:
+        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+        self.wfile.flush()
+
+
+class ProviderServer:
+    """The server; ``url`` is its base URL (``http://127.0.0.1:<port>``)."""
+
+    def __init__(self) -> None:
+        self.requests: list[Recorded] = []
+        self.release = threading.Event()  # set: stalled replies may finish
+        self.stalled = threading.Event()  # set by a reply when it starts stalling
+        self.received = threading.Event()  # set on every request
+        self._replies: deque[Reply] = deque()
+        self._lock = threading.Lock()
+        self._server = _Server(("127.0.0.1", 0), _Handler)
+        self._server.owner = self
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
+
+    @property
+    def url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    def reply(self, *replies: Reply) -> None:
+        """Queue replies, one per coming request, in order."""
+        with self._lock:
+            self._replies.extend(replies)
+
+    def _next_reply(self) -> Reply:
+        with self._lock:
+            if self._replies:
+                return self._replies.popleft()
+        return JSONReply(
+            500, '{"error": {"message": "the test scripted no reply", "type": "test"}}'
+        )
+
+    def _record(self, recorded: Recorded) -> int:
+        with self._lock:
+            self.requests.append(recorded)
+            number = len(self.requests)
+        self.received.set()
+        return number
+
+    def start(self) -> ProviderServer:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.release.set()
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(5)
+
+    def __enter__(self) -> ProviderServer:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+
+@pytest.fixture
+def provider_server() -> Iterator[ProviderServer]:
+    """A running :class:`ProviderServer`, stopped after the test."""
+    with ProviderServer() as server:
+        yield server

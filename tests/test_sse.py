@@ -1,0 +1,161 @@
+"""The SSE decoder against the WHATWG event-stream rules, and chunking invariance."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from lousho_sessions.providers._sse import ServerSentEvent, SSEDecoder, iter_events
+
+
+def decode(data: bytes | str) -> list[ServerSentEvent]:
+    raw = data.encode("utf-8") if isinstance(data, str) else data
+    return list(iter_events([raw]))
+
+
+def test_data_lines_join_with_lf_and_one_leading_space_is_dropped() -> None:
+    assert decode("data: a\ndata:  b\ndata:c\n\n") == [ServerSentEvent("a\n b\nc")]
+
+
+def test_event_name_defaults_to_message() -> None:
+    events = decode("event: add\ndata: 1\n\ndata: 2\n\nevent:\ndata: 3\n\n")
+    assert [(e.event, e.data) for e in events] == [("add", "1"), ("message", "2"), ("message", "3")]
+
+
+def test_all_three_line_ends() -> None:
+    expected = [ServerSentEvent("x", "e"), ServerSentEvent("y")]
+    assert decode("event: e\r\ndata: x\r\n\r\ndata: y\r\n\r\n") == expected
+    assert decode("event: e\rdata: x\r\rdata: y\r\r") == expected
+    assert decode("event: e\ndata: x\n\ndata: y\n\n") == expected
+    assert decode("event: e\r\ndata: x\r\rdata: y\n\n") == expected
+
+
+def test_comments_and_unknown_fields_are_ignored() -> None:
+    assert decode(": keep-alive\nfoo: bar\ndata: x\n: note\n\n") == [ServerSentEvent("x")]
+
+
+def test_a_comment_alone_dispatches_nothing() -> None:
+    assert decode(": ping\n\n") == []
+
+
+def test_field_without_colon_has_empty_value() -> None:
+    assert decode("data\n\n") == [ServerSentEvent("")]
+    assert decode("data\ndata\n\n") == [ServerSentEvent("\n")]
+
+
+def test_only_the_first_colon_splits() -> None:
+    assert decode('data: {"a": "b:c"}\n\n') == [ServerSentEvent('{"a": "b:c"}')]
+
+
+def test_block_without_data_is_not_dispatched_and_resets_the_name() -> None:
+    assert decode("event: x\n\ndata: y\n\n") == [ServerSentEvent("y")]
+
+
+def test_id_persists_and_nul_ids_are_ignored() -> None:
+    events = decode("id: 7\ndata: a\n\ndata: b\n\nid: 8\x009\ndata: c\n\nid\ndata: d\n\n")
+    assert [e.id for e in events] == ["7", "7", "7", ""]
+
+
+def test_retry_only_when_all_ascii_digits() -> None:
+    events = decode("retry: 1500\ndata: a\n\nretry: 15x\ndata: b\n\nretry: ¹\ndata: c\n\n")
+    assert [e.retry for e in events] == [1500, None, None]
+
+
+def test_leading_bom_is_dropped_once() -> None:
+    assert decode(b"\xef\xbb\xbfdata: x\n\n") == [ServerSentEvent("x")]
+    # a BOM that is not the first character is part of the field name
+    assert decode(b"\xef\xbb\xbf\xef\xbb\xbfdata: x\n\n") == []
+
+
+def test_unfinished_event_at_end_of_stream_is_dropped() -> None:
+    assert decode("data: a\n\ndata: b\n") == [ServerSentEvent("a")]
+    assert decode("data: a\n\ndata: b") == [ServerSentEvent("a")]
+
+
+def test_pending_reports_a_started_event() -> None:
+    decoder = SSEDecoder()
+    assert decoder.feed(b"data: a\n\n") == [ServerSentEvent("a")]
+    assert not decoder.pending
+    decoder.feed(b"data: b")
+    assert decoder.pending
+    assert decoder.close() == []
+    assert not decoder.pending
+
+
+def test_crlf_split_across_chunks_is_one_line_end() -> None:
+    decoder = SSEDecoder()
+    assert decoder.feed(b"data: a\r") == []
+    assert decoder.feed(b"\n\r") == [ServerSentEvent("a")]
+    assert decoder.feed(b"\ndata: b\r\n\r\n") == [ServerSentEvent("b")]
+
+
+def test_multibyte_character_split_across_chunks() -> None:
+    raw = "data: ☀️ é\n\n".encode()
+    decoder = SSEDecoder()
+    events = [event for byte in raw for event in decoder.feed(bytes([byte]))]
+    assert events == [ServerSentEvent("☀️ é")]
+
+
+def test_invalid_utf8_is_replaced_not_raised() -> None:
+    assert decode(b"data: \xff\n\n") == [ServerSentEvent("\ufffd")]
+
+
+def test_feed_line_drives_the_same_rules() -> None:
+    decoder = SSEDecoder()
+    lines = ["event: e", "data: 1", "", ": c", "data: 2", ""]
+    events = [e for line in lines if (e := decoder.feed_line(line)) is not None]
+    assert events == [ServerSentEvent("1", "e"), ServerSentEvent("2")]
+
+
+# --- chunk boundaries never change the events ---------------------------------------
+
+_values = st.text(
+    alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\r\n"), max_size=12
+)
+_line = st.one_of(
+    st.builds(lambda v: f"data: {v}", _values),
+    st.builds(lambda v: f"data:{v}", _values),
+    st.just("data"),
+    st.builds(lambda v: f"event: {v}", _values),
+    st.builds(lambda v: f"id: {v}", _values),
+    st.builds(lambda v: f"retry: {v}", st.from_regex(r"[0-9]{1,4}x?", fullmatch=True)),
+    st.builds(lambda v: f": {v}", _values),
+    st.just(""),
+)
+_ends = st.sampled_from(["\n", "\r", "\r\n"])
+
+
+@st.composite
+def _streams(draw: st.DrawFn) -> bytes:
+    lines = draw(st.lists(_line, max_size=25))
+    text = "".join(line + draw(_ends) for line in lines)
+    bom = "\ufeff" if draw(st.booleans()) else ""
+    return (bom + text).encode("utf-8")
+
+
+@st.composite
+def _splits(draw: st.DrawFn) -> tuple[bytes, list[bytes]]:
+    data = draw(_streams())
+    cuts = sorted(draw(st.lists(st.integers(0, len(data)), max_size=12)))
+    bounds = [0, *cuts, len(data)]
+    return data, [data[a:b] for a, b in zip(bounds, bounds[1:])]
+
+
+@given(_splits())
+def test_arbitrary_chunk_boundaries_give_the_same_events(case: tuple[bytes, list[bytes]]) -> None:
+    data, chunks = case
+    assert list(iter_events(chunks)) == decode(data)
+
+
+@given(_streams())
+def test_byte_by_byte_equals_whole(data: bytes) -> None:
+    assert list(iter_events(data[i : i + 1] for i in range(len(data)))) == decode(data)
+
+
+@given(st.lists(st.tuples(st.sampled_from(["", "add", "done"]), _values), max_size=10), _ends)
+def test_encoded_events_round_trip(events: list[tuple[str, str]], end: str) -> None:
+    text = "".join(
+        (f"event: {name}{end}" if name else "") + f"data: {data}{end}{end}" for name, data in events
+    )
+    decoded = decode(text)
+    assert [(e.event, e.data) for e in decoded] == [(name or "message", data) for name, data in events]
