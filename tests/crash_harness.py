@@ -74,7 +74,10 @@ def open_store(kind: str, path: str) -> AgentStore:
 
 def build(kind: str, path: str, logfile: str, point: str | None, how: str) -> Any:
     store = open_store(kind, path)
-    crash = (lambda: die(how)) if point else (lambda: None)
+
+    def crash() -> None:
+        if point:
+            die(how)
 
     def model(request: ModelRequest) -> Message:
         done = sum(1 for m in request.messages if m.role == "tool")
@@ -117,7 +120,7 @@ def build(kind: str, path: str, logfile: str, point: str | None, how: str) -> An
             if count[0] == _AFTER_SAVE[point]:
                 crash()
 
-        checkpoints.save = save  # type: ignore[method-assign]
+        checkpoints.save = save  # type: ignore[method-assign, assignment]
     if point in ("final-save-before", "final-save-after"):
         sessions: Any = store.sessions
         original_append = sessions.append
