@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import subprocess
 import sys
@@ -269,3 +270,31 @@ def test_memory_databases_are_separate() -> None:
         with one.turn_lock("s1"):
             assert not one._memory_turns["s1"][0].acquire(blocking=False)
         assert one._memory_turns == {}  # per-id locks do not pile up
+
+
+def test_store_opened_before_a_fork_works_in_the_child(tmp_path: Path) -> None:
+    # gunicorn --preload opens the store in the master, then forks the workers.
+    store = SqliteStore(tmp_path / "a.db")
+    store.sessions.save("s1", turn(1))
+    inherited = store._conn
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report through the pipe, never return into pytest
+        code = 1
+        try:
+            store.sessions.append("s1", turn(2), 2)
+            code = 2 if len(store.sessions.load("s1") or []) != 4 or store.closed else 0
+            if store._conn is inherited:  # SQLite connections must not cross a fork
+                code = 3
+        finally:
+            os.write(write, bytes([code]))
+            os._exit(0)
+    os.close(write)
+    try:
+        assert os.read(read, 1) == b"\x00"
+    finally:
+        os.close(read)
+        os.waitpid(pid, 0)
+    store.sessions.append("s1", turn(3), 4)  # the parent's connection still works
+    assert len(store.sessions.load("s1") or []) == 6
+    store.close()
