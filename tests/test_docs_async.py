@@ -41,7 +41,7 @@ def blocks(page: str) -> list[tuple[int, str]]:
     found = []
     for match in FENCE.finditer(text):
         code = match.group(1)
-        if code.startswith("# doc: no-run"):
+        if code.lstrip("\n").split("\n", 1)[0].strip() == "# doc: no-run":
             continue
         line = text.count("\n", 0, match.start(1)) + 1
         # offset the code so tracebacks point at the page's own line numbers
