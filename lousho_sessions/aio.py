@@ -90,6 +90,7 @@ async def _drive(steps: _worker.Steps[T]) -> T:
 class AsyncAgentRun:
     """A streamed turn for asyncio: ``async for event in run``, ``await run.result()``.
 
+    Made by ``stream()`` inside a coroutine; events go to that coroutine's loop.
     Leaving the loop early, leaving ``async with``, or cancelling the task that
     iterates or awaits the result aborts the run unless it had finished.
     """
@@ -187,6 +188,7 @@ class AsyncSession:
         return result
 
     def stream(self, input: Any, *, signal: AbortSignal | None = None) -> AsyncAgentRun:
+        asyncio.get_running_loop()  # raises outside a coroutine, before a turn is queued
         return AsyncAgentRun(self.sync.stream(input, signal=signal))
 
     async def resume(self, *, signal: AbortSignal | None = None) -> ExecutionResult | None:
@@ -270,6 +272,7 @@ class AsyncAgent:
         return await _wait(future, controller.abort, timeout, controller.abort)
 
     def stream(self, input: Any, *, signal: AbortSignal | None = None) -> AsyncAgentRun:
+        asyncio.get_running_loop()  # raises outside a coroutine, before a turn is queued
         return AsyncAgentRun(self.sync.stream(input, signal=signal))
 
     async def resume(self, id: str) -> ExecutionResult | None:

@@ -86,7 +86,8 @@ def test_only_aio_imports_asyncio() -> None:
         if "import asyncio" in path.read_text(encoding="utf-8")
     )
     assert importers == ["aio.py"]
-    code = "import sys, lousho_sessions; print('asyncio' in sys.modules)"
+    # (asyncio itself may come in through a dependency, e.g. filelock, so check the facade)
+    code = "import sys, lousho_sessions; print('lousho_sessions.aio' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 
@@ -378,3 +379,16 @@ def test_many_concurrent_sends_to_one_session_never_interleave() -> None:
     assert [m.role for m in messages] == ["user", "assistant"] * 30
     for user, reply in zip(messages[::2], messages[1::2], strict=True):
         assert reply.text.endswith(user.text)
+
+
+def test_stream_outside_a_coroutine_raises_before_queuing_a_turn() -> None:
+    calls: list[ModelRequest] = []
+
+    def model(request: ModelRequest) -> str:
+        calls.append(request)
+        return "ok"
+
+    session = aio.create_agent(provider=FunctionProvider(model)).session()
+    with pytest.raises(RuntimeError, match="no running event loop"):
+        session.stream("hi")
+    assert session.sync.load() == () and calls == []
