@@ -19,7 +19,9 @@ pytest.importorskip("flask")
 
 from flask.testing import FlaskClient
 from flask_app import COOKIE, create_app  # examples/ is on pytest's pythonpath
-from helpers import WAIT
+from helpers import WAIT, Gate
+
+from lousho_sessions import FunctionProvider, ModelRequest, create_agent, memory_store
 
 TESTS = Path(__file__).parent
 EXAMPLES = TESTS.parent / "examples"
@@ -223,3 +225,23 @@ def test_gunicorn_workers_share_one_sqlite_store_and_lose_no_turn(server: Server
     assert json.loads(body)["text"] == "refund_order says: order Z-9 refunded"
     _, _, body = server.request("GET", "/history", cookie=session_id)
     assert [m["role"] for m in json.loads(body)][-4:] == ["user", "assistant", "tool", "assistant"]
+
+
+def test_a_client_leaving_the_stream_aborts_the_turn() -> None:
+    gate = Gate()
+
+    def model(request: ModelRequest) -> Iterator[str]:
+        yield "one "
+        gate.wait_in(request)  # False once the turn is aborted
+        yield "two"
+
+    agent = create_agent(provider=FunctionProvider(model), store=memory_store())
+    client = create_app(agent).test_client()
+    response = client.get("/chat/stream", query_string={"message": "hi"}, buffered=False)
+    chunks = response.iter_encoded()
+    while b"text.delta" not in next(chunks):  # read until the first delta
+        pass
+    assert gate.entered.wait(WAIT)
+    response.close()  # what the WSGI server does when the client disconnects
+    session = agent.session(client.get_cookie(COOKIE).value)  # type: ignore[union-attr]
+    assert session.load() == ()

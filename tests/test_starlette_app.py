@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, MutableMapping
 from typing import Any
 
 import pytest
@@ -117,3 +117,48 @@ def test_concurrent_posts_to_one_session_stay_in_order() -> None:
     history = asyncio.run(main())
     assert [m["role"] for m in history] == ["user", "assistant"] * 21
     assert threading.active_count() < 100
+
+
+def test_a_client_leaving_the_stream_aborts_the_turn() -> None:
+    gate = Gate()
+
+    def model(request: ModelRequest) -> Iterator[str]:
+        yield "one "
+        gate.wait_in(request)  # False once the turn is aborted
+        yield "two"
+
+    agent = create_agent(provider=FunctionProvider(model), store=memory_store())
+    app = create_app(agent)
+
+    async def main() -> list[bytes]:
+        first_delta = asyncio.Event()
+        sent: list[bytes] = []
+        scope = {
+            "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "GET",
+            "scheme": "http", "path": "/chat/stream", "raw_path": b"/chat/stream",
+            "query_string": b"message=hi", "root_path": "", "server": ("test", 80),
+            "client": ("127.0.0.1", 1234), "headers": [(b"cookie", f"{COOKIE}=leaver".encode())],
+        }  # fmt: skip
+        requested = False
+
+        async def receive() -> dict[str, Any]:
+            nonlocal requested
+            if not requested:
+                requested = True
+                return {"type": "http.request", "body": b"", "more_body": False}
+            await first_delta.wait()  # the client reads one delta, then goes away
+            return {"type": "http.disconnect"}
+
+        async def send(message: MutableMapping[str, Any]) -> None:
+            body = message.get("body", b"")
+            sent.append(body)
+            if b"text.delta" in body:
+                first_delta.set()
+
+        await app(scope, receive, send)  # returns once the disconnect cancelled the response
+        return sent
+
+    sent = asyncio.run(main())
+    assert any(b"text.delta" in chunk for chunk in sent)
+    assert not any(b"run.done" in chunk for chunk in sent)
+    assert agent.sync.session("leaver").load() == ()  # aborted: nothing saved
