@@ -26,9 +26,11 @@ from .errors import (
 from .events import Event
 from .messages import ImagePart, Message, Part, TextPart, ToolCall, Usage
 from .pricing import Pricing
+from .providers.anthropic import AnthropicProvider
 from .providers.base import ModelEvent, ModelRequest, ModelResponse, Provider, ToolSpec
 from .providers.demo import DemoProvider
 from .providers.function import FunctionProvider, ScriptedProvider
+from .providers.openai import OpenAIProvider
 from .results import CompactionResult, ExecutionResult, Limits, PendingTurn
 from .run import AgentRun
 from .session import Session
@@ -51,6 +53,7 @@ __all__ = [
     "AgentExecutor",
     "AgentRun",
     "AgentStore",
+    "AnthropicProvider",
     "ApprovalAlreadyResolvedError",
     "ApprovalNotFoundError",
     "ApprovalRequest",
@@ -74,6 +77,7 @@ __all__ = [
     "ModelEvent",
     "ModelRequest",
     "ModelResponse",
+    "OpenAIProvider",
     "Part",
     "PendingTurn",
     "Pricing",

@@ -82,6 +82,14 @@ def test_streamed_text_with_crlf_line_ends(
     assert response.message.text == "Hello, Ali! ☀️ How can I help?"
 
 
+def test_gzip_encoded_stream(
+    wire: Wire, server: ProviderServer, make: Callable[..., HttpProvider]
+) -> None:
+    server.reply(wire.sse("text", gzip=True))
+    _, response = run(make())
+    assert response.message.text == "Hello, Ali! ☀️ How can I help?"
+
+
 def test_streamed_tool_calls(
     wire: Wire, server: ProviderServer, make: Callable[..., HttpProvider]
 ) -> None:

@@ -302,7 +302,7 @@ def _iter_body(response: requests.Response) -> Iterator[bytes]:
         yield from raw.stream(65536, decode_content=True)
         return
     while True:
-        chunk = read1(65536)
+        chunk = read1(65536, decode_content=True)  # requests leaves raw bodies encoded
         if not chunk:
             return
         yield chunk
