@@ -14,7 +14,7 @@ from lousho_sessions.abort import AbortSignal
 from lousho_sessions.errors import ProviderError
 from lousho_sessions.messages import Message
 from lousho_sessions.pricing import Pricing
-from lousho_sessions.providers._http import RetryPolicy
+from lousho_sessions.providers import RetryPolicy
 from lousho_sessions.providers.anthropic import AnthropicProvider
 from lousho_sessions.providers.base import ModelEvent, ModelRequest, ModelResponse, ToolSpec
 from lousho_sessions.providers.openai import OpenAIProvider

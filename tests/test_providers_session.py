@@ -16,7 +16,7 @@ from provider_server import JSONReply, ProviderServer, SSEReply, sse_events
 
 from lousho_sessions import ProviderError, create_agent, tool
 from lousho_sessions.pricing import Pricing
-from lousho_sessions.providers._http import RetryPolicy
+from lousho_sessions.providers import RetryPolicy
 from lousho_sessions.providers.anthropic import AnthropicProvider
 from lousho_sessions.providers.openai import OpenAIProvider
 from lousho_sessions.sqlite import SqliteStore

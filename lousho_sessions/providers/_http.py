@@ -49,9 +49,11 @@ from ._sse import ServerSentEvent, SSEDecoder
 
 __all__ = [
     "HttpClient",
+    "HttpStream",
     "RetryPolicy",
     "Secret",
     "Timeout",
+    "error_message",
     "parse_retry_after",
 ]
 
