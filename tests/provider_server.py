@@ -51,7 +51,7 @@ def sse_events(kind: str, name: str) -> list[bytes]:
 class SSEReply:
     """A ``text/event-stream`` reply sent one event per HTTP chunk.
 
-    ``stall_after=n`` sends n events, then waits for ``release``; ``cut_after=n``
+    ``stall_after=n`` sends n events (n may be all of them), then waits for ``release``; ``cut_after=n``
     sends n events and half of the next, then drops the connection (or, with
     ``terminate=True``, ends the body cleanly there). ``crlf`` sends CRLF line
     ends; ``gzip`` compresses the body (flushed per event). For benchmarks: ``delay`` paces the events (seconds before each) and
@@ -100,6 +100,7 @@ class Recorded:
     headers: dict[str, str]
     body: Any
     time: float
+    client_port: int
 
 
 class _Server(ThreadingHTTPServer):
@@ -112,6 +113,7 @@ class _Server(ThreadingHTTPServer):
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # each event goes out when written, as a real server sends it
     server: _Server
 
     def log_message(self, format: str, *args: Any) -> None:
@@ -126,7 +128,9 @@ class _Handler(BaseHTTPRequestHandler):
         except ValueError:
             body = raw.decode("utf-8", errors="replace")
         headers = {k.lower(): v for k, v in self.headers.items()}
-        number = owner._record(Recorded("POST", self.path, headers, body, time.monotonic()))
+        number = owner._record(
+            Recorded("POST", self.path, headers, body, time.monotonic(), self.client_address[1])
+        )
         reply = owner._next_reply()
         request_id = f"req_{number:04d}"
         if isinstance(reply, JSONReply):
@@ -189,6 +193,11 @@ class _Handler(BaseHTTPRequestHandler):
             self._chunk(self._pack(packer, event))
         if packer is not None:
             self._chunk(packer.flush())
+        if reply.stall_after is not None and reply.stall_after >= len(reply.events):
+            owner.stalled.set()  # every event sent, the body never ended
+            owner.release.wait(30)
+            self.close_connection = True
+            return
         self._chunk(b"")
 
     @staticmethod

@@ -7,6 +7,7 @@ calls assembled, finish reasons and usage mapped, and the exact JSON sent
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -88,6 +89,32 @@ def test_gzip_encoded_stream(
     server.reply(wire.sse("text", gzip=True))
     _, response = run(make())
     assert response.message.text == "Hello, Ali! ☀️ How can I help?"
+
+
+def test_connections_are_reused(
+    wire: Wire, server: ProviderServer, make: Callable[..., HttpProvider]
+) -> None:
+    server.reply(wire.sse("text"), wire.sse(wire.tools_fixture), wire.sse("text"))
+    provider = make()
+    for _ in range(3):
+        run(provider)
+    assert len({sent.client_port for sent in server.requests}) == 1
+
+
+def test_a_body_left_open_after_the_last_event_does_not_hold_the_call(
+    wire: Wire, server: ProviderServer, make: Callable[..., HttpProvider]
+) -> None:
+    events = sse_events(wire.kind, "text")
+    server.reply(SSEReply(events, stall_after=len(events)), wire.sse("text"))
+    provider = make(timeout=(2.0, 30.0))
+    started = time.monotonic()
+    _, response = run(provider)
+    assert (
+        time.monotonic() - started < 10
+    )  # the drain gives up after 1 s, not the 30 s read timeout
+    assert response.message.text.startswith("Hello")
+    run(provider)  # and the next call gets a fresh connection
+    assert server.requests[0].client_port != server.requests[1].client_port
 
 
 def test_streamed_tool_calls(

@@ -259,12 +259,37 @@ class HttpStream:
     """An open streamed reply: its events, status and request id."""
 
     def __init__(
-        self, response: requests.Response, signal: AbortSignal, redact: Callable[[str], str]
+        self,
+        response: requests.Response,
+        signal: AbortSignal,
+        redact: Callable[[str], str],
+        scope: _AbortScope,
+        grace: float,
     ) -> None:
         self.response = response
         self.request_id = _request_id(response.headers)
         self._signal = signal
         self._redact = redact
+        self._scope = scope
+        self._grace = grace
+
+    def drain(self) -> None:
+        """Read the rest of the body after the last event, so the connection is reused.
+
+        Normally only the end of the chunked body is left. A server that keeps
+        the stream open is cut off after a grace period (at most a second), and
+        nothing read here can fail the call.
+        """
+        timer = threading.Timer(self._grace, self._scope.abort)
+        timer.daemon = True
+        timer.start()
+        try:
+            for _ in _iter_body(self.response):
+                pass
+        except Exception as exc:
+            log.debug("not reusing the connection: %s", type(exc).__name__)
+        finally:
+            timer.cancel()
 
     def events(self) -> Iterator[ServerSentEvent]:
         """The reply's server-sent events as they arrive.
@@ -395,7 +420,7 @@ class HttpClient:
         response: requests.Response | None = None
         try:
             response = self._send(path, body, signal, scope)
-            yield HttpStream(response, signal, self.redact)
+            yield HttpStream(response, signal, self.redact, scope, grace=min(1.0, self.timeout[1]))
         finally:
             remove()
             scope.close()
