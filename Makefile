@@ -18,15 +18,17 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
 lint: $(STAMP)
-	$(BIN)/ruff check lousho_sessions tests benchmarks examples
-	$(BIN)/ruff format --check lousho_sessions tests benchmarks examples
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
 bench: $(STAMP)
 	@for f in benchmarks/*.py; do echo "== $$f"; $(BIN)/python $$f || exit 1; done
 
+# 500 randomized crash trials and the slow-marked stress tests
 soak: $(STAMP)
-	LOUSHO_SOAK=1 $(BIN)/python -m pytest -q -p no:cacheprovider -m slow --timeout=3600
+	LOUSHO_SOAK=1 $(BIN)/python -m pytest -q -p no:cacheprovider --timeout=3600 tests/test_crash.py -k randomized
+	LOUSHO_SOAK=1 $(BIN)/python -m pytest -q -p no:cacheprovider --timeout=3600 -m slow
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

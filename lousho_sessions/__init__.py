@@ -34,7 +34,8 @@ from .providers.openai import OpenAIProvider
 from .results import CompactionResult, ExecutionResult, Limits, PendingTurn
 from .run import AgentRun
 from .session import Session
-from .stores.base import AgentStore, ApprovalStore, CheckpointStore, SessionStore
+from .stores.base import AgentStore, ApprovalStore, CheckpointStore, PruneResult, SessionStore
+from .stores.files import FileApprovalStore, FileCheckpointStore, FileSessionStore, file_store
 from .stores.memory import (
     MemoryApprovalStore,
     MemoryCheckpointStore,
@@ -65,6 +66,9 @@ __all__ = [
     "DemoProvider",
     "Event",
     "ExecutionResult",
+    "FileApprovalStore",
+    "FileCheckpointStore",
+    "FileSessionStore",
     "FunctionProvider",
     "ImagePart",
     "InvalidSessionIdError",
@@ -84,6 +88,7 @@ __all__ = [
     "PropagatingToolError",
     "Provider",
     "ProviderError",
+    "PruneResult",
     "SchemaVersionError",
     "ScriptedProvider",
     "Session",
@@ -100,6 +105,7 @@ __all__ = [
     "ToolSpec",
     "Usage",
     "create_agent",
+    "file_store",
     "memory_store",
     "tool",
 ]

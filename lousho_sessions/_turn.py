@@ -464,11 +464,11 @@ class Turn:
             self._run(runnable)
         if pause is not None:
             self._pause(pause)
-        # every call answered: the results join the turn, in call order
+        # every call answered: the results join the turn, in call order. No checkpoint
+        # here: the results are recorded already, and the next model response saves.
         for call in assistant.tool_calls:
             state.new.append(state.results.pop(call.id))
         state.results.clear()
-        self._checkpoint()
 
     def _decision(self, call: ToolCall, tool: Tool) -> dict[str, Any] | str | None:
         """None: no approval needed; "pending": wait; else the decision."""

@@ -15,8 +15,8 @@ def to_messages(input: Any) -> list[Message]:
     if isinstance(input, str):
         return [Message.user(input)]
     if isinstance(input, Message):
-        return [input]
-    if isinstance(input, (TextPart, ImagePart)):
+        input = [input]
+    if isinstance(input, (TextPart, ImagePart)):  # one part: one user message
         return [Message.user([input])]
     if isinstance(input, Sequence) and input:
         items = list(input)

@@ -75,6 +75,7 @@ class Usage:
     input_tokens: int = 0
     output_tokens: int = 0
     cost_usd: float = 0.0
+    extra: Mapping[str, Any] = attrs.field(factory=dict, repr=False, eq=False, kw_only=True)
 
     def __add__(self, other: Usage) -> Usage:
         if not isinstance(other, Usage):

@@ -233,7 +233,7 @@ class Session:
         elif result.finish_reason != "awaiting-approval":
             self._commit(list(state.new))
             if self.checkpoint_store is not None or resumed:
-                self._pauses.delete(state.turn_id or "")
+                self._forget_checkpoint(state.turn_id or "")
         self._settle(inbox, result, None, requeue=True)
         return result
 
@@ -306,6 +306,17 @@ class Session:
 
     def _save_checkpoint(self, state: TurnState) -> None:
         self._pauses.save(state.turn_id or "", state.to_checkpoint())
+
+    def _forget_checkpoint(self, turn_id: str) -> None:
+        """Delete a finished turn's checkpoint. The turn is saved already, so a failure here
+        must not fail the call: the checkpoint's key is behind the transcript now and is
+        never taken for a pending turn (``prune()`` and ``clear()`` remove it)."""
+        try:
+            self._pauses.delete(turn_id)
+        except Exception:
+            log.warning(
+                "could not delete the checkpoint of finished turn %s", turn_id, exc_info=True
+            )
 
     def _pending_state(self) -> TurnState | None:
         turn_id = f"{self.id}.turn-{len(self._cache)}"

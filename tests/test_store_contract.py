@@ -131,15 +131,7 @@ def test_append_conflict_leaves_transcript(store: Kit) -> None:
     assert store.sessions.revision("s1") == before
 
 
-def test_failed_append_creates_nothing(store: Kit, request: pytest.FixtureRequest) -> None:
-    if store.kind == "memory":
-        request.applymarker(
-            pytest.mark.xfail(
-                strict=True,
-                reason="MemorySessionStore.append stores [] for an unknown id before checking "
-                "expected_length (reported; fix in memory.py)",
-            )
-        )
+def test_failed_append_creates_nothing(store: Kit) -> None:
     with pytest.raises(StoreConflictError):
         store.sessions.append("fresh", turn(2), 1)
     assert store.sessions.load("fresh") is None

@@ -33,6 +33,7 @@ import re
 import tempfile
 import threading
 import uuid
+import weakref
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, suppress
@@ -244,6 +245,7 @@ class FileSessionStore:
         self._cache: OrderedDict[str, _Cached] = OrderedDict()
         self._cache_chars = 0
         self._cache_lock = threading.Lock()
+        _LIVE_SESSION_STORES.add(self)
 
     @property
     def dir(self) -> Path:
@@ -394,6 +396,19 @@ class FileSessionStore:
             old = self._cache.pop(id, None)
             if old is not None:
                 self._cache_chars -= len(old.body)
+
+
+_LIVE_SESSION_STORES: weakref.WeakSet[FileSessionStore] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    # Another thread of the parent may have held a cache lock at the fork.
+    for store in list(_LIVE_SESSION_STORES):
+        store._cache_lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class FileCheckpointStore:

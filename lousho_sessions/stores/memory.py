@@ -54,11 +54,12 @@ class MemorySessionStore:
     def append(self, id: str, messages: Sequence[Message], expected_length: int) -> None:
         validate_session_id(id)
         with self._lock:
-            current = self._data.setdefault(id, [])
+            current = self._data.get(id, [])
             if len(current) != expected_length:
                 raise StoreConflictError(
                     f"session {id!r}: expected {expected_length} stored messages, found {len(current)}"
                 )
+            self._data[id] = current
             current.extend(messages)
             self._bump(id)
 

@@ -15,6 +15,7 @@ import secrets
 import sqlite3
 import threading
 import time
+import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from datetime import timedelta
@@ -126,12 +127,15 @@ class SqliteStore:
         self._lock = threading.RLock()
         self._conn: sqlite3.Connection | None = self._open()
         self._memory_turns: dict[str, list[Any]] = {}  # ":memory:" turn locks: id -> [lock, users]
+        self._reopen = False  # set in a forked child: open a connection of its own on first use
+        self._inherited: list[sqlite3.Connection] = []
+        _LIVE_STORES.add(self)
         self.sessions = SqliteSessionStore(self)
         self.checkpoints = SqliteCheckpointStore(self)
         self.approvals = SqliteApprovalStore(self)
 
     def __repr__(self) -> str:
-        state = "closed" if self._conn is None else "open"
+        state = "closed" if self.closed else "open"
         return f"SqliteStore({self.path!r}, {state})"
 
     def __enter__(self) -> SqliteStore:
@@ -142,11 +146,12 @@ class SqliteStore:
 
     @property
     def closed(self) -> bool:
-        return self._conn is None
+        return self._conn is None and not self._reopen
 
     def close(self) -> None:
         """Close the database; later calls raise ``StoreClosedError``. Closing twice is fine."""
         with self._lock:
+            self._reopen = False
             if self._conn is not None:
                 self._conn.close()
                 self._conn = None
@@ -181,6 +186,9 @@ class SqliteStore:
     def connection(self) -> Iterator[sqlite3.Connection]:
         """The connection, held under the store's lock; SQLite errors come out as ``StoreError``."""
         with self._lock:
+            if self._conn is None and self._reopen:
+                self._conn = self._open()
+                self._reopen = False
             if self._conn is None:
                 raise StoreClosedError(f"{self.path}: the SQLite store was closed")
             try:
@@ -211,7 +219,7 @@ class SqliteStore:
         """
         validate_session_id(id)
         with self._lock:
-            if self._conn is None:
+            if self._conn is None and not self._reopen:
                 raise StoreClosedError(f"{self.path}: the SQLite store was closed")
         if self.path == _MEMORY:
             with self._memory_turn(id, timeout):
@@ -255,6 +263,18 @@ class SqliteStore:
                 entry[1] -= 1
                 if entry[1] == 0:
                     del self._memory_turns[id]
+
+    def _after_fork_in_child(self) -> None:
+        # SQLite connections must not cross a fork (gunicorn --preload, multiprocessing
+        # "fork"): the child keeps the parent's connection object unused and unclosed
+        # (closing it could undo the parent's locks) and opens its own on first use.
+        # Locks held by the parent's other threads at the fork are replaced.
+        self._lock = threading.RLock()
+        self._memory_turns = {}
+        if self._conn is not None and self.path != _MEMORY:
+            self._inherited.append(self._conn)
+            self._conn = None
+            self._reopen = True
 
     def _open(self) -> sqlite3.Connection:
         if self.path != _MEMORY:
@@ -309,6 +329,18 @@ class SqliteStore:
                 conn.execute("ROLLBACK")
             raise
         conn.execute("COMMIT")
+
+
+_LIVE_STORES: weakref.WeakSet[SqliteStore] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for store in list(_LIVE_STORES):
+        store._after_fork_in_child()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _wrap(path: str, exc: sqlite3.Error) -> StoreError:

@@ -1,0 +1,162 @@
+"""A durable turn run in a real process that dies at a chosen point (crash tests).
+
+``python crash_harness.py turn <kind> <path> <log> <point> <how>`` runs one turn of
+session "crash" on a file or SQLite store and dies at ``point`` (``os._exit`` or
+SIGKILL). ``python crash_harness.py resume <kind> <path> <log>`` finishes it in a
+new process and prints the transcript as JSON.
+
+The turn: the model calls ``tool_a``, then ``tool_b``, then answers. Every model
+call and tool run is appended (and fsynced) to ``log``, so the test can count
+what ran in both processes. The crash points hook the real stores from outside.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from lousho_sessions import (
+    FunctionProvider,
+    Message,
+    ModelRequest,
+    ToolCall,
+    ToolContext,
+    create_agent,
+    tool,
+)
+from lousho_sessions.stores.base import AgentStore
+
+#: Points a turn can die at, in turn order (checkpoint saves are numbered from 1).
+POINTS = (
+    "after-input",  # checkpoint 1: the user message is taken
+    "inside-model-1",
+    "after-model-1",  # checkpoint 2: the response asking for tool_a
+    "inside-tool-a",
+    "after-tool-a",  # checkpoint 3: tool_a's result
+    "after-model-2",  # checkpoint 4: the response asking for tool_b
+    "between-tools",  # tool_b about to start, tool_a's result recorded
+    "inside-tool-b",
+    "after-last-tool",  # checkpoint 5: tool_b's result
+    "after-model-3",  # checkpoint 6: the final answer recorded
+    "final-save-before",  # in the transcript append, before it writes
+    "final-save-after",  # after the append, before the checkpoint is deleted
+)
+_AFTER_SAVE = {"after-input": 1, "after-model-1": 2, "after-tool-a": 3, "after-model-2": 4, "after-last-tool": 5, "after-model-3": 6}  # fmt: skip
+
+
+def log(path: str, line: str) -> None:
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(line + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def die(how: str) -> None:
+    if how == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    os._exit(17)
+
+
+def open_store(kind: str, path: str) -> AgentStore:
+    if kind == "files":
+        from lousho_sessions.stores.files import file_store
+
+        return file_store(path)
+    from lousho_sessions.sqlite import SqliteStore
+
+    store = SqliteStore(os.path.join(path, "agent.db"))
+    return AgentStore(store.sessions, store.checkpoints, store.approvals)
+
+
+def build(kind: str, path: str, logfile: str, point: str | None, how: str) -> Any:
+    store = open_store(kind, path)
+
+    def crash() -> None:
+        if point:
+            die(how)
+
+    def model(request: ModelRequest) -> Message:
+        done = sum(1 for m in request.messages if m.role == "tool")
+        log(logfile, f"model-{done + 1}")
+        if point == f"inside-model-{done + 1}":
+            crash()
+        if done == 0:
+            return Message.assistant("", tool_calls=[ToolCall("call-a", "tool_a", {})])
+        if done == 1:
+            return Message.assistant("", tool_calls=[ToolCall("call-b", "tool_b", {})])
+        return Message.assistant("all done")
+
+    @tool
+    def tool_a(ctx: ToolContext) -> str:
+        """First tool."""
+        log(logfile, f"tool_a {ctx.idempotency_key}")
+        if point == "inside-tool-a":
+            crash()
+        return "A"
+
+    @tool
+    def tool_b(ctx: ToolContext) -> str:
+        """Second tool."""
+        if point == "between-tools":
+            crash()
+        log(logfile, f"tool_b {ctx.idempotency_key}")
+        if point == "inside-tool-b":
+            crash()
+        return "B"
+
+    assert store.checkpoints is not None and store.sessions is not None
+    if point in _AFTER_SAVE:
+        checkpoints = store.checkpoints
+        original = checkpoints.save
+        count = [0]
+
+        def save(turn_id: str, data: Mapping[str, Any]) -> None:
+            original(turn_id, data)
+            count[0] += 1
+            if count[0] == _AFTER_SAVE[point]:
+                crash()
+
+        checkpoints.save = save  # type: ignore[method-assign, assignment]
+    if point in ("final-save-before", "final-save-after"):
+        sessions: Any = store.sessions
+        original_append = sessions.append
+
+        def append(id: str, messages: Sequence[Message], expected_length: int) -> None:
+            if point == "final-save-before":
+                crash()
+            original_append(id, messages, expected_length)
+            crash()
+
+        sessions.append = append
+    return create_agent(provider=FunctionProvider(model), tools=[tool_a, tool_b], store=store)
+
+
+def main(argv: list[str]) -> None:
+    mode, kind, path, logfile = argv[:4]
+    if mode == "turn":
+        point, how = argv[4], argv[5]
+        agent = build(kind, path, logfile, point, how)
+        agent.session("crash").send("go")
+        print(json.dumps({"finished": True}))
+        return
+    agent = build(kind, path, logfile, None, "exit")
+    session = agent.session("crash")
+    result = session.resume()
+    messages = session.load()
+    out = {
+        "resumed": result is not None,
+        "text": result.text if result else None,
+        "transcript": [
+            [m.role, m.text, [c.id for c in m.tool_calls], m.tool_call_id] for m in messages
+        ],
+        "pending": session.pending() is not None,
+    }
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

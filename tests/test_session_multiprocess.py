@@ -1,0 +1,48 @@
+"""Real processes sending to one session id through ``Session``: no turn is lost or unseen."""
+
+from __future__ import annotations
+
+import multiprocessing
+from pathlib import Path
+from typing import Any
+
+import pytest
+import store_workers
+from storekit import SHARED_KINDS, WAIT, open_kit
+
+CTX = multiprocessing.get_context("spawn")
+PROCESSES, TURNS = 4, 25
+
+
+@pytest.mark.parametrize("kind", SHARED_KINDS)
+def test_sessions_in_processes_lose_no_turn(kind: str, tmp_path: Path) -> None:
+    location = tmp_path / "store"
+    open_kit(kind, location).close()
+    go = CTX.Event()
+    out: Any = CTX.Queue()
+    workers = [
+        CTX.Process(
+            target=store_workers.send_turns,
+            args=(kind, str(location), "shared", n, TURNS, go, out),
+        )
+        for n in range(PROCESSES)
+    ]
+    for w in workers:
+        w.start()
+    go.set()
+    results = [out.get(timeout=WAIT * 2) for _ in workers]
+    for w in workers:
+        w.join(WAIT)
+    assert [r for r in results if r[0] != "ok"] == []
+
+    kit = open_kit(kind, location)
+    messages = kit.sessions.load("shared") or []
+    kit.close()
+    assert len(messages) == 2 * PROCESSES * TURNS
+    tags = []
+    for i, (user, assistant) in enumerate(zip(messages[::2], messages[1::2], strict=True)):
+        assert (user.role, assistant.role) == ("user", "assistant")
+        # the model of every turn saw every earlier message: the turn before it was not missed
+        assert assistant.text == f"{user.text}|{2 * i + 1}"
+        tags.append(user.text)
+    assert sorted(tags) == sorted(f"w{w}-t{n}" for w in range(PROCESSES) for n in range(TURNS))
