@@ -436,9 +436,10 @@ class HttpClient:
         while True:
             if signal.aborted:
                 raise AbortedError(signal.reason)
-            error, delay = self._attempt(url, data, signal, scope)
-            if isinstance(error, requests.Response):
-                return error
+            outcome, delay = self._attempt(url, data, signal, scope)
+            if isinstance(outcome, requests.Response):
+                return outcome
+            error = outcome
             if not error.retryable or attempt >= self.retry.max_retries:
                 if attempt:
                     log.warning(
