@@ -63,16 +63,11 @@ def create_agent(
     )
 
 
-def resolve_provider(model: str) -> Provider:
+def resolve_provider(model: str, pricing: Mapping[str, Pricing] | None = None) -> Provider:
     """The provider a model string names ("demo", "openai/…", "anthropic/…", "ollama/…")."""
-    if model == "demo":
-        from .providers.demo import DemoProvider
+    from .providers import registry
 
-        return DemoProvider()
-    from .providers import registry  # type: ignore[attr-defined, unused-ignore]
-
-    provider: Provider = registry.provider_for(model)
-    return provider
+    return registry.provider_for(model, pricing=pricing)
 
 
 def find_project_instructions(
@@ -117,7 +112,7 @@ class Agent:
             raise ValueError(f"max_steps must be at least 1, got {max_steps}")
         if provider is None:
             model = model or os.environ.get("LOUSHO_MODEL") or "demo"
-            provider = resolve_provider(model)
+            provider = resolve_provider(model, pricing)
         self.provider = provider
         self.model_name: str | None = getattr(provider, "model", None) or model
         self.instructions = instructions

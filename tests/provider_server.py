@@ -17,6 +17,7 @@ import re
 import socket
 import threading
 import time
+import zlib
 from collections import deque
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -50,10 +51,10 @@ def sse_events(kind: str, name: str) -> list[bytes]:
 class SSEReply:
     """A ``text/event-stream`` reply sent one event per HTTP chunk.
 
-    ``stall_after=n`` sends n events, then waits for ``release``; ``cut_after=n``
+    ``stall_after=n`` sends n events (n may be all of them), then waits for ``release``; ``cut_after=n``
     sends n events and half of the next, then drops the connection (or, with
     ``terminate=True``, ends the body cleanly there). ``crlf`` sends CRLF line
-    ends. For benchmarks: ``delay`` paces the events (seconds before each) and
+    ends; ``gzip`` compresses the body (flushed per event). For benchmarks: ``delay`` paces the events (seconds before each) and
     ``{stamp}`` in an event becomes ``time.perf_counter()`` just before it is sent.
     """
 
@@ -62,6 +63,7 @@ class SSEReply:
     cut_after: int | None = None
     terminate: bool = False
     crlf: bool = False
+    gzip: bool = False
     headers: Mapping[str, str] = field(default_factory=dict)
     delay: float = 0.0
 
@@ -98,6 +100,7 @@ class Recorded:
     headers: dict[str, str]
     body: Any
     time: float
+    client_port: int
 
 
 class _Server(ThreadingHTTPServer):
@@ -110,6 +113,7 @@ class _Server(ThreadingHTTPServer):
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # each event goes out when written, as a real server sends it
     server: _Server
 
     def log_message(self, format: str, *args: Any) -> None:
@@ -124,7 +128,9 @@ class _Handler(BaseHTTPRequestHandler):
         except ValueError:
             body = raw.decode("utf-8", errors="replace")
         headers = {k.lower(): v for k, v in self.headers.items()}
-        number = owner._record(Recorded("POST", self.path, headers, body, time.monotonic()))
+        number = owner._record(
+            Recorded("POST", self.path, headers, body, time.monotonic(), self.client_address[1])
+        )
         reply = owner._next_reply()
         request_id = f"req_{number:04d}"
         if isinstance(reply, JSONReply):
@@ -157,10 +163,13 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Transfer-Encoding", "chunked")
         self.send_header("x-request-id", request_id)
         self.send_header("request-id", request_id)
+        if reply.gzip:
+            self.send_header("Content-Encoding", "gzip")
         for name, value in reply.headers.items():
             self.send_header(name, value)
         self.end_headers()
         self.wfile.flush()
+        packer = zlib.compressobj(wbits=31) if reply.gzip else None  # 31: gzip framing
         for number, event in enumerate(reply.events):
             if reply.crlf:
                 event = event.replace(b"\n", b"\r\n")
@@ -170,7 +179,7 @@ class _Handler(BaseHTTPRequestHandler):
                 self.close_connection = True
                 return
             if number == reply.cut_after:
-                self._chunk(event[: len(event) // 2])
+                self._chunk(self._pack(packer, event[: len(event) // 2]))
                 if reply.terminate:
                     self._chunk(b"")
                 else:
@@ -181,8 +190,22 @@ class _Handler(BaseHTTPRequestHandler):
                 time.sleep(reply.delay)  # pacing for the latency benchmark, not for sync
             if b"{stamp}" in event:
                 event = event.replace(b"{stamp}", b"%.9f" % time.perf_counter())
-            self._chunk(event)
+            self._chunk(self._pack(packer, event))
+        if packer is not None:
+            self._chunk(packer.flush())
+        if reply.stall_after is not None and reply.stall_after >= len(reply.events):
+            owner.stalled.set()  # every event sent, the body never ended
+            owner.release.wait(30)
+            self.close_connection = True
+            return
         self._chunk(b"")
+
+    @staticmethod
+    def _pack(packer: Any, data: bytes) -> bytes:
+        if packer is None:
+            return data
+        packed: bytes = packer.compress(data) + packer.flush(zlib.Z_SYNC_FLUSH)
+        return packed
 
     def _chunk(self, data: bytes) -> None:
         self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))

@@ -1,8 +1,8 @@
-"""OpenAI and Anthropic providers against a real local HTTP server.
+"""OpenAI and Anthropic providers against a real local server: failures, retries, abort.
 
-Every case runs for both wire formats: the right result, or a clear
-``ProviderError`` with the right ``status`` and ``retryable``; retry counts;
-``Retry-After``; read timeouts; abort within 100 ms; the key never leaked.
+Every case runs for both wire formats: a clear ``ProviderError`` with the right
+``status`` and ``retryable``; retry counts; ``Retry-After``; read timeouts;
+abort within 100 ms; the key never leaked.
 """
 
 from __future__ import annotations
@@ -14,56 +14,31 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from typing import Any
 
 import pytest
 from provider_server import JSONReply, ProviderServer, SSEReply, StallReply, sse_events
+from provider_wires import (
+    FAST,
+    KEY,
+    WIRES,
+    HttpProvider,
+    Wire,
+    fail,
+    provider_factory,
+    request,
+    run,
+)
 
 from lousho_sessions.abort import AbortController, AbortedError, AbortSignal
 from lousho_sessions.errors import ProviderError
-from lousho_sessions.messages import ImagePart, Message, TextPart, ToolCall
-from lousho_sessions.pricing import Pricing
 from lousho_sessions.providers._http import RetryPolicy, Secret, parse_retry_after
 from lousho_sessions.providers.anthropic import AnthropicProvider
 from lousho_sessions.providers.base import (
     ModelEvent,
-    ModelRequest,
     ModelResponse,
     ModelTextDelta,
-    ModelToolCallDelta,
-    ToolSpec,
-    complete,
 )
 from lousho_sessions.providers.openai import OpenAIProvider
-
-KEY = "sk-test-0c7f-SECRET-b3e9-4d21"
-FAST = RetryPolicy(max_retries=2, initial_delay=0.001, max_delay=0.002, jitter=0.0)
-PRICES = {"test-model": Pricing(1.0, 2.0)}
-HttpProvider = OpenAIProvider | AnthropicProvider
-
-
-@dataclass
-class Wire:
-    """One wire format: how to make its provider and name its fixtures."""
-
-    kind: str
-    path: str
-    tools_fixture: str
-    make_provider: Callable[..., HttpProvider]
-
-    def sse(self, name: str, **kwargs: Any) -> SSEReply:
-        return SSEReply(sse_events(self.kind, name), **kwargs)
-
-    def error(self, status: int, headers: dict[str, str] | None = None) -> JSONReply:
-        name = {401: "error_401", 429: "error_429", 400: "error_400"}.get(status, "error_500")
-        return JSONReply.fixture(self.kind, name, status, headers)
-
-
-WIRES = {
-    "openai": Wire("openai", "/v1/chat/completions", "tool_calls", OpenAIProvider),
-    "anthropic": Wire("anthropic", "/v1/messages", "tool_use", AnthropicProvider),
-}
 
 
 @pytest.fixture
@@ -79,50 +54,8 @@ def wire(request: pytest.FixtureRequest) -> Wire:
 
 @pytest.fixture
 def make(wire: Wire, server: ProviderServer) -> Iterator[Callable[..., HttpProvider]]:
-    """Providers for ``wire`` pointed at the server, fast retries, closed after the test."""
-    made: list[HttpProvider] = []
-
-    def factory(**kwargs: Any) -> HttpProvider:
-        options: dict[str, Any] = {
-            "api_key": KEY,
-            "base_url": server.url + ("/v1" if wire.kind == "openai" else ""),
-            "retry": FAST,
-            "timeout": (2.0, 2.0),
-            "pricing": PRICES,
-        }
-        options.update(kwargs)
-        provider = wire.make_provider("test-model", **options)
-        made.append(provider)
-        return provider
-
-    yield factory
-    for provider in made:
-        provider.close()
-
-
-def request(*messages: Message, tools: tuple[ToolSpec, ...] = (), **settings: Any) -> ModelRequest:
-    return ModelRequest(
-        system="You are terse.",
-        messages=messages or (Message.user("Hi, I am Ali."),),
-        tools=tools,
-        settings=settings,
-    )
-
-
-def run(
-    provider: HttpProvider, req: ModelRequest | None = None, signal: AbortSignal | None = None
-) -> tuple[list[ModelEvent], ModelResponse]:
-    req = req or request()
-    events = list(provider.stream(req, signal or req.signal))
-    assert isinstance(events[-1], ModelResponse)
-    assert not any(isinstance(e, ModelResponse) for e in events[:-1])
-    return events[:-1], events[-1]
-
-
-def fail(provider: HttpProvider, req: ModelRequest | None = None) -> ProviderError:
-    with pytest.raises(ProviderError) as caught:
-        run(provider, req)
-    return caught.value
+    with provider_factory(wire, server) as factory:
+        yield factory
 
 
 class _LogEvent(logging.Handler):
@@ -138,293 +71,12 @@ class _LogEvent(logging.Handler):
             self.event.set()
 
 
-# --- results ------------------------------------------------------------------------
-
-
-def test_streamed_text(wire: Wire, server: ProviderServer, make: Callable[..., HttpProvider]) -> None:
-    server.reply(wire.sse("text"))
-    deltas, response = run(make())
-    texts = [e.text for e in deltas if isinstance(e, ModelTextDelta)]
-    assert texts == ["Hello", ", Ali", "! ☀️ How can I help?"]
-    assert response.message.role == "assistant"
-    assert response.message.text == "".join(texts)
-    assert response.message.tool_calls == ()
-    assert response.finish_reason == "stop"
-    assert (response.usage.input_tokens, response.usage.output_tokens) == (1200, 300)
-    assert response.usage.cost_usd == pytest.approx((1200 * 1.0 + 300 * 2.0) / 1e6)
-    assert response.message.usage == response.usage
-    [sent] = server.requests
-    assert sent.path == wire.path
-    assert sent.body["model"] == "test-model"
-    assert sent.body["stream"] is True
-
-
-def test_streamed_text_with_crlf_line_ends(
-    wire: Wire, server: ProviderServer, make: Callable[..., HttpProvider]
-) -> None:
-    server.reply(wire.sse("text", crlf=True))
-    _, response = run(make())
-    assert response.message.text == "Hello, Ali! ☀️ How can I help?"
-
-
-def test_streamed_tool_calls(
-    wire: Wire, server: ProviderServer, make: Callable[..., HttpProvider]
-) -> None:
-    server.reply(wire.sse(wire.tools_fixture))
-    deltas, response = run(make())
-    assert response.finish_reason == "tool_calls"
-    calls = response.message.tool_calls
-    assert [(c.name, dict(c.arguments)) for c in calls] == [
-        ("get_weather", {"city": "Paris"}),
-        ("get_time", {"zone": "Europe/Paris"}),
-    ]
-    assert all(c.id for c in calls) and calls[0].id != calls[1].id
-    call_deltas = [e for e in deltas if isinstance(e, ModelToolCallDelta)]
-    assert {e.index for e in call_deltas} == {0, 1}
-    first = "".join(e.arguments for e in call_deltas if e.index == 0)
-    assert first == '{"city": "Paris"}'
-    assert [e.name for e in call_deltas if e.name] == ["get_weather", "get_time"]
-
-
-def test_complete_drains_the_stream(
-    wire: Wire, server: ProviderServer, make: Callable[..., HttpProvider]
-) -> None:
-    server.reply(wire.sse("text"))
-    assert complete(make(), request()).message.text.startswith("Hello, Ali")
-
-
-@pytest.mark.parametrize(
-    ("kind", "events", "finish"),
-    [
-        (
-            "openai",
-            [
-                b'data: {"choices":[{"index":0,"delta":{"content":"cut"},"finish_reason":"length"}]}\n\n',
-                b"data: [DONE]\n\n",
-            ],
-            "length",
-        ),
-        (
-            # a compatible server that says "stop" after a tool call
-            "openai",
-            [
-                b'data: {"choices":[{"index":0,"delta":{"tool_calls":[{"id":"c1","type":"function",'
-                b'"function":{"name":"f","arguments":{"x":1}}}]},"finish_reason":"stop"}]}\n\n',
-                b"data: [DONE]\n\n",
-            ],
-            "tool_calls",
-        ),
-        (
-            "anthropic",
-            [
-                b'event: message_start\ndata: {"type":"message_start","message":{"usage":{"input_tokens":3,"output_tokens":1}}}\n\n',
-                b'event: content_block_start\ndata: {"type":"content_block_start","index":0,"content_block":{"type":"text","text":"cut"}}\n\n',
-                b'event: message_delta\ndata: {"type":"message_delta","delta":{"stop_reason":"max_tokens"},"usage":{"output_tokens":9}}\n\n',
-                b'event: message_stop\ndata: {"type":"message_stop"}\n\n',
-            ],
-            "length",
-        ),
-    ],
-)
-def test_finish_reason_mapping(
-    kind: str, events: list[bytes], finish: str, server: ProviderServer
-) -> None:
-    server.reply(SSEReply(events))
-    base = server.url + ("/v1" if kind == "openai" else "")
-    with WIRES[kind].make_provider("m", api_key=KEY, base_url=base, retry=FAST) as provider:
-        _, response = run(provider)
-    assert response.finish_reason == finish
-    assert response.message.text == ("" if finish == "tool_calls" else "cut")
-
-
-# --- what the provider sends ---------------------------------------------------------
-
-PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 8
-WEATHER = ToolSpec(
-    "get_weather",
-    "Weather for a city.",
-    {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
-)
-CONVERSATION = (
-    Message.user(
-        [
-            TextPart("What is in these?"),
-            ImagePart(url="https://example.com/cat.jpg"),
-            ImagePart(data=PNG),
-        ]
-    ),
-    Message.assistant(
-        "Checking.",
-        tool_calls=[
-            ToolCall("call_1", "get_weather", {"city": "Paris"}),
-            ToolCall("call_2", "get_weather", {"city": "Oslo"}),
-        ],
-    ),
-    Message.tool("call_1", "18°C"),
-    Message.tool("call_2", "no such city", is_error=True),
-    Message.user("Thanks."),
-)
-PNG_B64 = "iVBORw0KGgoAAAAAAAAAAA=="
-
-
-def test_openai_request_body(server: ProviderServer) -> None:
-    server.reply(SSEReply(sse_events("openai", "text")))
-    with OpenAIProvider("gpt-x", api_key=KEY, base_url=server.url + "/v1", retry=FAST) as p:
-        req = request(*CONVERSATION, tools=(WEATHER,), temperature=0.2, session_hint="x")
-        run(p, req)
-    [sent] = server.requests
-    assert sent.headers["authorization"] == f"Bearer {KEY}"
-    body = sent.body
-    assert body["stream_options"] == {"include_usage": True}
-    assert body["temperature"] == 0.2
-    assert "session_hint" not in body
-    assert body["tools"] == [
-        {
-            "type": "function",
-            "function": {
-                "name": "get_weather",
-                "description": "Weather for a city.",
-                "parameters": dict(WEATHER.parameters),
-            },
-        }
-    ]
-    assert body["messages"] == [
-        {"role": "system", "content": "You are terse."},
-        {
-            "role": "user",
-            "content": [
-                {"type": "text", "text": "What is in these?"},
-                {"type": "image_url", "image_url": {"url": "https://example.com/cat.jpg"}},
-                {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{PNG_B64}"}},
-            ],
-        },
-        {
-            "role": "assistant",
-            "content": "Checking.",
-            "tool_calls": [
-                {
-                    "id": "call_1",
-                    "type": "function",
-                    "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
-                },
-                {
-                    "id": "call_2",
-                    "type": "function",
-                    "function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'},
-                },
-            ],
-        },
-        {"role": "tool", "tool_call_id": "call_1", "content": "18°C"},
-        {"role": "tool", "tool_call_id": "call_2", "content": "no such city"},
-        {"role": "user", "content": "Thanks."},
-    ]
-
-
-def test_anthropic_request_body(server: ProviderServer) -> None:
-    server.reply(SSEReply(sse_events("anthropic", "text")))
-    with AnthropicProvider("claude-x", api_key=KEY, base_url=server.url, retry=FAST) as p:
-        req = request(*CONVERSATION, tools=(WEATHER,), temperature=0.2, stop=["END"], bogus=1)
-        run(p, req)
-    [sent] = server.requests
-    assert sent.headers["x-api-key"] == KEY
-    assert sent.headers["anthropic-version"] == "2023-06-01"
-    assert "authorization" not in sent.headers
-    body = sent.body
-    assert body["system"] == "You are terse."
-    assert body["max_tokens"] == 4096
-    assert body["temperature"] == 0.2
-    assert body["stop_sequences"] == ["END"]
-    assert "bogus" not in body
-    assert body["tools"] == [
-        {
-            "name": "get_weather",
-            "description": "Weather for a city.",
-            "input_schema": dict(WEATHER.parameters),
-        }
-    ]
-    assert body["messages"] == [
-        {
-            "role": "user",
-            "content": [
-                {"type": "text", "text": "What is in these?"},
-                {"type": "image", "source": {"type": "url", "url": "https://example.com/cat.jpg"}},
-                {
-                    "type": "image",
-                    "source": {"type": "base64", "media_type": "image/png", "data": PNG_B64},
-                },
-            ],
-        },
-        {
-            "role": "assistant",
-            "content": [
-                {"type": "text", "text": "Checking."},
-                {"type": "tool_use", "id": "call_1", "name": "get_weather", "input": {"city": "Paris"}},
-                {"type": "tool_use", "id": "call_2", "name": "get_weather", "input": {"city": "Oslo"}},
-            ],
-        },
-        {
-            "role": "user",
-            "content": [
-                {
-                    "type": "tool_result",
-                    "tool_use_id": "call_1",
-                    "content": [{"type": "text", "text": "18°C"}],
-                },
-                {
-                    "type": "tool_result",
-                    "tool_use_id": "call_2",
-                    "content": [{"type": "text", "text": "no such city"}],
-                    "is_error": True,
-                },
-                {"type": "text", "text": "Thanks."},
-            ],
-        },
-    ]
-
-
-def test_anthropic_max_tokens_setting_wins(server: ProviderServer) -> None:
-    server.reply(SSEReply(sse_events("anthropic", "text")))
-    with AnthropicProvider("c", api_key=KEY, base_url=server.url, max_tokens=100) as p:
-        run(p, request(max_tokens=7))
-    assert server.requests[0].body["max_tokens"] == 7
-
-
-def test_keys_and_base_urls_come_from_the_environment(
-    wire: Wire, server: ProviderServer, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    prefix = wire.kind.upper()
-    monkeypatch.setenv(f"{prefix}_API_KEY", KEY)
-    monkeypatch.setenv(f"{prefix}_BASE_URL", server.url + ("/v1" if wire.kind == "openai" else ""))
-    server.reply(wire.sse("text"))
-    with wire.make_provider("test-model") as provider:
-        run(provider)
-    headers = server.requests[0].headers
-    assert KEY in (headers.get("x-api-key"), headers.get("authorization", "").removeprefix("Bearer "))
-
-
-def test_a_keyless_server_gets_no_authorization_header(server: ProviderServer) -> None:
-    server.reply(SSEReply(sse_events("openai", "text")))
-    with OpenAIProvider("llama3.2", api_key="", base_url=server.url + "/v1") as p:
-        run(p)
-    assert "authorization" not in server.requests[0].headers
-
-
-def test_the_public_endpoint_without_a_key_fails_before_any_request(
-    wire: Wire, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    prefix = wire.kind.upper()
-    monkeypatch.delenv(f"{prefix}_API_KEY", raising=False)
-    monkeypatch.delenv(f"{prefix}_BASE_URL", raising=False)
-    with wire.make_provider("test-model") as provider:
-        error = fail(provider)
-    assert error.retryable is False
-    assert f"{prefix}_API_KEY" in str(error)
-
-
 # --- HTTP errors and retries ---------------------------------------------------------
 
 
-def test_401_is_not_retried(wire: Wire, server: ProviderServer, make: Callable[..., HttpProvider]) -> None:
+def test_401_is_not_retried(
+    wire: Wire, server: ProviderServer, make: Callable[..., HttpProvider]
+) -> None:
     server.reply(wire.error(401))
     error = fail(make())
     assert (error.status, error.retryable) == (401, False)
@@ -433,7 +85,9 @@ def test_401_is_not_retried(wire: Wire, server: ProviderServer, make: Callable[.
     assert len(server.requests) == 1
 
 
-def test_400_is_not_retried(wire: Wire, server: ProviderServer, make: Callable[..., HttpProvider]) -> None:
+def test_400_is_not_retried(
+    wire: Wire, server: ProviderServer, make: Callable[..., HttpProvider]
+) -> None:
     server.reply(wire.error(400), wire.sse("text"))
     error = fail(make())
     assert (error.status, error.retryable) == (400, False)
@@ -441,7 +95,9 @@ def test_400_is_not_retried(wire: Wire, server: ProviderServer, make: Callable[.
     assert len(server.requests) == 1
 
 
-def test_500_then_success(wire: Wire, server: ProviderServer, make: Callable[..., HttpProvider]) -> None:
+def test_500_then_success(
+    wire: Wire, server: ProviderServer, make: Callable[..., HttpProvider]
+) -> None:
     server.reply(wire.error(500), wire.sse("text"))
     _, response = run(make())
     assert response.message.text.startswith("Hello")
@@ -606,7 +262,9 @@ def test_anthropic_error_event(server: ProviderServer) -> None:
 
 
 def test_openai_error_chunk(server: ProviderServer) -> None:
-    server.reply(SSEReply([b'data: {"error": {"message": "model crashed", "type": "server_error"}}\n\n']))
+    server.reply(
+        SSEReply([b'data: {"error": {"message": "model crashed", "type": "server_error"}}\n\n'])
+    )
     with OpenAIProvider("m", api_key=KEY, base_url=server.url, retry=FAST) as provider:
         error = fail(provider)
     assert error.retryable is True
@@ -652,7 +310,9 @@ def _abort_on(event: threading.Event, controller: AbortController) -> list[float
     return when
 
 
-def _aborted_within(provider: HttpProvider, controller: AbortController, when: list[float]) -> float:
+def _aborted_within(
+    provider: HttpProvider, controller: AbortController, when: list[float]
+) -> float:
     events: list[ModelEvent] = []
     with pytest.raises(AbortedError):
         events.extend(provider.stream(request(), controller.signal))

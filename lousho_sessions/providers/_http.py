@@ -49,9 +49,11 @@ from ._sse import ServerSentEvent, SSEDecoder
 
 __all__ = [
     "HttpClient",
+    "HttpStream",
     "RetryPolicy",
     "Secret",
     "Timeout",
+    "error_message",
     "parse_retry_after",
 ]
 
@@ -257,12 +259,37 @@ class HttpStream:
     """An open streamed reply: its events, status and request id."""
 
     def __init__(
-        self, response: requests.Response, signal: AbortSignal, redact: Callable[[str], str]
+        self,
+        response: requests.Response,
+        signal: AbortSignal,
+        redact: Callable[[str], str],
+        scope: _AbortScope,
+        grace: float,
     ) -> None:
         self.response = response
         self.request_id = _request_id(response.headers)
         self._signal = signal
         self._redact = redact
+        self._scope = scope
+        self._grace = grace
+
+    def drain(self) -> None:
+        """Read the rest of the body after the last event, so the connection is reused.
+
+        Normally only the end of the chunked body is left. A server that keeps
+        the stream open is cut off after a grace period (at most a second), and
+        nothing read here can fail the call.
+        """
+        timer = threading.Timer(self._grace, self._scope.abort)
+        timer.daemon = True
+        timer.start()
+        try:
+            for _ in _iter_body(self.response):
+                pass
+        except Exception as exc:
+            log.debug("not reusing the connection: %s", type(exc).__name__)
+        finally:
+            timer.cancel()
 
     def events(self) -> Iterator[ServerSentEvent]:
         """The reply's server-sent events as they arrive.
@@ -302,7 +329,7 @@ def _iter_body(response: requests.Response) -> Iterator[bytes]:
         yield from raw.stream(65536, decode_content=True)
         return
     while True:
-        chunk = read1(65536)
+        chunk = read1(65536, decode_content=True)  # requests leaves raw bodies encoded
         if not chunk:
             return
         yield chunk
@@ -393,7 +420,7 @@ class HttpClient:
         response: requests.Response | None = None
         try:
             response = self._send(path, body, signal, scope)
-            yield HttpStream(response, signal, self.redact)
+            yield HttpStream(response, signal, self.redact, scope, grace=min(1.0, self.timeout[1]))
         finally:
             remove()
             scope.close()
@@ -409,9 +436,10 @@ class HttpClient:
         while True:
             if signal.aborted:
                 raise AbortedError(signal.reason)
-            error, delay = self._attempt(url, data, signal, scope)
-            if isinstance(error, requests.Response):
-                return error
+            outcome, delay = self._attempt(url, data, signal, scope)
+            if isinstance(outcome, requests.Response):
+                return outcome
+            error = outcome
             if not error.retryable or attempt >= self.retry.max_retries:
                 if attempt:
                     log.warning(

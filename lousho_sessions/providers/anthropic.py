@@ -181,6 +181,7 @@ class AnthropicProvider:
                 data = event_json(event, self.name, reply.request_id)
                 yield from state.event(str(data.get("type") or event.event), data)
                 if state.done:
+                    reply.drain()
                     break
         if not state.done:
             raise ProviderError(

@@ -168,6 +168,7 @@ class OpenAIProvider:
             for event in reply.events():
                 if event.data.strip() == "[DONE]":
                     state.done = True
+                    reply.drain()
                     break
                 yield from state.chunk(event_json(event, self.name, reply.request_id))
         if not state.done:
