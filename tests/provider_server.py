@@ -187,7 +187,8 @@ class _Handler(BaseHTTPRequestHandler):
                 self.close_connection = True
                 return
             if reply.delay:
-                time.sleep(reply.delay)  # pacing for the latency benchmark, not for sync
+                # pacing for the latency benchmark (not synchronisation); ends early on stop()
+                self.server.owner.stopping.wait(reply.delay)
             if b"{stamp}" in event:
                 event = event.replace(b"{stamp}", b"%.9f" % time.perf_counter())
             self._chunk(self._pack(packer, event))
@@ -222,6 +223,7 @@ class ProviderServer:
         self.received = threading.Event()  # set on every request
         self._replies: deque[Reply] = deque()
         self._lock = threading.Lock()
+        self.stopping = threading.Event()
         self._server = _Server(("127.0.0.1", 0), _Handler)
         self._server.owner = self
         self._thread = threading.Thread(
@@ -258,6 +260,7 @@ class ProviderServer:
         return self
 
     def stop(self) -> None:
+        self.stopping.set()
         self.release.set()
         self._server.shutdown()
         self._server.server_close()
