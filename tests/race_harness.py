@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from crash_harness import open_store
+
 from lousho_sessions import (
     ApprovalAlreadyResolvedError,
     ScriptedProvider,
@@ -12,18 +14,6 @@ from lousho_sessions import (
     create_agent,
     tool,
 )
-from lousho_sessions.stores.base import AgentStore
-
-
-def open_store(kind: str, path: str) -> AgentStore:
-    if kind == "files":
-        from lousho_sessions.stores.files import file_store
-
-        return file_store(path)
-    from lousho_sessions.sqlite import SqliteStore
-
-    store = SqliteStore(os.path.join(path, "agent.db"))
-    return AgentStore(store.sessions, store.checkpoints, store.approvals)
 
 
 def make_agent(kind: str, path: str, logfile: str, replies: list[Any]) -> Any:
