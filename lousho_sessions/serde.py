@@ -29,6 +29,7 @@ __all__ = [
     "dumps",
     "loads",
     "message_from_dict",
+    "message_json",
     "message_to_dict",
     "messages_from_json",
     "messages_to_json",
@@ -75,13 +76,20 @@ def _path(path: tuple[object, ...]) -> str:
 
 
 def to_json(value: Any, *, what: str) -> str:
-    """Compact JSON text for plain data, after ``check_json_value``; ``TypeError`` naming
-    ``what`` for a value JSON cannot hold."""
-    check_json_value(value, what=what)
+    """Compact JSON text for plain data. ``ValueError`` naming the field for NaN, infinity or
+    nesting deeper than ``MAX_JSON_DEPTH``; ``TypeError`` naming ``what`` for a value JSON
+    cannot hold."""
     try:
-        return json.dumps(value, separators=(",", ":"), allow_nan=False)
-    except (TypeError, ValueError) as exc:
+        text = json.dumps(value, separators=(",", ":"), allow_nan=False)
+    except (ValueError, RecursionError) as exc:
+        check_json_value(value, what=what)  # names the field
+        raise ValueError(f"{what}: not valid JSON: {exc}") from exc
+    except TypeError as exc:
         raise TypeError(f"{what}: not JSON-serialisable: {exc}") from exc
+    # Nesting depth is at most the number of brackets: only a text with many is walked.
+    if text.count("{") + text.count("[") >= MAX_JSON_DEPTH:
+        check_json_value(value, what=what)
+    return text
 
 
 converter = cattrs.Converter(omit_if_default=False)
@@ -166,11 +174,26 @@ converter.register_structure_hook_func(lambda t: t == tuple[Part, ...], _structu
 
 
 def message_to_dict(message: Message) -> dict[str, Any]:
-    """A JSON-able dict for ``message``; ``ValueError`` naming the field for NaN, infinity
-    or nesting deeper than ``MAX_JSON_DEPTH`` (in ``metadata``, tool arguments, ``usage``)."""
+    """A JSON-able dict for ``message`` (not checked: ``message_json`` refuses NaN and the like)."""
     data: dict[str, Any] = converter.unstructure(message, Message)
-    check_json_value(data, what=f"message {message.id!r}")
     return data
+
+
+def message_json(message: Message) -> str:
+    """One message as compact JSON text; ``ValueError`` naming the field for NaN, infinity
+    or nesting deeper than ``MAX_JSON_DEPTH`` (in ``metadata``, tool arguments, ``usage``)."""
+    what = f"message {message.id!r}"
+    try:
+        data = message_to_dict(message)
+    except RecursionError as exc:  # the converter recurses: find the culprit without recursing
+        fields = {
+            "metadata": message.metadata,
+            "tool_calls": [{"arguments": call.arguments} for call in message.tool_calls],
+            "extra": message.extra,
+        }
+        check_json_value(fields, what=what)
+        raise ValueError(f"{what}: nested too deeply to store") from exc
+    return to_json(data, what=what)
 
 
 def message_from_dict(data: Mapping[str, Any]) -> Message:

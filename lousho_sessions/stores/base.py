@@ -25,7 +25,8 @@ import attrs
 
 from ..errors import ApprovalAlreadyResolvedError, InvalidSessionIdError, StoreCorruptError
 from ..messages import Message
-from ..serde import message_to_dict, to_json
+from ..serde import message_json as serde_message_json
+from ..serde import to_json
 
 __all__ = [
     "APPROVAL_ID_PATTERN",
@@ -131,7 +132,7 @@ def message_json(message: Message) -> str:
     ``ValueError`` naming the field for NaN, infinity or nesting deeper than
     ``serde.MAX_JSON_DEPTH``: such a message is refused before anything is written.
     """
-    return json.dumps(message_to_dict(message), separators=(",", ":"), allow_nan=False)
+    return serde_message_json(message)
 
 
 def resolved_approval(
