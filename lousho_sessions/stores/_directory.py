@@ -31,7 +31,8 @@ DEAD_WRITER_GRACE = 30.0
 STALE_TEMP_AGE = 3600.0
 #: Mode of every file the store writes: transcripts are private.
 FILE_MODE = 0o600
-_TEMP = re.compile(r"^\..+\.(?:(\d+)\.[0-9a-f]{8}|[a-z0-9_]{8})\.tmp$")
+_TEMP = re.compile(r"^\..+\.tmp$")
+_TEMP_PID = re.compile(r"^\..+\.(\d+)\.[0-9a-f]{8}\.tmp$")
 
 
 def _pid_alive(pid: int) -> bool:
@@ -75,15 +76,15 @@ class Directory:
         except OSError:
             return 0
         for name in names:
-            match = _TEMP.match(name)
-            if not match:
+            if not _TEMP.match(name):
                 continue
+            match = _TEMP_PID.match(name)
             path = self.path / name
             try:
                 age = now - path.lstat().st_mtime
             except OSError:
                 continue
-            pid = match.group(1)
+            pid = match.group(1) if match else None
             dead = pid is not None and age > DEAD_WRITER_GRACE and not _pid_alive(int(pid))
             if dead or age > STALE_TEMP_AGE:
                 with suppress(OSError):
