@@ -485,12 +485,12 @@ def test_image_data_that_is_not_base64_is_corrupt(kind: str, tmp_path: Path) -> 
     if kind == "files":
         path = tmp_path / "s1.json"
         data = json.loads(path.read_text())
-        data["messages"][0]["content"][0]["data"] = "not base64!"
+        data["messages"][0]["content"][0]["data"] = "@@@@!!!!"
         path.write_text(json.dumps(data))
     else:
         with kit.sessions.store.connection() as conn:
             row = json.loads(conn.execute("SELECT json FROM messages").fetchone()[0])
-            row["content"][0]["data"] = "not base64!"
+            row["content"][0]["data"] = "@@@@!!!!"
             conn.execute("UPDATE messages SET json = ?", (json.dumps(row),))
     with pytest.raises(StoreCorruptError, match=r"content\[0\]\.data"):
         kit.sessions.load("s1")
