@@ -30,7 +30,7 @@ from lousho_sessions.stores.base import (
 
 BAD_SESSION_IDS = ["../x", "a/b", "", "a" * 129, "a.b", "a b"]
 BAD_TURN_IDS = ["../x.turn-1", "a/b.turn-1", "", "a" * 129 + ".turn-1", "noturn", "a.b.c"]
-BAD_APPROVAL_IDS = ["a/b", "", "x" * 201, "../x"]
+BAD_APPROVAL_IDS = ["a/b", "", "x" * 201, "../x", ".hidden", "."]
 
 
 def turn(n: int) -> list[Message]:
