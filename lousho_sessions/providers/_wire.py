@@ -10,7 +10,7 @@ from typing import Any
 
 from ..errors import ProviderError
 from ..messages import ImagePart
-from ._http import Secret
+from ._redact import Secret, secret_from
 from ._sse import ServerSentEvent
 
 __all__ = [
@@ -26,9 +26,14 @@ __all__ = [
 
 
 def api_key_from(api_key: str | None, env: str) -> Secret | None:
-    """The key given, else the environment variable's value, else ``None``."""
-    value = api_key if api_key is not None else os.environ.get(env)
-    return Secret(value) if value else None
+    """The key given, else the environment variable's value, else ``None``.
+
+    Surrounding whitespace is stripped; a key HTTP cannot carry is refused
+    with ``ProviderConfigError`` (see :func:`._redact.secret_from`).
+    """
+    if api_key is not None:
+        return secret_from(api_key, "api_key")
+    return secret_from(os.environ.get(env), f"${env}")
 
 
 def env(name: str) -> str | None:

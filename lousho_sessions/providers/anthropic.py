@@ -13,6 +13,7 @@ from ..errors import ProviderError
 from ..messages import ImagePart, Message, TextPart, ToolCall, Usage
 from ..pricing import Pricing, price_usage
 from ._http import HttpClient, RetryPolicy, Timeout
+from ._sse import DEFAULT_MAX_EVENT_SIZE
 from ._wire import (
     api_key_from,
     env,
@@ -80,7 +81,8 @@ class AnthropicProvider:
     ``ANTHROPIC_BASE_URL``, else the public endpoint, which needs a key.
     ``max_tokens`` caps each reply (the API requires a cap;
     ``settings["max_tokens"]`` overrides it per call). ``timeout``,
-    ``max_retries``, ``retry``, ``pricing`` and ``headers`` work as for
+    ``max_retries``, ``retry``, ``pricing``, ``headers``, ``max_duration``
+    and ``max_event_size`` work as for
     ``OpenAIProvider``. Token usage counts cache reads and writes as input
     tokens, priced at the plain input price.
 
@@ -100,6 +102,8 @@ class AnthropicProvider:
         pricing: Mapping[str, Pricing] | None = None,
         headers: Mapping[str, str] | None = None,
         name: str | None = None,
+        max_duration: float | None = None,
+        max_event_size: int | None = DEFAULT_MAX_EVENT_SIZE,
     ) -> None:
         self.model = model
         self.name = name or f"anthropic/{model}"
@@ -126,6 +130,8 @@ class AnthropicProvider:
             secret=key,
             timeout=timeout,
             retry=policy,
+            max_duration=max_duration,
+            max_event_size=max_event_size,
         )
 
     def __repr__(self) -> str:
@@ -168,6 +174,9 @@ class AnthropicProvider:
 
     def stream(self, request: ModelRequest, signal: AbortSignal) -> Iterator[ModelEvent]:
         """Stream the model's answer: text and tool-call deltas, then one ``ModelResponse``."""
+        return self._http.guard(self._stream(request, signal))
+
+    def _stream(self, request: ModelRequest, signal: AbortSignal) -> Iterator[ModelEvent]:
         if self._needs_key:
             raise ProviderError(
                 None,

@@ -18,6 +18,7 @@ from ..errors import ProviderError
 from ..messages import ImagePart, Message, TextPart, ToolCall, Usage
 from ..pricing import Pricing, price_usage
 from ._http import HttpClient, RetryPolicy, Timeout
+from ._sse import DEFAULT_MAX_EVENT_SIZE
 from ._wire import (
     api_key_from,
     env,
@@ -78,6 +79,11 @@ class OpenAIProvider:
     ``max_retries`` (default 2) and ``retry`` set how failed requests are tried
     again (see ``RetryPolicy``). ``pricing`` adds to or overrides the price
     table used for ``Usage.cost_usd``. ``headers`` are extra HTTP headers.
+    ``max_duration`` (seconds; default ``None``, no limit) bounds a whole
+    call, retries and stream included; ``max_event_size`` (characters, 16 MiB
+    by default) bounds one line or event of the stream. The key is stripped of
+    surrounding whitespace; one HTTP cannot carry raises
+    ``ProviderConfigError`` (a ``ValueError``) that does not show it.
 
     Failures raise ``ProviderError``; an aborted signal ends the call at once
     (it raises the SDK's internal abort error, which the turn handles).
@@ -95,6 +101,8 @@ class OpenAIProvider:
         pricing: Mapping[str, Pricing] | None = None,
         headers: Mapping[str, str] | None = None,
         name: str | None = None,
+        max_duration: float | None = None,
+        max_event_size: int | None = DEFAULT_MAX_EVENT_SIZE,
     ) -> None:
         self.model = model
         self.name = name or f"openai/{model}"
@@ -116,6 +124,8 @@ class OpenAIProvider:
             secret=key,
             timeout=timeout,
             retry=policy,
+            max_duration=max_duration,
+            max_event_size=max_event_size,
         )
 
     def __repr__(self) -> str:
@@ -156,6 +166,9 @@ class OpenAIProvider:
 
     def stream(self, request: ModelRequest, signal: AbortSignal) -> Iterator[ModelEvent]:
         """Stream the model's answer: text and tool-call deltas, then one ``ModelResponse``."""
+        return self._http.guard(self._stream(request, signal))
+
+    def _stream(self, request: ModelRequest, signal: AbortSignal) -> Iterator[ModelEvent]:
         if self._needs_key:
             raise ProviderError(
                 None,
