@@ -31,25 +31,22 @@ yields the server-sent events of the reply:
 from __future__ import annotations
 
 import contextlib
-import email.utils
 import http.client
 import json
 import logging
-import random
 import socket
 import time
 from collections.abc import Iterator, Mapping
-from datetime import datetime, timezone
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
-import attrs
 import requests
 import urllib3.exceptions
 
 from ..abort import AbortedError, AbortSignal
 from ..errors import ProviderConfigError, ProviderError
 from ._redact import Redactor, Secret
+from ._retry import Deadline, RetryPolicy, parse_retry_after
 from ._sockets import AbortableAdapter, AbortScope, scoped
 from ._sse import DEFAULT_MAX_EVENT_SIZE, ServerSentEvent, SSEDecoder
 
@@ -74,89 +71,6 @@ Timeout = float | tuple[float, float]
 """Seconds: one number for both, or ``(connect, read)``; read is the longest silence allowed."""
 
 
-@attrs.frozen
-class RetryPolicy:
-    """How often and how long to wait before trying a failed request again.
-
-    The n-th retry (n from 0) waits ``min(initial_delay * 2**n, max_delay)``
-    shortened by up to ``jitter`` (a fraction), unless the server gave a
-    ``Retry-After``. A ``Retry-After`` longer than ``max_retry_after`` seconds
-    ends the call at once with a ``ProviderError`` (``.retry_after`` says how
-    long the server asked to wait).
-    """
-
-    max_retries: int = 2
-    initial_delay: float = 0.5
-    max_delay: float = 8.0
-    jitter: float = 0.25
-    max_retry_after: float = 60.0
-
-    def backoff(self, retry: int) -> float:
-        delay = min(self.initial_delay * 2.0**retry, self.max_delay)
-        return delay * (1.0 - self.jitter * random.random())
-
-
-def parse_retry_after(headers: Mapping[str, str], now: float | None = None) -> float | None:
-    """Seconds the server asks us to wait: ``retry-after-ms``, then ``Retry-After``.
-
-    ``Retry-After`` may be a number of seconds or an HTTP date. Returns
-    ``None`` when neither header is there or readable.
-    """
-    value = headers.get("retry-after-ms")
-    if value is not None:
-        try:
-            return max(float(value) / 1000.0, 0.0)
-        except ValueError:
-            pass
-    value = headers.get("retry-after")
-    if value is None:
-        return None
-    try:
-        return max(float(value), 0.0)
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError, IndexError):
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=timezone.utc)
-    current = datetime.now(timezone.utc).timestamp() if now is None else now
-    return max(when.timestamp() - current, 0.0)
-
-
-@attrs.frozen
-class _Deadline:
-    """When a model call must be over (``limit`` seconds after it began), if ever."""
-
-    limit: float | None
-    ends: float | None
-
-    @classmethod
-    def start(cls, limit: float | None) -> _Deadline:
-        return cls(limit, None if limit is None else time.monotonic() + limit)
-
-    def remaining(self) -> float | None:
-        return None if self.ends is None else self.ends - time.monotonic()
-
-    def passed(self) -> bool:
-        return self.ends is not None and time.monotonic() >= self.ends
-
-    def cap(self, seconds: float) -> float:
-        """``seconds``, shortened to what is left of the call (at least a millisecond)."""
-        remaining = self.remaining()
-        return seconds if remaining is None else max(min(seconds, remaining), 0.001)
-
-    def error(self, provider: str, request_id: str | None, during: str) -> ProviderError:
-        return ProviderError(
-            None,
-            f"{provider}: the model call took longer than max_duration={self.limit:g} s "
-            f"and was stopped {during}",
-            retryable=True,
-            request_id=request_id,
-        )
-
-
 # --- the client -----------------------------------------------------------------------
 
 _NETWORK_ERRORS: tuple[type[BaseException], ...] = (
@@ -176,7 +90,7 @@ class HttpStream:
         response: requests.Response,
         signal: AbortSignal,
         scope: AbortScope,
-        deadline: _Deadline,
+        deadline: Deadline,
     ) -> None:
         self.response = response
         self.request_id = _request_id(response.headers)
@@ -423,7 +337,7 @@ class HttpClient:
 
         The response is closed when the ``with`` block ends, however it ends.
         """
-        deadline = _Deadline.start(self.max_duration)
+        deadline = Deadline.start(self.max_duration)
         scope = AbortScope()
         remove = signal.add_callback(scope.abort)
         response: requests.Response | None = None
@@ -461,7 +375,7 @@ class HttpClient:
         body: Mapping[str, Any],
         signal: AbortSignal,
         scope: AbortScope,
-        deadline: _Deadline,
+        deadline: Deadline,
     ) -> requests.Response:
         url = f"{self.base_url}/{path.lstrip('/')}"
         data = self._encode(body)
@@ -515,7 +429,7 @@ class HttpClient:
                 raise AbortedError(signal.reason)
 
     def _attempt(
-        self, url: str, data: bytes, signal: AbortSignal, scope: AbortScope, deadline: _Deadline
+        self, url: str, data: bytes, signal: AbortSignal, scope: AbortScope, deadline: Deadline
     ) -> tuple[ProviderError | requests.Response, float | None]:
         """One request: the open response, or the error and the wait the server asked for."""
         started = time.monotonic()
