@@ -22,6 +22,8 @@ from .errors import (
     StoreClosedError,
     StoreConflictError,
     StoreCorruptError,
+    ToolArgumentsError,
+    ToolDefinitionError,
 )
 from .events import Event
 from .messages import ImagePart, Message, Part, TextPart, ToolCall, Usage
@@ -100,8 +102,10 @@ __all__ = [
     "StoreCorruptError",
     "TextPart",
     "Tool",
+    "ToolArgumentsError",
     "ToolCall",
     "ToolContext",
+    "ToolDefinitionError",
     "ToolSpec",
     "Usage",
     "create_agent",
