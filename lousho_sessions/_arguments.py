@@ -166,6 +166,17 @@ def _iso(parse: Callable[[str], Any]) -> Callable[[Any, Any], Any]:
     return hook
 
 
+def _unless_enum(hook: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
+    """``hook``, except for enums: cattrs dispatches an ``IntEnum`` by its ``int`` base."""
+
+    def structure(value: Any, hint: Any) -> Any:
+        if isinstance(hint, type) and issubclass(hint, enum.Enum):
+            return _enum_hook(hint)(value, hint)
+        return hook(value, hint)
+
+    return structure
+
+
 def _enum_hook(cls: type[enum.Enum]) -> Callable[[Any, Any], Any]:
     def hook(value: Any, hint: Any) -> Any:
         for member in cls:
@@ -262,15 +273,19 @@ def _is_union(hint: Any) -> bool:
 
 def _makeconverter() -> cattrs.Converter:
     conv = cattrs.Converter(forbid_extra_keys=True)
-    conv.register_structure_hook(str, _structure_str)
-    conv.register_structure_hook(bool, _structure_bool)
-    conv.register_structure_hook(int, _structure_int)
-    conv.register_structure_hook(float, _structure_float)
-    conv.register_structure_hook(NONE_TYPE, _structure_none)
-    conv.register_structure_hook(dt.datetime, _iso(dt.datetime.fromisoformat))
-    conv.register_structure_hook(dt.date, _iso(dt.date.fromisoformat))
-    conv.register_structure_hook(dt.time, _iso(dt.time.fromisoformat))
-    conv.register_structure_hook(uuid.UUID, _iso(uuid.UUID))
+    exact: dict[Any, Callable[[Any, Any], Any]] = {
+        str: _structure_str,
+        bool: _structure_bool,
+        int: _structure_int,
+        float: _structure_float,
+        NONE_TYPE: _structure_none,
+        dt.datetime: _iso(dt.datetime.fromisoformat),
+        dt.date: _iso(dt.date.fromisoformat),
+        dt.time: _iso(dt.time.fromisoformat),
+        uuid.UUID: _iso(uuid.UUID),
+    }
+    for cls, hook in exact.items():
+        conv.register_structure_hook(cls, _unless_enum(hook))
     conv.register_structure_hook_factory(
         lambda t: isinstance(t, type) and issubclass(t, enum.Enum), _enum_hook
     )
