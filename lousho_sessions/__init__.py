@@ -15,6 +15,7 @@ from .errors import (
     InvalidSessionIdError,
     LoushoError,
     PropagatingToolError,
+    ProviderConfigError,
     ProviderError,
     SchemaVersionError,
     SessionAwaitingApprovalError,
@@ -22,6 +23,8 @@ from .errors import (
     StoreClosedError,
     StoreConflictError,
     StoreCorruptError,
+    ToolArgumentsError,
+    ToolDefinitionError,
 )
 from .events import Event
 from .messages import ImagePart, Message, Part, TextPart, ToolCall, Usage
@@ -87,6 +90,7 @@ __all__ = [
     "Pricing",
     "PropagatingToolError",
     "Provider",
+    "ProviderConfigError",
     "ProviderError",
     "PruneResult",
     "SchemaVersionError",
@@ -100,8 +104,10 @@ __all__ = [
     "StoreCorruptError",
     "TextPart",
     "Tool",
+    "ToolArgumentsError",
     "ToolCall",
     "ToolContext",
+    "ToolDefinitionError",
     "ToolSpec",
     "Usage",
     "create_agent",

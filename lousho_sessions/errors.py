@@ -12,6 +12,8 @@
     │   ├── StoreCorruptError (ValueError)
     │   └── StoreConflictError
     ├── PropagatingToolError
+    ├── ToolDefinitionError (TypeError, ValueError)  a @tool that cannot be described
+    ├── ToolArgumentsError (TypeError)     a model's arguments that do not fit a tool
     ├── ProviderError                     .status .retryable .request_id .retry_after
     │   └── ProviderConfigError (ValueError)
     ├── ApprovalNotFoundError (LookupError)
@@ -37,6 +39,8 @@ __all__ = [
     "StoreConflictError",
     "StoreCorruptError",
     "StoreError",
+    "ToolArgumentsError",
+    "ToolDefinitionError",
 ]
 
 
@@ -102,6 +106,18 @@ class PropagatingToolError(LoushoError):
     """Raised by a tool to end the ``send()`` with this error instead of telling the model."""
 
     code = "LOUSHO_TOOL_ERROR"
+
+
+class ToolDefinitionError(LoushoError, TypeError, ValueError):
+    """``@tool`` cannot describe a function: a bad name or a parameter type with no JSON schema."""
+
+    code = "LOUSHO_TOOL_DEFINITION"
+
+
+class ToolArgumentsError(LoushoError, TypeError):
+    """The arguments a model sent do not fit the tool's parameters; the tool was not run."""
+
+    code = "LOUSHO_TOOL_ARGUMENTS"
 
 
 class ProviderError(LoushoError):

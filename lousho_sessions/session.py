@@ -219,6 +219,7 @@ class Session:
             checkpoint=self._checkpointer(),
             emit=emit,
             run_tools=agent._run_tools,
+            tool_loop=agent._tool_loop,
             inbox=inbox,
         )
         try:
