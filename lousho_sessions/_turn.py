@@ -39,6 +39,7 @@ from .events import (
     ToolCallEvent,
     ToolResultEvent,
 )
+from .inputs import check_message
 from .messages import Message, ToolCall, Usage
 from .pricing import Pricing, price_usage
 from .providers.base import (
@@ -356,6 +357,10 @@ class Turn:
             raise ProviderError(
                 None, f"provider {config.provider.name!r} returned a {message.role!r} message"
             )
+        try:  # what cannot be saved or sent again ends the turn here, before it is checkpointed
+            check_message(message, f"the response of provider {config.provider.name!r}")
+        except (TypeError, ValueError) as exc:
+            raise ProviderError(None, str(exc)) from exc
         usage = price_usage(
             response.usage if response.usage != Usage() else (message.usage or Usage()),
             config.model_name,

@@ -18,6 +18,7 @@ from .approvals import ApprovalRequest
 from .compaction import Compaction
 from .errors import ApprovalNotFoundError, SessionAwaitingApprovalError
 from .events import ErrorEvent, Event, RunDone
+from .failures import is_permanent
 from .inputs import to_messages
 from .messages import Message
 from .pricing import Pricing
@@ -243,8 +244,15 @@ class Agent:
 
         def work(job: _worker.Job) -> ExecutionResult:
             try:
-                if durable:
-                    self._finish_single(key, checkpoints, None)
+                if session_id is not None:
+                    # finish (or refuse to overwrite) the run this id left unfinished
+                    earlier = self._finish_single(key, checkpoints, None)
+                    if earlier is not None and earlier.finish_reason == "awaiting-approval":
+                        raise SessionAwaitingApprovalError(
+                            f"run {key + '.send'!r} waits on approval {earlier.approval_id!r}; "
+                            "resolve it first",
+                            approval_id=earlier.approval_id,
+                        )
                 state = TurnState.start(
                     messages, session_id=session_id, turn_id=f"{key}.send", run_id=run_id
                 )
@@ -401,7 +409,12 @@ class AgentExecutor:
             emit=emit,
             run_tools=agent._run_tools,
         )
-        result = Turn(state, config).run()
+        try:
+            result = Turn(state, config).run()
+        except Exception as exc:
+            if is_permanent(exc):  # would fail again on every resume: end the run
+                checkpoints.delete(turn_id)
+            raise
         if result.finish_reason != "awaiting-approval":
             checkpoints.delete(turn_id)
         return result

@@ -31,6 +31,7 @@ from .events import (
     RunDone,
     SessionEvent,
 )
+from .failures import is_permanent
 from .inputs import to_messages
 from .messages import Message, Usage
 from .results import CompactionResult, ExecutionResult, Limits, PendingTurn
@@ -171,13 +172,20 @@ class Session:
                 return result
             with self._turn_lock():
                 self._sync()
-                self._finish_pending(AbortController(), emit=None, link=tj.controller.signal)
+                earlier = self._finish_pending(
+                    AbortController(), emit=None, link=tj.controller.signal
+                )
+                if earlier is not None and earlier.finish_reason == "awaiting-approval":
+                    # the pending turn went on and paused again: it keeps its turn id, and
+                    # this input waits until that approval is resolved (never overwrites it)
+                    raise self._awaiting(earlier.approval_id, "send() again after resolving it")
                 self._maybe_compact()
+                turn_id = self._free_turn_id()
                 state = TurnState.start(
                     tj.messages,
                     history=self._cache,
                     session_id=self.id,
-                    turn_id=f"{self.id}.turn-{len(self._cache)}",
+                    turn_id=turn_id,
                     run_id=tj.run_id,
                 )
                 result = self._drive(
@@ -221,12 +229,16 @@ class Session:
             run_tools=agent._run_tools,
             inbox=inbox,
         )
+        durable = self.checkpoint_store is not None or resumed
         try:
             result = Turn(state, config).run()
+            if result.finish_reason not in ("aborted", "awaiting-approval"):
+                self._commit(list(state.new))
         except BaseException as exc:
+            permanent = is_permanent(exc)
             if inbox is not None:
                 left = inbox.close()
-                if left and self.checkpoint_store is not None:
+                if left and self.checkpoint_store is not None and not permanent:
                     state.queued.extend(
                         {
                             "input_id": t.input_id,
@@ -235,15 +247,17 @@ class Session:
                         for t in left
                     )
                     self._save_checkpoint(state)
+            if permanent and durable:
+                # would fail the same way on every try: end the turn instead of keeping it
+                log.warning("turn %s ended by a permanent failure: %r", state.turn_id, exc)
+                self._forget_checkpoint(state.turn_id or "")
             self._settle(inbox, None, exc)
             raise
         if result.finish_reason == "aborted":
-            if self.checkpoint_store is not None or resumed:
+            if durable:
                 self._pauses.delete(state.turn_id or "")
-        elif result.finish_reason != "awaiting-approval":
-            self._commit(list(state.new))
-            if self.checkpoint_store is not None or resumed:
-                self._forget_checkpoint(state.turn_id or "")
+        elif result.finish_reason != "awaiting-approval" and durable:
+            self._forget_checkpoint(state.turn_id or "")
         self._settle(inbox, result, None, requeue=True)
         return result
 
@@ -328,6 +342,30 @@ class Session:
                 "could not delete the checkpoint of finished turn %s", turn_id, exc_info=True
             )
 
+    def _awaiting(self, approval_id: str | None, then: str) -> SessionAwaitingApprovalError:
+        return SessionAwaitingApprovalError(
+            f"session {self.id!r} waits on approval {approval_id!r}; resolve it with "
+            f"agent.approvals.resolve() or drop the turn with discard_pending(), then {then}",
+            approval_id=approval_id,
+        )
+
+    def _free_turn_id(self) -> str:
+        """The id of a new turn: ``<session id>.turn-<n>``, refused while a turn holds it.
+
+        Called under the turn lock after the pending turn was finished, so the key is
+        free unless that turn could not end; a checkpoint is never overwritten by another turn.
+        """
+        turn_id = f"{self.id}.turn-{len(self._cache)}"
+        data = self._pauses.load(turn_id)
+        if data is not None:
+            if data.get("status") == "awaiting-approval":
+                raise self._awaiting(data.get("approval_id"), "send() again")
+            raise SessionBusyError(
+                f"session {self.id!r}: turn {turn_id!r} is still pending; "
+                "finish it with resume() or drop it with discard_pending()"
+            )
+        return turn_id
+
     def _pending_state(self) -> TurnState | None:
         turn_id = f"{self.id}.turn-{len(self._cache)}"
         data = self._pauses.load(turn_id)
@@ -353,11 +391,7 @@ class Session:
         if state.status == "awaiting-approval":
             record = self.agent._approval_store.get(state.approval_id or "")
             if record is None or record.get("status") == "pending":
-                raise SessionAwaitingApprovalError(
-                    f"session {self.id!r} waits on approval {state.approval_id!r}; "
-                    "resolve it with agent.approvals.resolve() or drop the turn with discard_pending()",
-                    approval_id=state.approval_id,
-                )
+                raise self._awaiting(state.approval_id, "try again")
             state.status, state.approval_id = "running", None
         if link is not None:
             link.add_callback(lambda s: controller.abort(s.reason))
