@@ -47,6 +47,8 @@ __all__ = ["Session", "TurnPolicy"]
 log = logging.getLogger("lousho_sessions.session")
 
 TurnPolicy = Literal["wait", "queue", "steer"]
+#: Stops a queued or running turn, given the reason.
+Stop = Callable[[Any], None]
 _POLICIES = ("wait", "queue", "steer")
 
 
@@ -101,18 +103,20 @@ class Session:
 
     def _send_future(
         self, input: Any, signal: AbortSignal | None
-    ) -> tuple[Future[ExecutionResult | None], AbortController | None]:
-        """Queue the turn; its Future and the controller that aborts it (None if it joined a turn)."""
+    ) -> tuple[Future[ExecutionResult | None], Stop | None]:
+        """Queue the turn; its Future and what stops it (None if it joined another turn)."""
+        self._refuse_reentry("send")
         messages = to_messages(input)
         joined = self._join(messages)
         if joined is not None:
             return joined, None
         controller = _linked(signal)
         job = self._submit_turn(messages, controller, emit=None, approve=self.agent.approve)
-        return job.future, controller
+        return job.future, self._stopper(job)
 
     def stream(self, input: Any, *, signal: AbortSignal | None = None) -> AgentRun:
         """Queue a turn now and stream it; see ``AgentRun``."""
+        self._refuse_reentry("stream")
         messages = to_messages(input)
         joined = self._join(messages)
         if joined is not None:
@@ -122,19 +126,26 @@ class Session:
         job = self._submit_turn(
             messages, controller, emit=lambda e: holder[0]._push(e), approve=None, defer=True
         )
-        run = AgentRun(job.state.run_id, job.future, controller, join=self._joiner(job))
+        run = AgentRun(
+            job.state.run_id,
+            job.future,
+            controller,
+            join=self._joiner(job),
+            stop=self._stopper(job),
+        )
         holder.append(run)
         _worker.submit(self._key, job, owner=self.store)
         return run
 
     def resume(self, *, signal: AbortSignal | None = None) -> ExecutionResult | None:
         """Finish the interrupted (or approved) turn; ``None`` when none is pending."""
-        result: ExecutionResult | None = _wait(*self._resume_future(signal), None)
+        result: ExecutionResult | None = self._resume_future(signal)[0].result()
         return result
 
     def _resume_future(
         self, signal: AbortSignal | None
     ) -> tuple[Future[ExecutionResult | None], AbortController]:
+        self._refuse_reentry("resume")
         controller = _linked(signal)
 
         def work(job: _worker.Job) -> ExecutionResult | None:
@@ -164,12 +175,7 @@ class Session:
         emit = tj.emit
         try:
             if tj.controller.signal.aborted:
-                result = ExecutionResult(
-                    "", finish_reason="aborted", run_id=tj.run_id, session_id=self.id
-                )
-                self._settle(tj.inbox, result, None, requeue=True)
-                _emit(emit, RunDone(tj.run_id, "aborted", result))
-                return result
+                return self._skip_turn(tj)
             with self._turn_lock():
                 self._sync()
                 earlier = self._finish_pending(
@@ -197,6 +203,34 @@ class Session:
             raise
         _emit(emit, RunDone(tj.run_id, result.finish_reason, result))
         return result
+
+    def _skip_turn(self, tj: _TurnJob) -> ExecutionResult:
+        """End a turn aborted before it started: nothing ran, nothing is saved."""
+        result = ExecutionResult("", finish_reason="aborted", run_id=tj.run_id, session_id=self.id)
+        self._settle(tj.inbox, result, None, requeue=True)
+        _emit(tj.emit, RunDone(tj.run_id, "aborted", result))
+        return result
+
+    def _stopper(self, job: _worker.Job) -> Stop:
+        """What stops a queued turn: a turn that has not started is taken out of the queue and
+        ends "aborted" at once (even behind a turn that never ends); a running one is aborted."""
+        tj: _TurnJob = job.state
+
+        def stop(reason: Any) -> None:
+            tj.controller.abort(reason)
+            if _worker.withdraw(self._key, job):
+                job.future.set_result(self._skip_turn(tj))
+
+        return stop
+
+    def _refuse_reentry(self, call: str) -> None:
+        """Refuse a call from this session's own turn (a tool or listener): it would wait for itself."""
+        if _worker.inside(self._key):
+            raise SessionBusyError(
+                f"session {self.id!r}: {call}() was called from inside this session's own work "
+                "(a tool or a listener); it would wait for itself forever. Return from the tool "
+                "or listener first, or use another session."
+            )
 
     def _drive(
         self,
@@ -464,6 +498,7 @@ class Session:
         self._clear_future().result()
 
     def _clear_future(self) -> Future[None]:
+        self._refuse_reentry("clear")
         self._ensure_idle()
 
         def work(job: _worker.Job) -> None:
@@ -563,6 +598,7 @@ class Session:
         return lock(self.id) if lock is not None else contextlib.nullcontext()
 
     def _run_job(self, fn: Callable[[_worker.Job], Any], kind: str) -> Future[Any]:
+        self._refuse_reentry(kind)
         job = _worker.Job(fn, kind)
         _worker.submit(self._key, job, owner=self.store)
         return job.future
@@ -635,14 +671,23 @@ def _linked(signal: AbortSignal | None) -> AbortController:
     return controller
 
 
-def _wait(future: Future[Any], controller: AbortController | None, timeout: float | None) -> Any:
+def _wait(future: Future[Any], stop: Stop | None, timeout: float | None) -> Any:
+    """The turn's result. After ``timeout`` s: stop it and return what it ended with ("aborted",
+    or its result if it was saved first); ``TimeoutError`` if it does not stop within as long again."""
     try:
         return future.result(timeout)
     except FutureTimeout:
-        if controller is None:
+        if stop is None:
             raise TimeoutError(f"no result within {timeout} s") from None
-        controller.abort("timeout")
-        return future.result()
+    stop("timeout")
+    try:
+        return future.result(timeout)
+    except FutureTimeout:
+        raise TimeoutError(
+            f"no result within {timeout} s, and the turn did not stop within {timeout} s of being "
+            "aborted (a model call or tool that ignores its signal); it may still be saved: "
+            "see load() and pending()"
+        ) from None
 
 
 def _chain(source: Future[Any], target: Future[Any]) -> None:

@@ -6,26 +6,36 @@ memory, files, SQLite on disk and in memory).
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pytest
+from helpers import WAIT
 from storekit import Kit
 
 from lousho_sessions import (
+    AbortController,
+    ExecutionResult,
     FunctionProvider,
+    MemorySessionStore,
     Message,
     ModelRequest,
     PropagatingToolError,
     ProviderError,
+    Session,
     SessionAwaitingApprovalError,
+    SessionBusyError,
     TextPart,
     ToolCall,
     create_agent,
     memory_store,
     tool,
 )
+from lousho_sessions.aio import AsyncSession
+from lousho_sessions.events import SessionEvent
 from lousho_sessions.failures import is_permanent
 
 
@@ -222,3 +232,215 @@ def test_bad_input_is_refused_before_anything_is_stored(
     assert session.load() == ()
     assert store.checkpoints.list() == []
     assert session.send("fine").text == "ok"
+
+
+# -- 4: a session called from its own turn, and timeouts that always return -----------
+
+
+@pytest.mark.parametrize("calls_in_step", [1, 2], ids=["inline-tool", "pooled-tools"])
+def test_tool_calling_its_own_session_gets_an_error_at_once(calls_in_step: int) -> None:
+    seen: list[str] = []
+    holder: list[Session] = []
+
+    @tool
+    def again(what: str) -> str:
+        """Calls back into the session that runs it."""
+        session = holder[0]
+        attempts: dict[str, Callable[[], object]] = {
+            "send": lambda: session.send("inner", timeout=2),
+            "stream": lambda: session.stream("inner"),
+            "load": session.load,
+            "clear": session.clear,
+            "compact": session.compact,
+            "resume": session.resume,
+            "pending": session.pending,
+            "discard_pending": session.discard_pending,
+        }
+        try:
+            attempts[what]()
+        except SessionBusyError as exc:
+            seen.append(f"{what}: {exc}")
+            raise
+        return "no error"
+
+    names = ["send", "stream", "load", "clear", "compact", "resume", "pending", "discard_pending"]
+
+    def model(request: ModelRequest) -> Message | str:
+        if request.messages[-1].role == "user":
+            batch = names if calls_in_step > 1 else names[:1]
+            return Message.assistant(
+                "",
+                tool_calls=[ToolCall(f"c{i}", "again", {"what": n}) for i, n in enumerate(batch)],
+            )
+        return "done"
+
+    session = create_agent(provider=FunctionProvider(model), tools=[again]).session("re1")
+    holder.append(session)
+    result = session.send("go", timeout=WAIT)
+    assert result.text == "done"
+    expected = names if calls_in_step > 1 else names[:1]
+    assert sorted(s.split(":")[0] for s in seen) == sorted(expected)
+    assert all("inside this session's own work" in s for s in seen)
+    tool_messages = [m for m in result.messages if m.role == "tool"]
+    assert all(m.is_error and "SessionBusyError" in m.text for m in tool_messages)
+    assert session.send("after", timeout=WAIT).text == "done"  # the session still works
+
+
+def test_listener_calling_its_own_session_gets_an_error() -> None:
+    session = create_agent(provider=FunctionProvider(lambda r: "ok")).session("re2")
+    errors: list[BaseException] = []
+
+    def listener(event: SessionEvent) -> None:
+        try:
+            session.load()
+        except SessionBusyError as exc:
+            errors.append(exc)
+
+    session.on(listener)
+    session.send("hi")
+    session.clear()  # notifies the listener on the worker thread
+    assert len(errors) == 1 and "load()" in str(errors[0])
+    assert session.send("again", timeout=WAIT).text == "ok"
+
+
+def stuck_model(release: threading.Event, entered: threading.Event) -> FunctionProvider:
+    """Blocks on ``release`` when told "stuck", ignoring its abort signal."""
+
+    def model(request: ModelRequest) -> str:
+        if request.messages[-1].text == "stuck":
+            entered.set()
+            release.wait(WAIT)
+        return "answer"
+
+    return FunctionProvider(model)
+
+
+def returns_within(fn: Callable[[], object], seconds: float) -> object:
+    """Run ``fn`` on a thread; fail (instead of hanging the suite) if it does not return."""
+    box: list[object] = []
+    thread = threading.Thread(target=lambda: box.append(_outcome(fn)), daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert not thread.is_alive(), "the call did not return"
+    return box[0]
+
+
+def _outcome(fn: Callable[[], object]) -> object:
+    try:
+        return fn()
+    except Exception as exc:
+        return exc
+
+
+@pytest.mark.parametrize("api", ["session", "agent"])
+def test_send_timeout_returns_behind_a_turn_that_never_ends(api: str) -> None:
+    release, entered = threading.Event(), threading.Event()
+    agent = create_agent(provider=stuck_model(release, entered), store=memory_store())
+    session = agent.session("to1")
+    send: Callable[..., ExecutionResult]
+    send = session.send if api == "session" else functools.partial(agent.send, session_id="to1")
+    first = threading.Thread(target=lambda: _outcome(lambda: send("stuck")), daemon=True)
+    first.start()
+    try:
+        assert entered.wait(WAIT)
+        result = returns_within(lambda: send("queued", timeout=0.05), WAIT)
+        assert isinstance(result, ExecutionResult) and result.finish_reason == "aborted"
+        # the running turn ignores its abort signal: the timeout still returns, with an error
+        outcome = returns_within(lambda: send("stuck", timeout=0.05), WAIT)
+        assert isinstance(outcome, (TimeoutError, ExecutionResult))
+    finally:
+        release.set()
+        first.join(WAIT)
+    if api == "session":
+        texts = [m.text for m in session.load()]
+        assert "queued" not in texts  # the withdrawn turn never ran
+
+
+# -- 6: the outcome a caller sees matches what the store holds ------------------------
+
+
+class GatedCommits(MemorySessionStore):
+    """A real memory session store whose transcript writes wait until released."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def append(self, id: str, messages: Sequence[Message], expected_length: int) -> None:
+        self.entered.set()
+        assert self.release.wait(WAIT)
+        super().append(id, messages, expected_length)
+
+
+@pytest.mark.parametrize("how", ["sync-signal", "sync-timeout", "aio-cancel", "aio-timeout"])
+def test_stop_racing_the_save_reports_the_saved_turn(how: str) -> None:
+    store = GatedCommits()
+    agent = create_agent(provider=FunctionProvider(lambda r: "saved answer"), store=store)
+    session = agent.session("race1")
+
+    def stop_when_saving(stop: Callable[[], object]) -> threading.Thread:
+        def run() -> None:
+            assert store.entered.wait(WAIT)  # past the turn's last abort check, in the save
+            stop()
+            store.release.set()
+
+        thread = threading.Thread(target=run, daemon=True)
+        thread.start()
+        return thread
+
+    outcome: object
+    helper: threading.Thread | None
+    if how == "sync-signal":
+        controller = AbortController()
+        helper = stop_when_saving(lambda: controller.abort("user"))
+        outcome = session.send("hi", signal=controller.signal)
+    elif how == "sync-timeout":
+        helper = stop_when_saving(lambda: None)
+        outcome = session.send("hi", timeout=0.01)  # fires while the save waits
+    else:
+
+        async def main() -> object:
+            async_session = AsyncSession(session)
+            if how == "aio-timeout":
+                return await async_session.send("hi", timeout=0.01)
+            task = asyncio.ensure_future(async_session.send("hi"))
+            loop = asyncio.get_running_loop()
+            stop_when_saving(lambda: loop.call_soon_threadsafe(task.cancel))
+            try:
+                return await task
+            except asyncio.CancelledError:
+                return "cancelled"
+
+        helper = stop_when_saving(lambda: None) if how == "aio-timeout" else None
+        outcome = asyncio.run(main())
+    if helper is not None:
+        helper.join(WAIT)
+    assert [m.text for m in session.load()] == ["hi", "saved answer"]  # the store holds it
+    assert isinstance(outcome, ExecutionResult), outcome  # ...and so the caller was told
+    assert outcome.finish_reason == "stop" and outcome.text == "saved answer"
+
+
+def test_aio_cancel_of_a_turn_that_was_not_saved_raises_cancelled() -> None:
+    release, entered = threading.Event(), threading.Event()
+    session = AsyncSession(
+        create_agent(provider=stuck_model(release, entered), store=memory_store()).session("c1")
+    )
+
+    async def main() -> list[str]:
+        first = asyncio.ensure_future(session.send("stuck"))
+        assert await asyncio.to_thread(entered.wait, WAIT)
+        second = asyncio.ensure_future(session.send("queued"))
+        await asyncio.sleep(0)
+        second.cancel()  # queued behind a turn that does not end: withdrawn at once
+        outcomes = []
+        try:
+            await asyncio.wait_for(second, WAIT)
+        except asyncio.CancelledError:
+            outcomes.append("cancelled")
+        release.set()
+        outcomes.append((await first).text)
+        return outcomes
+
+    assert asyncio.run(main()) == ["cancelled", "answer"]
+    assert [m.text for m in session.sync.load()] == ["stuck", "answer"]
