@@ -25,6 +25,7 @@ from typing import Any
 
 import attrs
 
+from ._checkpoints import TurnCheckpoints
 from .abort import AbortController, AbortedError, AbortSignal
 from .approvals import ApprovalRequest, approval_id_for, new_record
 from .errors import LoushoError, PropagatingToolError, ProviderError, StoreCorruptError
@@ -167,7 +168,7 @@ class TurnConfig:
     model_name: str | None = None
     pricing: Mapping[str, Pricing] | None = None
     approve: Callable[[ApprovalRequest], bool | None] | None = None
-    checkpoint: Callable[[TurnState], None] | None = None
+    checkpoints: TurnCheckpoints | None = None
     emit: Callable[[Event], None] | None = None
     run_tools: RunTools = run_tools_inline
     inbox: Inbox | None = None
@@ -198,6 +199,12 @@ class TurnState:
     queued: list[dict[str, Any]] = attrs.field(factory=list)
     created_at: str = attrs.field(factory=_now_iso)
     extra: dict[str, Any] = attrs.field(factory=dict)
+    #: result records saved beside the checkpoint and not deleted yet (see _checkpoints)
+    records: list[str] = attrs.field(factory=list, init=False, eq=False, repr=False)
+    #: message dicts by message identity: a message is converted once, not at every save
+    _dicts: dict[int, tuple[Message, dict[str, Any]]] = attrs.field(
+        factory=dict, init=False, eq=False, repr=False
+    )
 
     @classmethod
     def start(
@@ -232,8 +239,8 @@ class TurnState:
             base_last_id=self.base_last_id,
             status=self.status,
             approval_id=self.approval_id,
-            new=[message_to_dict(m) for m in self.new],
-            results={k: message_to_dict(m) for k, m in self.results.items()},
+            new=[self._dict(m) for m in self.new],
+            results={k: self._dict(m) for k, m in self.results.items()},
             decisions=self.decisions,
             steps=self.steps,
             tool_calls=self.tool_calls,
@@ -243,6 +250,16 @@ class TurnState:
             updated_at=_now_iso(),
         )
         return data
+
+    def result_dict(self, call_id: str) -> dict[str, Any]:
+        """The recorded result of ``call_id`` as saved."""
+        return self._dict(self.results[call_id])
+
+    def _dict(self, message: Message) -> dict[str, Any]:
+        cached = self._dicts.get(id(message))
+        if cached is None or cached[0] is not message:
+            cached = self._dicts[id(message)] = (message, message_to_dict(message))
+        return cached[1]
 
     @classmethod
     def from_checkpoint(
@@ -465,6 +482,14 @@ class Turn:
                 reason = decision.get("reason")
                 text = "The user denied this tool call" + (f": {reason}" if reason else ".")
                 self._record(call, text, True, checkpoint=False)
+        left = self._tool_calls_left()
+        if left is not None and len(runnable) > left:
+            # run the calls that fit; the others still get an answer, so none is left open
+            runnable, over = runnable[:left], runnable[left:]
+            for call in over:
+                self._record(
+                    call, "Not run: limit reached (max_tool_calls).", True, checkpoint=False
+                )
         if runnable:
             self._run(runnable)
         if pause is not None:
@@ -570,8 +595,8 @@ class Turn:
     def _record(self, call: ToolCall, output: str, is_error: bool, *, checkpoint: bool) -> None:
         self.state.results[call.id] = Message.tool(call.id, output, is_error)
         self._emit(ToolResultEvent(self.state.run_id, call.id, output, is_error))
-        if checkpoint:
-            self._checkpoint()
+        if checkpoint and self.config.checkpoints is not None:
+            self.config.checkpoints.save_result(self.state, call.id)
 
     def _apply_queued(self, *, final: bool) -> bool:
         """Move queued input into the turn; at the final answer, close the inbox if none waits."""
@@ -618,13 +643,23 @@ class Turn:
                 return "max_tool_calls"
         return None
 
+    def _tool_calls_left(self) -> int | None:
+        """How many more tools may run under ``max_tool_calls`` (turn and session); None: no cap."""
+        state, config = self.state, self.config
+        left: int | None = None
+        for limits, base in ((config.limits, 0), (config.session_limits, config.session_spent[2])):
+            if limits is not None and limits.max_tool_calls is not None:
+                room = max(0, limits.max_tool_calls - base - state.tool_calls)
+                left = room if left is None else min(left, room)
+        return left
+
     def _check_abort(self) -> None:
         if self.config.signal.aborted:
             raise AbortedError(self.config.signal.reason)
 
     def _checkpoint(self) -> None:
-        if self.config.checkpoint is not None:
-            self.config.checkpoint(self.state)
+        if self.config.checkpoints is not None:
+            self.config.checkpoints.save(self.state)
 
     def _emit(self, event: Event) -> None:
         if self.config.emit is not None:

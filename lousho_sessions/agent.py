@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from . import _worker
+from ._checkpoints import TurnCheckpoints
 from ._turn import ToolOutcome, Turn, TurnConfig, TurnState
 from .abort import AbortController, AbortSignal
 from .approvals import ApprovalRequest
@@ -312,6 +313,7 @@ class Agent:
         if data is None:
             return None
         state = TurnState.from_checkpoint(data, (), source=f"checkpoint {turn_id!r}")
+        TurnCheckpoints(checkpoints, durable=True).merge_records(state)
         if state.status == "awaiting-approval":
             record = self._approval_store.get(state.approval_id or "")
             if record is None or record.get("status") == "pending":
@@ -409,12 +411,7 @@ class AgentExecutor:
         approve: Any,
         approvals: ApprovalStore | None = None,
     ) -> ExecutionResult:
-        turn_id = state.turn_id or ""
-
-        def save(s: TurnState) -> None:
-            if durable or s.status == "awaiting-approval":
-                checkpoints.save(turn_id, s.to_checkpoint())
-
+        writer = TurnCheckpoints(checkpoints, durable=durable)
         config = TurnConfig(
             provider=agent.provider,
             system=agent.system,
@@ -427,7 +424,7 @@ class AgentExecutor:
             model_name=agent.model_name,
             pricing=agent.pricing,
             approve=approve,
-            checkpoint=save,
+            checkpoints=writer,
             emit=emit,
             run_tools=agent._run_tools,
         )
@@ -435,10 +432,10 @@ class AgentExecutor:
             result = Turn(state, config).run()
         except Exception as exc:
             if is_permanent(exc):  # would fail again on every resume: end the run
-                checkpoints.delete(turn_id)
+                writer.forget(state)
             raise
         if result.finish_reason != "awaiting-approval":
-            checkpoints.delete(turn_id)
+            writer.forget(state)
         return result
 
 

@@ -18,6 +18,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from typing import TYPE_CHECKING, Any, Literal
 
 from . import _worker
+from ._checkpoints import TurnCheckpoints
 from ._turn import Inbox, Ticket, Turn, TurnConfig, TurnState
 from .abort import AbortController, AbortSignal
 from .compaction import estimate_tokens, spent_by, split_point, summarise, summary_message
@@ -258,12 +259,12 @@ class Session:
             model_name=agent.model_name,
             pricing=agent.pricing,
             approve=approve,
-            checkpoint=self._checkpointer(),
+            checkpoints=(checkpoints := self._checkpoints()),
             emit=emit,
             run_tools=agent._run_tools,
             inbox=inbox,
         )
-        durable = self.checkpoint_store is not None or resumed
+        kept = self.checkpoint_store is not None or resumed  # a checkpoint may exist
         try:
             result = Turn(state, config).run()
             if result.finish_reason not in ("aborted", "awaiting-approval"):
@@ -280,18 +281,18 @@ class Session:
                         }
                         for t in left
                     )
-                    self._save_checkpoint(state)
-            if permanent and durable:
+                    checkpoints.save(state)
+            if permanent and kept:
                 # would fail the same way on every try: end the turn instead of keeping it
                 log.warning("turn %s ended by a permanent failure: %r", state.turn_id, exc)
-                self._forget_checkpoint(state.turn_id or "")
+                self._forget_checkpoint(checkpoints, state)
             self._settle(inbox, None, exc)
             raise
         if result.finish_reason == "aborted":
-            if durable:
-                self._pauses.delete(state.turn_id or "")
-        elif result.finish_reason != "awaiting-approval" and durable:
-            self._forget_checkpoint(state.turn_id or "")
+            if kept:
+                checkpoints.forget(state)
+        elif result.finish_reason != "awaiting-approval" and kept:
+            self._forget_checkpoint(checkpoints, state)
         self._settle(inbox, result, None, requeue=True)
         return result
 
@@ -353,28 +354,18 @@ class Session:
 
     # -- durable turns --------------------------------------------------------
 
-    def _checkpointer(self) -> Callable[[TurnState], None]:
-        durable = self.checkpoint_store is not None
+    def _checkpoints(self) -> TurnCheckpoints:
+        """Every checkpoint with a checkpoint store; else only a pause, in memory."""
+        return TurnCheckpoints(self._pauses, durable=self.checkpoint_store is not None)
 
-        def save(state: TurnState) -> None:
-            if durable or state.status == "awaiting-approval":
-                self._save_checkpoint(state)
-
-        return save
-
-    def _save_checkpoint(self, state: TurnState) -> None:
-        self._pauses.save(state.turn_id or "", state.to_checkpoint())
-
-    def _forget_checkpoint(self, turn_id: str) -> None:
+    def _forget_checkpoint(self, checkpoints: TurnCheckpoints, state: TurnState) -> None:
         """Delete a finished turn's checkpoint. The turn is saved already, so a failure here
         must not fail the call: the checkpoint's key is behind the transcript now and is
         never taken for a pending turn (``prune()`` and ``clear()`` remove it)."""
         try:
-            self._pauses.delete(turn_id)
+            checkpoints.forget(state)
         except Exception:
-            log.warning(
-                "could not delete the checkpoint of finished turn %s", turn_id, exc_info=True
-            )
+            log.warning("could not delete the checkpoint of turn %s", state.turn_id, exc_info=True)
 
     def _awaiting(self, approval_id: str | None, then: str) -> SessionAwaitingApprovalError:
         return SessionAwaitingApprovalError(
@@ -410,7 +401,9 @@ class Session:
             log.warning("dropping stale checkpoint %s: the transcript changed under it", turn_id)
             self._pauses.delete(turn_id)
             return None
-        return TurnState.from_checkpoint(data, self._cache, source=f"checkpoint {turn_id!r}")
+        state = TurnState.from_checkpoint(data, self._cache, source=f"checkpoint {turn_id!r}")
+        self._checkpoints().merge_records(state)
+        return state
 
     def _finish_pending(
         self,

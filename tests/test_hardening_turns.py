@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -20,6 +21,8 @@ from lousho_sessions import (
     AbortController,
     ExecutionResult,
     FunctionProvider,
+    Limits,
+    MemoryCheckpointStore,
     MemorySessionStore,
     Message,
     ModelRequest,
@@ -444,3 +447,105 @@ def test_aio_cancel_of_a_turn_that_was_not_saved_raises_cancelled() -> None:
 
     assert asyncio.run(main()) == ["cancelled", "answer"]
     assert [m.text for m in session.sync.load()] == ["stuck", "answer"]
+
+
+# -- 7: many tool calls in one response ---------------------------------------------
+
+
+def many_calls(n: int) -> FunctionProvider:
+    def model(request: ModelRequest) -> Message | str:
+        if request.messages[-1].role == "user":
+            return Message.assistant(
+                "", tool_calls=[ToolCall(f"c{i}", "echo", {"v": i}) for i in range(n)]
+            )
+        return "done"
+
+    return FunctionProvider(model)
+
+
+@pytest.mark.parametrize("where", ["agent", "session"])
+def test_max_tool_calls_runs_only_the_calls_that_fit(where: str) -> None:
+    ran: list[int] = []
+
+    @tool
+    def echo(v: int) -> str:
+        """Echo."""
+        ran.append(v)
+        return str(v)
+
+    limits = Limits(max_tool_calls=5)
+    agent = create_agent(
+        provider=many_calls(1000),
+        tools=[echo],
+        limits=limits if where == "agent" else None,
+        store=memory_store(),
+    )
+    session = agent.session("lim", limits=limits if where == "session" else None)
+    result = session.send("go")
+    assert len(ran) == 5
+    assert result.finish_reason == "limit" and result.limit == "max_tool_calls"
+    answers = [m for m in result.messages if m.role == "tool"]
+    assert len(answers) == 1000  # every call has its tool message
+    assert sum("limit reached" in m.text for m in answers) == 995
+    assert [m.role for m in session.load()][-1] == "tool"
+
+
+class CountingCheckpoints(MemoryCheckpointStore):
+    """A real memory checkpoint store that counts the JSON bytes of every save."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sizes: list[tuple[str, int]] = []
+
+    def save(self, turn_id: str, checkpoint: Any) -> None:
+        self.sizes.append((turn_id, len(json.dumps(checkpoint))))
+        super().save(turn_id, checkpoint)
+
+
+def checkpoint_bytes(n: int) -> CountingCheckpoints:
+    checkpoints = CountingCheckpoints()
+    agent = create_agent(provider=many_calls(n), tools=[echo], store={"checkpoints": checkpoints})
+    assert agent.session("many").send("go").text == "done"
+    return checkpoints
+
+
+def test_checkpoint_cost_per_tool_call_does_not_grow_with_the_calls_before_it() -> None:
+    small, large = checkpoint_bytes(100), checkpoint_bytes(800)
+    assert len(large.sizes) > 800  # every result is saved as it finishes
+    # the largest save made for one tool result is the same for 100 and 800 calls...
+    after_model = 2  # saves before the first result: the input, the model response
+    per_result_small = max(size for _, size in small.sizes[after_model:101])
+    per_result_large = max(size for _, size in large.sizes[after_model:801])
+    assert per_result_large <= per_result_small * 1.2
+    # ...so the bytes written grow linearly with the calls (x8), not quadratically (x64)
+    total_small = sum(size for _, size in small.sizes)
+    total_large = sum(size for _, size in large.sizes)
+    assert total_large / total_small < 12
+
+
+def test_results_in_records_are_not_run_again_on_resume(store: Kit) -> None:
+    runs: dict[int, int] = {}
+    lock = threading.Lock()
+    crash = threading.Event()
+    crash.set()
+
+    @tool
+    def echo(v: int) -> str:
+        """Echo; call 70 stops the process the first time."""
+        with lock:
+            runs[v] = runs.get(v, 0) + 1
+        if v == 70 and crash.is_set():
+            crash.clear()
+            raise PropagatingToolError("the process died here")
+        return str(v)
+
+    agent = create_agent(provider=many_calls(100), tools=[echo], store=parts(store))
+    session = agent.session("rec")
+    with pytest.raises(PropagatingToolError):
+        session.send("go")
+    assert len(store.checkpoints.list("rec.turn-0-r")) >= 3  # 99 results, 32 per record
+    result = agent.resume("rec")
+    assert result is not None and result.text == "done"
+    assert runs == {v: (2 if v == 70 else 1) for v in range(100)}
+    assert store.checkpoints.list("rec.") == []
+    assert len([m for m in session.load() if m.role == "tool"]) == 100
