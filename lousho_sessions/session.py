@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from . import _worker
 from ._checkpoints import TurnCheckpoints
-from ._turn import Inbox, Ticket, Turn, TurnConfig, TurnState
+from ._inbox import Inbox, Ticket
+from ._turn import Turn, TurnConfig, TurnState
 from .abort import AbortController, AbortSignal
 from .compaction import estimate_tokens, spent_by, split_point, summarise, summary_message
 from .errors import SessionAwaitingApprovalError, SessionBusyError
