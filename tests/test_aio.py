@@ -8,10 +8,9 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 
 import pytest
-from helpers import WAIT, Gate, echo_provider
+from helpers import WAIT, Gate, echo_provider, gated
 
 from lousho_sessions import (
     Agent,
@@ -24,18 +23,6 @@ from lousho_sessions import (
     aio,
 )
 from lousho_sessions.aio import AsyncAgent, AsyncAgentRun, AsyncSession
-
-
-def gated(gate: Gate) -> FunctionProvider:
-    """Streams "one ", waits on ``gate`` when the user said "block", then "two"."""
-
-    def model(request: ModelRequest) -> Iterator[str]:
-        yield "one "
-        if request.messages[-1].text == "block" and not gate.wait_in(request):
-            return
-        yield "two"
-
-    return FunctionProvider(model)
 
 
 async def entered(gate: Gate) -> None:

@@ -13,18 +13,16 @@ import socket
 import threading
 import time
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 from provider_server import JSONReply, ProviderServer, SSEReply, StallReply, sse_events
 from provider_wires import (
     FAST,
     KEY,
-    WIRES,
     HttpProvider,
     Wire,
     fail,
-    provider_factory,
     request,
     run,
 )
@@ -39,23 +37,6 @@ from lousho_sessions.providers.base import (
     ModelTextDelta,
 )
 from lousho_sessions.providers.openai import OpenAIProvider
-
-
-@pytest.fixture
-def server() -> Iterator[ProviderServer]:
-    with ProviderServer() as running:
-        yield running
-
-
-@pytest.fixture(params=sorted(WIRES))
-def wire(request: pytest.FixtureRequest) -> Wire:
-    return WIRES[request.param]
-
-
-@pytest.fixture
-def make(wire: Wire, server: ProviderServer) -> Iterator[Callable[..., HttpProvider]]:
-    with provider_factory(wire, server) as factory:
-        yield factory
 
 
 class _LogEvent(logging.Handler):
