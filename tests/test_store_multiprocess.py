@@ -79,10 +79,9 @@ def test_killed_holder_does_not_block_the_next_turn(kind: str, tmp_path: Path) -
             pass
     finally:
         kill(holder)
-    started = time.monotonic()
-    with kit.sessions.turn_lock("s1", timeout=WAIT):
+    # the dead holder's lock is free: taken well before the test's usual WAIT
+    with kit.sessions.turn_lock("s1", timeout=WAIT / 3):
         kit.sessions.append("s1", [], 0)
-    assert time.monotonic() - started < 5
     kit.close()
 
 
@@ -100,6 +99,6 @@ def test_killed_writer_does_not_block_sqlite(tmp_path: Path) -> None:
         kill(writer)
     started = time.monotonic()
     kit.sessions.append("s1", [], 0)  # the dead process's write lock is gone
-    assert time.monotonic() - started < 5
+    assert time.monotonic() - started < WAIT / 3  # generous: it takes milliseconds
     assert kit.checkpoints.list() == []  # its uncommitted insert was rolled back
     kit.close()
