@@ -5,6 +5,7 @@ The three stores of ``file_store(dir)`` share one directory::
     <id>.json                    a session (see below)
     <id>.json.lock               guards writes of that session across processes
     <id>.lock                    the session's turn lock (``turn_lock``)
+    <id>.fence                   the fence handed out last with that lock
     <turn id>.checkpoint.json    a durable turn's checkpoint (turn ids hold one dot)
     <approval id>.approval.json  an approval record
     .approvals.lock              guards approval writes
@@ -55,6 +56,10 @@ from ..messages import Message
 from ..serde import message_from_dict
 from .base import (
     AgentStore,
+    BaseApprovalStore,
+    BaseCheckpointStore,
+    BaseSessionStore,
+    LockScope,
     approval_sort_key,
     decode_json_object,
     encode_json_object,
@@ -64,6 +69,7 @@ from .base import (
     validate_session_id,
     validate_turn_id,
 )
+from .lease import Lease, bump_fence_file, check_fence, fence_session_id, read_fence_file
 
 __all__ = [
     "SESSION_FILE_VERSION",
@@ -171,6 +177,12 @@ class _Directory:
             raise StoreError(f"{self.path}: cannot list: {exc}") from exc
         return [n for n in names if n.endswith(suffix) and not n.startswith(".")]
 
+    def check_fence(self, session_id: str, fence: int | None) -> None:
+        """``LeaseLostError`` if ``fence`` is older than the one in ``<id>.fence``."""
+        if fence is not None:
+            path = self.path / f"{session_id}.fence"
+            check_fence(session_id, fence, read_fence_file(path), where=str(path))
+
     @contextmanager
     def lock(self, path: Path, timeout: float, what: str) -> Iterator[None]:
         """Hold the filelock ``path`` (freed when this process dies), or raise ``StoreError``."""
@@ -230,15 +242,16 @@ def _message_jsons(id: str, messages: Sequence[Message]) -> list[str]:
     return [message_json(m) for m in messages]
 
 
-class FileSessionStore:
+class FileSessionStore(BaseSessionStore):
     """Transcripts as ``<dir>/<id>.json`` files, shared safely by threads and processes.
 
-    Also offers the optional capabilities ``append``, ``revision`` and
-    ``turn_lock`` (see ``lousho_sessions.stores.base``). ``append`` rewrites the
-    file (atomically) but does not serialize the old messages again: the JSON of
-    the transcripts this object last wrote or read is cached, checked against the
-    file's revision.
+    ``append`` rewrites the file (atomically) but does not serialize the old
+    messages again: the JSON of the transcripts this object last wrote or read is
+    cached, checked against the file's revision. ``turn_lock`` is an OS file lock
+    (``lock_scope`` ``"machine"``); its fence is kept in ``<dir>/<id>.fence``.
     """
+
+    lock_scope: LockScope = "machine"
 
     def __init__(self, dir: str | os.PathLike[str]) -> None:
         self._dir = _Directory(dir)
@@ -285,11 +298,20 @@ class FileSessionStore:
         with self._write_lock(id, path):
             self._write(id, path, ",".join(parts), len(parts))
 
-    def append(self, id: str, messages: Sequence[Message], expected_length: int) -> None:
-        """Add ``messages`` if the file holds ``expected_length`` messages, else ``StoreConflictError``."""
+    def append(
+        self,
+        id: str,
+        messages: Sequence[Message],
+        expected_length: int,
+        *,
+        fence: int | None = None,
+    ) -> None:
+        """Add ``messages`` if the file holds ``expected_length`` messages, else ``StoreConflictError``;
+        ``LeaseLostError`` if ``fence`` is older than the session's newest."""
         path = self.path(id)
         parts = _message_jsons(id, messages)
         with self._write_lock(id, path):
+            self._dir.check_fence(id, fence)
             current = self._current(id, path)
             length = current.length if current else 0
             if length != expected_length:
@@ -319,13 +341,13 @@ class FileSessionStore:
         except OSError as exc:
             raise StoreError(f"{path}: cannot read: {exc}") from exc
 
-    @contextmanager
-    def turn_lock(self, id: str, timeout: float | None = None) -> Iterator[None]:
+    def turn_lock(self, id: str, *, timeout: float | None = None) -> Lease:
         """Hold session ``id`` for a turn, across threads and processes (``<dir>/<id>.lock``).
 
         The lock is an OS file lock, so it is freed when the holding process dies.
         ``SessionBusyError`` when it is not acquired within ``timeout`` seconds
-        (``None``: wait as long as it takes).
+        (``None``: wait as long as it takes). The lease's fence is written to
+        ``<dir>/<id>.fence`` while the lock is held.
         """
         lock_path = self._dir.path / f"{validate_session_id(id)}.lock"
         self._dir.ensure()
@@ -337,9 +359,11 @@ class FileSessionStore:
                 f"session {id!r} is held by another turn: {lock_path} not acquired within {timeout} s"
             ) from exc
         try:
-            yield
-        finally:
+            fence = bump_fence_file(lock_path.with_suffix(".fence"))
+        except BaseException:
             lock.release()
+            raise
+        return Lease(id, fence, lock.release)
 
     def _write_lock(self, id: str, path: Path) -> AbstractContextManager[None]:
         return self._dir.lock(
@@ -411,8 +435,13 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-class FileCheckpointStore:
-    """Checkpoints as ``<dir>/<turn id>.checkpoint.json``; each save replaces the file atomically."""
+class FileCheckpointStore(BaseCheckpointStore):
+    """Checkpoints as ``<dir>/<turn id>.checkpoint.json``; each save replaces the file atomically.
+
+    A write given a ``fence`` checks it against the session's ``<dir>/<id>.fence``.
+    """
+
+    fenced_writes = True
 
     def __init__(self, dir: str | os.PathLike[str]) -> None:
         self._dir = _Directory(dir)
@@ -432,14 +461,19 @@ class FileCheckpointStore:
         raw = self._dir.read(path)
         return None if raw is None else decode_json_object(raw, source=str(path))
 
-    def save(self, turn_id: str, checkpoint: Mapping[str, Any]) -> None:
+    def save(
+        self, turn_id: str, checkpoint: Mapping[str, Any], *, fence: int | None = None
+    ) -> None:
         path = self.path(turn_id)
         text = encode_json_object(checkpoint, what=f"checkpoint {turn_id!r}")
+        self._dir.check_fence(fence_session_id(turn_id), fence)
         self._dir.ensure()
         self._dir.write(path, text.encode("utf-8"))
 
-    def delete(self, turn_id: str) -> None:
-        self._dir.remove(self.path(turn_id))
+    def delete(self, turn_id: str, *, fence: int | None = None) -> None:
+        path = self.path(turn_id)
+        self._dir.check_fence(fence_session_id(turn_id), fence)
+        self._dir.remove(path)
 
     def list(self, prefix: str = "") -> list[str]:
         """The stored turn ids that start with ``prefix``, sorted."""
@@ -455,13 +489,16 @@ def _is_turn_id(value: str) -> bool:
     return True
 
 
-class FileApprovalStore:
+class FileApprovalStore(BaseApprovalStore):
     """Approval records as ``<dir>/<approval id>.approval.json``.
 
     ``create``, ``resolve`` and ``delete`` hold ``<dir>/.approvals.lock``, so
     ``resolve`` is a compare-and-set across threads and processes: exactly one
-    caller turns a pending approval into approved or denied.
+    caller turns a pending approval into approved or denied. ``create`` given a
+    ``fence`` checks it against the record's session's ``<dir>/<id>.fence``.
     """
+
+    fenced_writes = True
 
     def __init__(self, dir: str | os.PathLike[str]) -> None:
         self._dir = _Directory(dir)
@@ -476,12 +513,15 @@ class FileApprovalStore:
     def path(self, id: str) -> Path:
         return self._dir.path / f"{validate_approval_id(id)}{_APPROVAL_SUFFIX}"
 
-    def create(self, record: Mapping[str, Any]) -> None:
+    def create(self, record: Mapping[str, Any], *, fence: int | None = None) -> None:
         """Store a new record; ``ValueError`` if one with its ``id`` exists."""
         approval_id = validate_approval_id(record.get("id"))
         path = self.path(approval_id)
         text = encode_json_object(record, what=f"approval {approval_id!r}")
+        session_id = record.get("session_id")
         with self._lock():
+            if fence is not None and isinstance(session_id, str):
+                self._dir.check_fence(validate_session_id(session_id), fence)
             if path.exists():
                 raise ValueError(f"approval {approval_id!r} exists already ({path})")
             self._dir.write(path, text.encode("utf-8"))

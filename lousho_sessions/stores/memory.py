@@ -11,12 +11,16 @@ from ..errors import ApprovalAlreadyResolvedError, ApprovalNotFoundError, StoreC
 from ..messages import Message
 from .base import (
     AgentStore,
+    BaseApprovalStore,
+    BaseCheckpointStore,
+    BaseSessionStore,
     decode_json_object,
     encode_json_object,
     validate_approval_id,
     validate_session_id,
     validate_turn_id,
 )
+from .lease import LocalLeases, fence_session_id
 
 __all__ = [
     "MemoryApprovalStore",
@@ -26,10 +30,16 @@ __all__ = [
 ]
 
 
-class MemorySessionStore:
-    """Transcripts in a dict; messages are frozen, so no copies of them are made."""
+class MemorySessionStore(BaseSessionStore):
+    """Transcripts in a dict; messages are frozen, so no copies of them are made.
 
-    def __init__(self) -> None:
+    ``turn_lock`` excludes the threads of this process (``lock_scope`` ``"process"``);
+    its fences live in ``leases``, which ``memory_store()`` shares with the
+    checkpoint and approval stores so that their writes check them too.
+    """
+
+    def __init__(self, *, leases: LocalLeases | None = None) -> None:
+        self._leases = leases or LocalLeases()
         self._lock = threading.Lock()
         self._data: dict[str, list[Message]] = {}
         self._revisions: dict[str, int] = {}
@@ -51,9 +61,17 @@ class MemorySessionStore:
             self._data[id] = new
             self._bump(id)
 
-    def append(self, id: str, messages: Sequence[Message], expected_length: int) -> None:
+    def append(
+        self,
+        id: str,
+        messages: Sequence[Message],
+        expected_length: int,
+        *,
+        fence: int | None = None,
+    ) -> None:
         validate_session_id(id)
         with self._lock:
+            self._leases.check(id, fence, where="memory store")
             current = self._data.get(id, [])
             if len(current) != expected_length:
                 raise StoreConflictError(
@@ -78,10 +96,15 @@ class MemorySessionStore:
         self._revisions[id] = self._counter
 
 
-class MemoryCheckpointStore:
-    """Checkpoints kept as JSON text, so they behave exactly as a persistent store's."""
+class MemoryCheckpointStore(BaseCheckpointStore):
+    """Checkpoints kept as JSON text, so they behave exactly as a persistent store's.
 
-    def __init__(self) -> None:
+    Writes check fences when given the session store's ``leases`` (``memory_store()`` does).
+    """
+
+    def __init__(self, *, leases: LocalLeases | None = None) -> None:
+        self._leases = leases or LocalLeases()
+        self.fenced_writes = leases is not None
         self._lock = threading.Lock()
         self._data: dict[str, str] = {}
 
@@ -90,15 +113,19 @@ class MemoryCheckpointStore:
         text = self._data.get(turn_id)
         return None if text is None else decode_json_object(text, source=f"checkpoint {turn_id!r}")
 
-    def save(self, turn_id: str, checkpoint: Mapping[str, Any]) -> None:
+    def save(
+        self, turn_id: str, checkpoint: Mapping[str, Any], *, fence: int | None = None
+    ) -> None:
         validate_turn_id(turn_id)
         text = encode_json_object(checkpoint, what=f"checkpoint {turn_id!r}")
         with self._lock:
+            self._leases.check(fence_session_id(turn_id), fence, where="memory store")
             self._data[turn_id] = text
 
-    def delete(self, turn_id: str) -> None:
+    def delete(self, turn_id: str, *, fence: int | None = None) -> None:
         validate_turn_id(turn_id)
         with self._lock:
+            self._leases.check(fence_session_id(turn_id), fence, where="memory store")
             self._data.pop(turn_id, None)
 
     def list(self, prefix: str = "") -> list[str]:
@@ -110,17 +137,25 @@ def _now_iso() -> str:
     return datetime.now(timezone.utc).isoformat()
 
 
-class MemoryApprovalStore:
-    """Approval records in a dict; ``resolve`` is a compare-and-set under a lock."""
+class MemoryApprovalStore(BaseApprovalStore):
+    """Approval records in a dict; ``resolve`` is a compare-and-set under a lock.
 
-    def __init__(self) -> None:
+    ``create`` checks fences when given the session store's ``leases``.
+    """
+
+    def __init__(self, *, leases: LocalLeases | None = None) -> None:
+        self._leases = leases or LocalLeases()
+        self.fenced_writes = leases is not None
         self._lock = threading.Lock()
         self._data: dict[str, str] = {}
 
-    def create(self, record: Mapping[str, Any]) -> None:
+    def create(self, record: Mapping[str, Any], *, fence: int | None = None) -> None:
         approval_id = validate_approval_id(record.get("id"))
         text = encode_json_object(record, what=f"approval {approval_id!r}")
+        session_id = record.get("session_id")
         with self._lock:
+            if isinstance(session_id, str):
+                self._leases.check(session_id, fence, where="memory store")
             if approval_id in self._data:
                 raise ValueError(f"approval {approval_id!r} exists already")
             self._data[approval_id] = text
@@ -171,4 +206,9 @@ class MemoryApprovalStore:
 
 def memory_store() -> AgentStore:
     """Sessions, checkpoints and approvals in memory, as one ``AgentStore``."""
-    return AgentStore(MemorySessionStore(), MemoryCheckpointStore(), MemoryApprovalStore())
+    leases = LocalLeases()
+    return AgentStore(
+        MemorySessionStore(leases=leases),
+        MemoryCheckpointStore(leases=leases),
+        MemoryApprovalStore(leases=leases),
+    )

@@ -4,7 +4,9 @@ Import it as ``from lousho_sessions.sqlite import SqliteStore``: the root packag
 never imports ``sqlite3``. Messages are rows ``(session_id, seq, json)``, so an
 ``append`` writes only the new messages; a per-session row holds the length and
 a revision. The schema is versioned with ``PRAGMA user_version``: each entry of
-``MIGRATIONS`` takes the database one version up, applied on open.
+``MIGRATIONS`` takes the database one version up, applied on open. A ``leases``
+row keeps the fence handed out last with each session's turn lock; fenced writes
+compare with it in their own transaction.
 """
 
 from __future__ import annotations
@@ -16,8 +18,8 @@ import sqlite3
 import threading
 import time
 import weakref
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -36,6 +38,10 @@ from ..errors import (
 from ..messages import Message
 from ..serde import messages_from_json
 from .base import (
+    BaseApprovalStore,
+    BaseCheckpointStore,
+    BaseSessionStore,
+    LockScope,
     PruneResult,
     decode_json_object,
     encode_json_object,
@@ -46,6 +52,7 @@ from .base import (
     validate_session_id,
     validate_turn_id,
 )
+from .lease import Lease, check_fence, fence_session_id, next_fence
 
 __all__ = [
     "MIGRATIONS",
@@ -92,6 +99,15 @@ MIGRATIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "CREATE INDEX checkpoints_updated ON checkpoints (updated_at)",
             "CREATE INDEX approvals_session ON approvals (session_id, status)",
             "CREATE INDEX approvals_resolved ON approvals (resolved_at)",
+        ),
+    ),
+    (
+        "2: leases: the fence handed out last with each session's turn lock",
+        (
+            """CREATE TABLE leases (
+                session_id TEXT PRIMARY KEY,
+                fence INTEGER NOT NULL
+            ) WITHOUT ROWID""",
         ),
     ),
 )
@@ -161,18 +177,9 @@ class SqliteStore:
         ``timedelta``) and approvals resolved that long ago; pending approvals are kept."""
         cutoff = time.time() - older_than_seconds(older_than)
         with self.transaction() as conn:
-            conn.execute(
-                "DELETE FROM messages WHERE session_id IN "
-                "(SELECT id FROM sessions WHERE updated_at < ?)",
-                (cutoff,),
-            )
-            sessions = conn.execute("DELETE FROM sessions WHERE updated_at < ?", (cutoff,)).rowcount
-            checkpoints = conn.execute(
-                "DELETE FROM checkpoints WHERE updated_at < ?", (cutoff,)
-            ).rowcount
-            approvals = conn.execute(
-                "DELETE FROM approvals WHERE status IS NOT 'pending' AND resolved_at < ?", (cutoff,)
-            ).rowcount
+            sessions = _prune_sessions(conn, cutoff)
+            checkpoints = _prune_checkpoints(conn, cutoff)
+            approvals = _prune_approvals(conn, cutoff)
         log.info(
             "%s: pruned %d sessions, %d checkpoints, %d approvals",
             self.path,
@@ -209,22 +216,47 @@ class SqliteStore:
                 raise
             conn.execute("COMMIT")
 
-    @contextmanager
-    def turn_lock(self, id: str, timeout: float | None = None) -> Iterator[None]:
+    def turn_lock(self, id: str, *, timeout: float | None = None) -> Lease:
         """Hold session ``id`` for a turn across threads and processes; see ``docs/stores.md``.
 
         A file database uses an OS file lock ``<db>.locks/<id>.lock`` (freed when
         the holding process dies); ``":memory:"`` a lock per id in this store.
-        ``SessionBusyError`` when not acquired within ``timeout`` seconds.
+        ``SessionBusyError`` when not acquired within ``timeout`` seconds. The
+        lease's fence is written to the ``leases`` table while the lock is held.
         """
         validate_session_id(id)
         with self._lock:
             if self._conn is None and not self._reopen:
                 raise StoreClosedError(f"{self.path}: the SQLite store was closed")
-        if self.path == _MEMORY:
-            with self._memory_turn(id, timeout):
-                yield
+        release = (
+            self._memory_turn(id, timeout) if self.path == _MEMORY else self._file_turn(id, timeout)
+        )
+        try:
+            with self.transaction() as conn:
+                row = conn.execute(
+                    "SELECT fence FROM leases WHERE session_id = ?", (id,)
+                ).fetchone()
+                fence = next_fence(None if row is None else int(row[0]))
+                conn.execute(
+                    "INSERT INTO leases (session_id, fence) VALUES (?, ?) "
+                    "ON CONFLICT (session_id) DO UPDATE SET fence = excluded.fence",
+                    (id, fence),
+                )
+        except BaseException:
+            release()
+            raise
+        return Lease(id, fence, release)
+
+    def check_fence(self, conn: sqlite3.Connection, session_id: str, fence: int | None) -> None:
+        """In a write transaction: ``LeaseLostError`` if ``fence`` is older than the session's."""
+        if fence is None:
             return
+        row = conn.execute(
+            "SELECT fence FROM leases WHERE session_id = ?", (session_id,)
+        ).fetchone()
+        check_fence(session_id, fence, None if row is None else int(row[0]), where=self.path)
+
+    def _file_turn(self, id: str, timeout: float | None) -> Callable[[], None]:
         lock_dir = Path(self.path + ".locks")
         try:
             lock_dir.mkdir(exist_ok=True)
@@ -238,31 +270,31 @@ class SqliteStore:
             raise SessionBusyError(
                 f"session {id!r} is held by another turn: {lock_path} not acquired within {timeout} s"
             ) from exc
-        try:
-            yield
-        finally:
-            lock.release()
+        return lock.release
 
-    @contextmanager
-    def _memory_turn(self, id: str, timeout: float | None) -> Iterator[None]:
+    def _memory_turn(self, id: str, timeout: float | None) -> Callable[[], None]:
         with self._lock:
             entry = self._memory_turns.setdefault(id, [threading.Lock(), 0])
             entry[1] += 1
-        try:
-            lock: threading.Lock = entry[0]
-            if not lock.acquire(timeout=-1 if timeout is None else timeout):
-                raise SessionBusyError(
-                    f"session {id!r} is held by another turn (not acquired within {timeout} s)"
-                )
-            try:
-                yield
-            finally:
-                lock.release()
-        finally:
+        lock: threading.Lock = entry[0]
+
+        def leave() -> None:
             with self._lock:
                 entry[1] -= 1
                 if entry[1] == 0:
                     del self._memory_turns[id]
+
+        if not lock.acquire(timeout=-1 if timeout is None else timeout):
+            leave()
+            raise SessionBusyError(
+                f"session {id!r} is held by another turn (not acquired within {timeout} s)"
+            )
+
+        def release() -> None:
+            lock.release()
+            leave()
+
+        return release
 
     def _after_fork_in_child(self) -> None:
         # SQLite connections must not cross a fork (gunicorn --preload, multiprocessing
@@ -351,6 +383,8 @@ def _wrap(path: str, exc: sqlite3.Error) -> StoreError:
 
 
 class _Part:
+    fenced_writes = True
+
     def __init__(self, store: SqliteStore) -> None:
         self.store = store
 
@@ -358,12 +392,17 @@ class _Part:
         return f"{type(self).__name__}({self.store.path!r})"
 
 
-class SqliteSessionStore(_Part):
+class SqliteSessionStore(_Part, BaseSessionStore):
     """The transcripts of a ``SqliteStore``: one row per message.
 
-    Offers ``append`` (writes only the new rows), ``revision`` (one indexed
-    SELECT) and ``turn_lock`` besides the ``SessionStore`` methods.
+    ``append`` writes only the new rows, ``revision`` is one indexed SELECT, and
+    ``turn_lock`` spans processes (``lock_scope`` ``"machine"``) except for
+    ``":memory:"`` (``"process"``).
     """
+
+    def __init__(self, store: SqliteStore) -> None:
+        super().__init__(store)
+        self.lock_scope: LockScope = "process" if store.path == _MEMORY else "machine"
 
     def load(self, id: str) -> list[Message] | None:
         validate_session_id(id)
@@ -388,11 +427,20 @@ class SqliteSessionStore(_Part):
             conn.executemany("INSERT INTO messages (session_id, seq, json) VALUES (?, ?, ?)", rows)
             _touch(conn, id, len(rows))
 
-    def append(self, id: str, messages: Sequence[Message], expected_length: int) -> None:
-        """Add ``messages`` if ``expected_length`` are stored, else ``StoreConflictError``."""
+    def append(
+        self,
+        id: str,
+        messages: Sequence[Message],
+        expected_length: int,
+        *,
+        fence: int | None = None,
+    ) -> None:
+        """Add ``messages`` if ``expected_length`` are stored, else ``StoreConflictError``;
+        ``LeaseLostError`` if ``fence`` is older than the session's newest."""
         validate_session_id(id)
         rows = _rows(id, messages, expected_length)
         with self.store.transaction() as conn:
+            self.store.check_fence(conn, id, fence)
             row = conn.execute("SELECT length FROM sessions WHERE id = ?", (id,)).fetchone()
             length = row[0] if row else 0
             if length != expected_length:
@@ -416,9 +464,15 @@ class SqliteSessionStore(_Part):
             row = conn.execute("SELECT revision FROM sessions WHERE id = ?", (id,)).fetchone()
         return None if row is None else int(row[0])
 
-    def turn_lock(self, id: str, timeout: float | None = None) -> AbstractContextManager[None]:
+    def turn_lock(self, id: str, *, timeout: float | None = None) -> Lease:
         """Hold session ``id`` for a turn; see ``SqliteStore.turn_lock``."""
-        return self.store.turn_lock(id, timeout)
+        return self.store.turn_lock(id, timeout=timeout)
+
+    def prune(self, older_than: timedelta | float) -> PruneResult:
+        """Delete the sessions not updated within ``older_than`` (seconds or a ``timedelta``)."""
+        cutoff = time.time() - older_than_seconds(older_than)
+        with self.store.transaction() as conn:
+            return PruneResult(sessions=_prune_sessions(conn, cutoff), checkpoints=0, approvals=0)
 
 
 def _rows(id: str, messages: Sequence[Message], start: int) -> list[tuple[str, int, str]]:
@@ -428,6 +482,25 @@ def _rows(id: str, messages: Sequence[Message], start: int) -> list[tuple[str, i
             raise TypeError(f"session {id!r}: expected Message objects, got {type(m).__name__}")
         rows.append((id, i, message_json(m)))
     return rows
+
+
+def _prune_sessions(conn: sqlite3.Connection, cutoff: float) -> int:
+    old = "SELECT id FROM sessions WHERE updated_at < ?"
+    conn.execute(f"DELETE FROM messages WHERE session_id IN ({old})", (cutoff,))
+    conn.execute(f"DELETE FROM leases WHERE session_id IN ({old})", (cutoff,))
+    return int(conn.execute("DELETE FROM sessions WHERE updated_at < ?", (cutoff,)).rowcount)
+
+
+def _prune_checkpoints(conn: sqlite3.Connection, cutoff: float) -> int:
+    return int(conn.execute("DELETE FROM checkpoints WHERE updated_at < ?", (cutoff,)).rowcount)
+
+
+def _prune_approvals(conn: sqlite3.Connection, cutoff: float) -> int:
+    return int(
+        conn.execute(
+            "DELETE FROM approvals WHERE status IS NOT 'pending' AND resolved_at < ?", (cutoff,)
+        ).rowcount
+    )
 
 
 def _touch(conn: sqlite3.Connection, id: str, length: int) -> None:
@@ -441,7 +514,7 @@ def _touch(conn: sqlite3.Connection, id: str, length: int) -> None:
     )
 
 
-class SqliteCheckpointStore(_Part):
+class SqliteCheckpointStore(_Part, BaseCheckpointStore):
     """The checkpoints of a ``SqliteStore``, as opaque JSON per turn id."""
 
     def load(self, turn_id: str) -> dict[str, Any] | None:
@@ -454,10 +527,13 @@ class SqliteCheckpointStore(_Part):
             return None
         return decode_json_object(row[0], source=f"{self.store.path}: checkpoint {turn_id!r}")
 
-    def save(self, turn_id: str, checkpoint: Mapping[str, Any]) -> None:
+    def save(
+        self, turn_id: str, checkpoint: Mapping[str, Any], *, fence: int | None = None
+    ) -> None:
         validate_turn_id(turn_id)
         text = encode_json_object(checkpoint, what=f"checkpoint {turn_id!r}")
         with self.store.transaction() as conn:
+            self.store.check_fence(conn, fence_session_id(turn_id), fence)
             conn.execute(
                 "INSERT INTO checkpoints (turn_id, json, updated_at) VALUES (?, ?, ?) "
                 "ON CONFLICT (turn_id) DO UPDATE SET json = excluded.json, "
@@ -465,9 +541,10 @@ class SqliteCheckpointStore(_Part):
                 (turn_id, text, time.time()),
             )
 
-    def delete(self, turn_id: str) -> None:
+    def delete(self, turn_id: str, *, fence: int | None = None) -> None:
         validate_turn_id(turn_id)
         with self.store.transaction() as conn:
+            self.store.check_fence(conn, fence_session_id(turn_id), fence)
             conn.execute("DELETE FROM checkpoints WHERE turn_id = ?", (turn_id,))
 
     def list(self, prefix: str = "") -> list[str]:
@@ -479,18 +556,28 @@ class SqliteCheckpointStore(_Part):
             ).fetchall()
         return [row[0] for row in rows]
 
+    def prune(self, older_than: timedelta | float) -> PruneResult:
+        """Delete the checkpoints not updated within ``older_than``."""
+        cutoff = time.time() - older_than_seconds(older_than)
+        with self.store.transaction() as conn:
+            return PruneResult(
+                sessions=0, checkpoints=_prune_checkpoints(conn, cutoff), approvals=0
+            )
 
-class SqliteApprovalStore(_Part):
+
+class SqliteApprovalStore(_Part, BaseApprovalStore):
     """The approval records of a ``SqliteStore``; ``resolve`` is a compare-and-set in one
     transaction (``UPDATE ... WHERE status = 'pending'``), so across processes one caller wins."""
 
-    def create(self, record: Mapping[str, Any]) -> None:
+    def create(self, record: Mapping[str, Any], *, fence: int | None = None) -> None:
         """Store a new record; ``ValueError`` if one with its ``id`` exists."""
         approval_id = validate_approval_id(record.get("id"))
         text = encode_json_object(record, what=f"approval {approval_id!r}")
         status = record.get("status")
         session_id = record.get("session_id")
         with self.store.transaction() as conn:
+            if isinstance(session_id, str):
+                self.store.check_fence(conn, session_id, fence)
             try:
                 conn.execute(
                     "INSERT INTO approvals (id, session_id, status, created_key, json, resolved_at) "
@@ -561,6 +648,12 @@ class SqliteApprovalStore(_Part):
         validate_approval_id(id)
         with self.store.transaction() as conn:
             conn.execute("DELETE FROM approvals WHERE id = ?", (id,))
+
+    def prune(self, older_than: timedelta | float) -> PruneResult:
+        """Delete the records resolved more than ``older_than`` ago; pending ones stay."""
+        cutoff = time.time() - older_than_seconds(older_than)
+        with self.store.transaction() as conn:
+            return PruneResult(sessions=0, checkpoints=0, approvals=_prune_approvals(conn, cutoff))
 
     def _decode(self, id: str, text: str) -> dict[str, Any]:
         return decode_json_object(text, source=f"{self.store.path}: approval {id!r}")
