@@ -13,6 +13,7 @@ from .errors import (
     ApprovalAlreadyResolvedError,
     ApprovalNotFoundError,
     InvalidSessionIdError,
+    LeaseLostError,
     LoushoError,
     PropagatingToolError,
     ProviderError,
@@ -22,6 +23,7 @@ from .errors import (
     StoreClosedError,
     StoreConflictError,
     StoreCorruptError,
+    StoreError,
 )
 from .events import Event
 from .messages import ImagePart, Message, Part, TextPart, ToolCall, Usage
@@ -34,7 +36,17 @@ from .providers.openai import OpenAIProvider
 from .results import CompactionResult, ExecutionResult, Limits, PendingTurn
 from .run import AgentRun
 from .session import Session
-from .stores.base import AgentStore, ApprovalStore, CheckpointStore, PruneResult, SessionStore
+from .stores.base import (
+    AgentStore,
+    ApprovalStore,
+    BaseApprovalStore,
+    BaseCheckpointStore,
+    BaseSessionStore,
+    CheckpointStore,
+    PruneResult,
+    SessionStore,
+)
+from .stores.lease import Lease
 from .stores.files import FileApprovalStore, FileCheckpointStore, FileSessionStore, file_store
 from .stores.memory import (
     MemoryApprovalStore,
