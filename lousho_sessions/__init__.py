@@ -46,8 +46,8 @@ from .stores.base import (
     PruneResult,
     SessionStore,
 )
-from .stores.lease import Lease
 from .stores.files import FileApprovalStore, FileCheckpointStore, FileSessionStore, file_store
+from .stores.lease import Lease
 from .stores.memory import (
     MemoryApprovalStore,
     MemoryCheckpointStore,

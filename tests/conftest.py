@@ -4,7 +4,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from storekit import KINDS, Kit, open_kit
+
+pytest.register_assert_rewrite("lousho_sessions.testing")
+
+from storekit import KINDS, Kit, open_kit  # noqa: E402 - after the rewrite hook
 
 
 @pytest.fixture(params=KINDS)
