@@ -5,8 +5,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from lousho_sessions import file_store, memory_store
+from storekit import Kit
+
+from lousho_sessions import (
+    BaseApprovalStore,
+    BaseCheckpointStore,
+    BaseSessionStore,
+    file_store,
+    memory_store,
+)
 from lousho_sessions.sqlite import SqliteStore
+from lousho_sessions.stores.base import sessions_contract, store_parts
 from lousho_sessions.testing import (
     StoreContractTests,
     approval_store_machine,
@@ -69,3 +78,17 @@ TestSqliteApprovals = approval_store_machine(sqlite).TestCase
 TestSqliteMemorySessions = session_store_machine(sqlite_memory).TestCase
 TestSqliteMemoryCheckpoints = checkpoint_store_machine(sqlite_memory).TestCase
 TestSqliteMemoryApprovals = approval_store_machine(sqlite_memory).TestCase
+
+
+def test_our_parts_subclass_the_bases_and_check_fences(store: Kit) -> None:
+    """Our stores are not adapted: they subclass the bases, check fences, and say their scope."""
+    assert isinstance(store.sessions, BaseSessionStore)
+    assert isinstance(store.checkpoints, BaseCheckpointStore)
+    assert isinstance(store.approvals, BaseApprovalStore)
+    assert sessions_contract(store.sessions) is store.sessions
+    for part in (store.sessions, store.checkpoints, store.approvals):
+        assert part.fenced_writes, part
+    scope = "process" if store.kind in ("memory", "sqlite-memory") else "machine"
+    assert store.sessions.lock_scope == scope
+    parts = store_parts({"sessions": store.sessions, "checkpoints": store.checkpoints})
+    assert parts.sessions is store.sessions and parts.checkpoints is store.checkpoints
