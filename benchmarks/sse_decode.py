@@ -3,7 +3,10 @@
 1. Throughput: MB/s of ``SSEDecoder`` on a 10 MB generated stream of realistic
    Chat Completions chunks, fed in pieces of several sizes; and the same with
    each event's JSON parsed (what ``OpenAIProvider`` does per event).
-2. Latency: the local test server streams paced events whose text is
+2. One long line: seconds to decode a single 10, 20 and 40 MB ``data`` line
+   fed in 64 KiB pieces (a hostile or runaway stream); the time must grow
+   linearly (it was 1.2 s, 4.4 s and 18 s before the decoder kept pieces).
+3. Latency: the local test server streams paced events whose text is
    ``time.perf_counter()`` taken just before the server writes them; the
    client (``OpenAIProvider`` over a real socket) subtracts it from the clock
    when the delta comes out of ``stream()``. Target: p99 under 1 ms.
@@ -95,6 +98,17 @@ def throughput(data: bytes, piece: int, parse: bool) -> float:
     return len(data) / best / 1e6
 
 
+def long_line(megabytes: int) -> float:
+    """Seconds to decode one ``data`` line of ``megabytes`` MB fed in 64 KiB pieces."""
+    data = b"data: " + b"x" * (megabytes * 1_000_000) + b"\n\n"
+    decoder = SSEDecoder(max_event_size=None)
+    start = time.perf_counter()
+    events = [e for i in range(0, len(data), 65536) for e in decoder.feed(data[i : i + 65536])]
+    elapsed = time.perf_counter() - start
+    assert len(events) == 1
+    return elapsed
+
+
 def latency() -> list[float]:
     """Seconds from the server's write to the delta leaving ``stream()``, per delta."""
     stamped = (
@@ -124,6 +138,10 @@ def main() -> None:
         plain = throughput(data, piece, parse=False)
         parsed = throughput(data, piece, parse=True)
         print(f"{piece:>12} | {plain:>11.1f} | {parsed:>16.1f}")
+    print(f"{'one line MB':>12} | {'seconds':>8} | {'s per MB':>9}")
+    for megabytes in (10, 20, 40):
+        seconds = long_line(megabytes)
+        print(f"{megabytes:>12} | {seconds:>8.3f} | {seconds / megabytes:>9.4f}")
     samples = sorted(latency())
     ms = [s * 1000 for s in samples]
     p50 = statistics.median(ms)

@@ -16,6 +16,7 @@ from .errors import (
     LeaseLostError,
     LoushoError,
     PropagatingToolError,
+    ProviderConfigError,
     ProviderError,
     SchemaVersionError,
     SessionAwaitingApprovalError,
@@ -24,6 +25,8 @@ from .errors import (
     StoreConflictError,
     StoreCorruptError,
     StoreError,
+    ToolArgumentsError,
+    ToolDefinitionError,
 )
 from .events import Event
 from .messages import ImagePart, Message, Part, TextPart, ToolCall, Usage
@@ -104,6 +107,7 @@ __all__ = [
     "Pricing",
     "PropagatingToolError",
     "Provider",
+    "ProviderConfigError",
     "ProviderError",
     "PruneResult",
     "SchemaVersionError",
@@ -118,8 +122,10 @@ __all__ = [
     "StoreError",
     "TextPart",
     "Tool",
+    "ToolArgumentsError",
     "ToolCall",
     "ToolContext",
+    "ToolDefinitionError",
     "ToolSpec",
     "Usage",
     "create_agent",

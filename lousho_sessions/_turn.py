@@ -27,7 +27,13 @@ import attrs
 
 from .abort import AbortController, AbortedError, AbortSignal
 from .approvals import ApprovalRequest, approval_id_for, new_record
-from .errors import LoushoError, PropagatingToolError, ProviderError, StoreCorruptError
+from .errors import (
+    LoushoError,
+    PropagatingToolError,
+    ProviderError,
+    StoreCorruptError,
+    ToolArgumentsError,
+)
 from .events import (
     ApprovalRequested,
     Event,
@@ -51,7 +57,7 @@ from .providers.base import (
 from .results import ExecutionResult, FinishReason, Limits
 from .serde import message_from_dict, message_to_dict
 from .stores.base import ApprovalStore
-from .tools import Tool, ToolContext
+from .tools import Tool, ToolContext, ToolLoop, tool_error_text
 
 __all__ = ["CHECKPOINT_VERSION", "Inbox", "Turn", "TurnConfig", "TurnState"]
 
@@ -170,6 +176,8 @@ class TurnConfig:
     emit: Callable[[Event], None] | None = None
     run_tools: RunTools = run_tools_inline
     inbox: Inbox | None = None
+    #: where async tools run; None: a new event loop per call
+    tool_loop: ToolLoop | None = None
 
 
 def _now_iso() -> str:
@@ -449,6 +457,11 @@ class Turn:
                     checkpoint=False,
                 )
                 continue
+            try:  # arguments that do not fit go back to the model before anyone approves
+                tool.check_arguments(call.arguments)
+            except ToolArgumentsError as exc:
+                self._record(call, tool_error_text(exc), True, checkpoint=False, exception=exc)
+                continue
             decision = self._decision(call, tool)
             if decision is None:
                 runnable.append(call)
@@ -532,7 +545,7 @@ class Turn:
             )
 
             def invoke() -> ToolOutcome:
-                return tool.invoke(call.arguments, context), False
+                return tool.invoke(call.arguments, context, loop=config.tool_loop), False
 
             return invoke
 
@@ -551,20 +564,30 @@ class Turn:
             if isinstance(outcome, PropagatingToolError):
                 propagate = propagate or outcome
                 continue
+            exception: Exception | None = None
             if isinstance(outcome, BaseException):
                 if not isinstance(outcome, Exception):
                     raise outcome
-                output, is_error = f"Error: {type(outcome).__name__}: {outcome}", True
+                output, is_error, exception = tool_error_text(outcome), True, outcome
             else:
                 output, is_error = outcome
-            self._record(call, output, is_error, checkpoint=True)
+            self._record(call, output, is_error, checkpoint=True, exception=exception)
             self._check_abort()
         if propagate is not None:
             raise propagate
 
-    def _record(self, call: ToolCall, output: str, is_error: bool, *, checkpoint: bool) -> None:
+    def _record(
+        self,
+        call: ToolCall,
+        output: str,
+        is_error: bool,
+        *,
+        checkpoint: bool,
+        exception: BaseException | None = None,
+    ) -> None:
         self.state.results[call.id] = Message.tool(call.id, output, is_error)
-        self._emit(ToolResultEvent(self.state.run_id, call.id, output, is_error))
+        event = ToolResultEvent(self.state.run_id, call.id, output, is_error, exception=exception)
+        self._emit(event)
         if checkpoint:
             self._checkpoint()
 

@@ -27,7 +27,7 @@ from .run import AgentRun
 from .session import Session, TurnPolicy, _linked, _wait
 from .stores.base import ApprovalStore, CheckpointStore, store_parts, validate_session_id
 from .stores.memory import MemoryApprovalStore, MemoryCheckpointStore, MemorySessionStore
-from .tools import Tool, as_tool
+from .tools import Tool, ToolLoop, as_tool
 
 __all__ = ["Agent", "AgentExecutor", "Approvals", "create_agent"]
 
@@ -137,6 +137,8 @@ class Agent:
         self._sessions: weakref.WeakValueDictionary[str, Session] = weakref.WeakValueDictionary()
         self._pool: ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
+        self._tool_loop = ToolLoop()  # async tools; started on first use
+        weakref.finalize(self, self._tool_loop.close, 0)
         self.approvals = Approvals(self)
 
     # -- sessions -------------------------------------------------------------
@@ -327,6 +329,7 @@ class Agent:
             if self._pool is not None:
                 self._pool.shutdown(wait=False)
                 self._pool = None
+        self._tool_loop.close()
 
     def __enter__(self) -> Agent:
         return self
@@ -400,6 +403,7 @@ class AgentExecutor:
             checkpoint=save,
             emit=emit,
             run_tools=agent._run_tools,
+            tool_loop=agent._tool_loop,
         )
         result = Turn(state, config).run()
         if result.finish_reason != "awaiting-approval":

@@ -9,6 +9,7 @@ from typing import Any, Literal
 
 import attrs
 
+from .errors import StoreCorruptError
 from .messages import ToolCall
 
 __all__ = ["ApprovalRequest", "approval_id_for", "new_record"]
@@ -41,6 +42,17 @@ class ApprovalRequest:
 
     @classmethod
     def from_record(cls, record: Mapping[str, Any]) -> ApprovalRequest:
+        """The request a stored record describes; ``StoreCorruptError`` if it is malformed."""
+        try:
+            return cls._from_record(record)
+        except (AttributeError, KeyError, TypeError, ValueError) as exc:
+            shown = str(record.get("id"))[:40] if isinstance(record, Mapping) else "?"
+            raise StoreCorruptError(
+                f"approval {shown!r}: not a valid approval record: {exc!r}"
+            ) from exc
+
+    @classmethod
+    def _from_record(cls, record: Mapping[str, Any]) -> ApprovalRequest:
         call = record.get("call") or {}
         return cls(
             id=str(record["id"]),

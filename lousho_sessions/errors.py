@@ -13,7 +13,10 @@
     │   ├── StoreConflictError
     │   └── LeaseLostError                code LOUSHO_LEASE_LOST
     ├── PropagatingToolError
-    ├── ProviderError                     .status .retryable .request_id
+    ├── ToolDefinitionError (TypeError, ValueError)  a @tool that cannot be described
+    ├── ToolArgumentsError (TypeError)     a model's arguments that do not fit a tool
+    ├── ProviderError                     .status .retryable .request_id .retry_after
+    │   └── ProviderConfigError (ValueError)
     ├── ApprovalNotFoundError (LookupError)
     └── ApprovalAlreadyResolvedError
 
@@ -29,6 +32,7 @@ __all__ = [
     "LeaseLostError",
     "LoushoError",
     "PropagatingToolError",
+    "ProviderConfigError",
     "ProviderError",
     "SchemaVersionError",
     "SessionAwaitingApprovalError",
@@ -37,6 +41,8 @@ __all__ = [
     "StoreConflictError",
     "StoreCorruptError",
     "StoreError",
+    "ToolArgumentsError",
+    "ToolDefinitionError",
 ]
 
 
@@ -111,8 +117,25 @@ class PropagatingToolError(LoushoError):
     code = "LOUSHO_TOOL_ERROR"
 
 
+class ToolDefinitionError(LoushoError, TypeError, ValueError):
+    """``@tool`` cannot describe a function: a bad name or a parameter type with no JSON schema."""
+
+    code = "LOUSHO_TOOL_DEFINITION"
+
+
+class ToolArgumentsError(LoushoError, TypeError):
+    """The arguments a model sent do not fit the tool's parameters; the tool was not run."""
+
+    code = "LOUSHO_TOOL_ARGUMENTS"
+
+
 class ProviderError(LoushoError):
-    """The model call failed. ``retryable`` says whether trying again may help."""
+    """The model call failed. ``retryable`` says whether trying again may help.
+
+    ``status`` is the HTTP status (or what an in-stream error stands for),
+    ``None`` for network and protocol failures; ``retry_after`` is the wait in
+    seconds the server asked for, when it asked for one.
+    """
 
     code = "LOUSHO_PROVIDER_ERROR"
 
@@ -122,15 +145,32 @@ class ProviderError(LoushoError):
         message: str,
         retryable: bool = False,
         request_id: str | None = None,
+        retry_after: float | None = None,
     ) -> None:
         super().__init__(message if status is None else f"{status}: {message}")
         self.status = status
         self.message = message
         self.retryable = retryable
         self.request_id = request_id
+        self.retry_after = retry_after
 
-    def __reduce__(self) -> tuple[type[ProviderError], tuple[int | None, str, bool, str | None]]:
-        return (type(self), (self.status, self.message, self.retryable, self.request_id))
+    def __reduce__(
+        self,
+    ) -> tuple[type[ProviderError], tuple[int | None, str, bool, str | None, float | None]]:
+        return (
+            type(self),
+            (self.status, self.message, self.retryable, self.request_id, self.retry_after),
+        )
+
+
+class ProviderConfigError(ProviderError, ValueError):
+    """A provider was given a value it cannot use (an API key or header that HTTP cannot carry).
+
+    Raised when the provider is made, before anything is sent; the message
+    never shows the key.
+    """
+
+    code = "LOUSHO_PROVIDER_CONFIG"
 
 
 class ApprovalNotFoundError(LoushoError, LookupError):

@@ -70,6 +70,9 @@ class ToolResultEvent:
     output: str
     is_error: bool = False
     type: Literal["tool.result"] = "tool.result"
+    #: what the tool raised (or the ``ToolArgumentsError`` of arguments that did not fit);
+    #: not compared and not saved
+    exception: BaseException | None = attrs.field(default=None, eq=False, kw_only=True)
 
 
 @attrs.frozen

@@ -53,6 +53,10 @@ class ImagePart:
     def __attrs_post_init__(self) -> None:
         if (self.url is None) == (self.data is None):
             raise ValueError("ImagePart needs exactly one of url= or data=")
+        if self.data is not None and not isinstance(self.data, bytes):
+            raise TypeError(
+                f"ImagePart data= must be bytes (the decoded image), got {type(self.data).__name__}"
+            )
 
 
 Part = Union[TextPart, ImagePart]

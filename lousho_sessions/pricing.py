@@ -1,4 +1,10 @@
-"""Prices per million tokens, to turn usage into ``cost_usd``."""
+"""Prices per million tokens, to turn usage into ``cost_usd``.
+
+The built-in table :data:`DEFAULT_PRICING` holds list prices as they were
+published on :data:`DEFAULT_PRICING_DATE`; prices change, so give the ones you
+pay with ``pricing=`` (on ``create_agent`` or a provider), which is looked up
+first. A model in neither table costs ``0.0``.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +14,7 @@ import attrs
 
 from .messages import Usage
 
-__all__ = ["DEFAULT_PRICING", "Pricing", "price_usage"]
+__all__ = ["DEFAULT_PRICING", "DEFAULT_PRICING_DATE", "Pricing", "price_usage"]
 
 
 @attrs.frozen
@@ -24,7 +30,12 @@ class Pricing:
         ) / 1e6
 
 
-#: Public list prices (USD per million tokens) of common models; override with ``create_agent(pricing=...)``.
+#: When the prices of :data:`DEFAULT_PRICING` were copied from the providers' price pages.
+DEFAULT_PRICING_DATE = "2025-05-22"
+
+#: Public list prices (USD per million tokens) of common models as of
+#: :data:`DEFAULT_PRICING_DATE`, standard tier, no caching or batch discounts;
+#: possibly stale. Override with ``create_agent(pricing=...)`` or ``Provider(pricing=...)``.
 DEFAULT_PRICING: Mapping[str, Pricing] = {
     "gpt-4o": Pricing(2.50, 10.00),
     "gpt-4o-mini": Pricing(0.15, 0.60),
@@ -44,7 +55,12 @@ DEFAULT_PRICING: Mapping[str, Pricing] = {
 def price_usage(
     usage: Usage, model: str | None, pricing: Mapping[str, Pricing] | None = None
 ) -> Usage:
-    """``usage`` with ``cost_usd`` filled from the price table when the provider gave none."""
+    """``usage`` with ``cost_usd`` filled from the price table when the provider gave none.
+
+    ``pricing`` wins over :data:`DEFAULT_PRICING`. A name is looked up as it
+    is, then without its ``provider/`` prefix, then by its longest known
+    prefix (``gpt-4o-mini-2024-07-18`` uses ``gpt-4o-mini``).
+    """
     if usage.cost_usd or model is None:
         return usage
     table = {**DEFAULT_PRICING, **(pricing or {})}

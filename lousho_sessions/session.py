@@ -21,7 +21,7 @@ from . import _worker
 from ._turn import Inbox, Ticket, Turn, TurnConfig, TurnState
 from .abort import AbortController, AbortSignal
 from .compaction import estimate_tokens, spent_by, split_point, summarise, summary_message
-from .errors import SessionAwaitingApprovalError, SessionBusyError
+from .errors import SessionAwaitingApprovalError, SessionBusyError, StoreCorruptError
 from .events import (
     CompactionDone,
     CompactionStart,
@@ -219,6 +219,7 @@ class Session:
             checkpoint=self._checkpointer(),
             emit=emit,
             run_tools=agent._run_tools,
+            tool_loop=agent._tool_loop,
             inbox=inbox,
         )
         try:
@@ -338,7 +339,12 @@ class Session:
             log.warning("dropping stale checkpoint %s: the transcript changed under it", turn_id)
             self._pauses.delete(turn_id)
             return None
-        return TurnState.from_checkpoint(data, self._cache, source=f"checkpoint {turn_id!r}")
+        try:
+            return TurnState.from_checkpoint(data, self._cache, source=f"checkpoint {turn_id!r}")
+        except (AttributeError, KeyError, TypeError) as exc:  # fields of the wrong type
+            raise StoreCorruptError(
+                f"checkpoint {turn_id!r}: cannot read checkpoint: {exc!r}"
+            ) from exc
 
     def _finish_pending(
         self,
@@ -398,10 +404,18 @@ class Session:
         return self._run_job(work, "discard")
 
     def _drop_pending(self) -> None:
+        approvals = self.agent._approval_store
         for turn_id in self._pauses.list(f"{self.id}.turn-"):
-            data = self._pauses.load(turn_id)
-            if data and data.get("approval_id"):
-                self.agent._approval_store.delete(str(data["approval_id"]))
+            try:
+                data = self._pauses.load(turn_id)
+            except StoreCorruptError as exc:  # unreadable: delete it and the approvals it made
+                log.warning("deleting unreadable checkpoint %s: %s", turn_id, exc)
+                for record in approvals.list(session_id=self.id, status=None):
+                    if record.get("turn_id") == turn_id:
+                        approvals.delete(str(record.get("id")))
+                data = None
+            if data and isinstance(data.get("approval_id"), str):
+                approvals.delete(data["approval_id"])
             self._pauses.delete(turn_id)
 
     # -- transcript -----------------------------------------------------------
@@ -435,7 +449,13 @@ class Session:
         def work(job: _worker.Job) -> None:
             with self._turn_lock():
                 self._sync()
-                state = self._pending_state()
+                try:
+                    state = self._pending_state()
+                except StoreCorruptError as exc:  # clear() deletes it without reading it
+                    log.warning(
+                        "clear() of session %r drops an unreadable checkpoint: %s", self.id, exc
+                    )
+                    state = None
                 if state is not None and state.status == "awaiting-approval":
                     record = self.agent._approval_store.get(state.approval_id or "")
                     if record is None or record.get("status") == "pending":

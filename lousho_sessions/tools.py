@@ -1,27 +1,41 @@
-"""Tools: ``@tool`` turns a typed function into something a model can call.
+"""Tools: ``@tool`` turns a typed function (plain or ``async def``) into something a model can call.
 
 The JSON schema comes from the type hints, the description from the docstring's
 first paragraph, and parameter descriptions from a Google-style ``Args:``
 section. A first parameter typed ``ToolContext`` receives the call's context.
+A model's arguments are checked against the hints before the function runs
+(see ``_schema`` for the rule); a coroutine function runs on the agent's tool loop.
 """
 
 from __future__ import annotations
 
-import enum
 import inspect
 import json
+import logging
 import re
-import types
-import typing
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Literal, Union, overload
+from collections.abc import Callable, Mapping
+from typing import Any, Union, overload
 
 import attrs
 
+from ._schema import Parameters, describe_parameters, json_schema, parse_doc
+from ._tool_loop import ToolLoop, run_awaitable
 from .abort import AbortSignal
+from .errors import PropagatingToolError, ToolArgumentsError, ToolDefinitionError
 from .providers.base import ToolSpec
 
-__all__ = ["Tool", "ToolContext", "ToolSpec", "as_tool", "tool"]
+__all__ = [
+    "Tool",
+    "ToolContext",
+    "ToolLoop",
+    "ToolSpec",
+    "as_tool",
+    "json_schema",
+    "tool",
+    "tool_error_text",
+]
+
+log = logging.getLogger("lousho_sessions.tools")
 
 
 @attrs.frozen
@@ -42,9 +56,18 @@ class ToolContext:
 NeedsApproval = Union[bool, Callable[[Mapping[str, Any]], bool]]
 
 
+def _parameters_of(tool: Tool) -> Parameters:
+    return describe_parameters(tool.fn, tool.name, ToolContext)
+
+
 @attrs.frozen
 class Tool:
-    """A callable the model may use. Build one with :func:`tool`."""
+    """A callable the model may use. Build one with :func:`tool`.
+
+    ``raise_errors=True``: an exception from the function ends the turn as a
+    ``PropagatingToolError`` (its ``__cause__`` is the exception) instead of
+    becoming an error result the model sees.
+    """
 
     fn: Callable[..., Any]
     name: str
@@ -52,28 +75,87 @@ class Tool:
     parameters: Mapping[str, Any]
     needs_approval: NeedsApproval = False
     takes_context: bool = False
+    raise_errors: bool = False
+    signature: Parameters = attrs.field(
+        default=attrs.Factory(_parameters_of, takes_self=True), eq=False, repr=False
+    )
 
     @property
     def spec(self) -> ToolSpec:
         return ToolSpec(self.name, self.description, self.parameters)
+
+    @property
+    def is_async(self) -> bool:
+        """True for an ``async def`` function (run on the agent's tool loop)."""
+        return inspect.iscoroutinefunction(self.fn) or inspect.iscoroutinefunction(
+            getattr(self.fn, "__call__", None)  # noqa: B004 - an object with an async __call__
+        )
 
     def requires_approval(self, arguments: Mapping[str, Any]) -> bool:
         if callable(self.needs_approval):
             return bool(self.needs_approval(arguments))
         return bool(self.needs_approval)
 
-    def invoke(self, arguments: Mapping[str, Any], context: ToolContext) -> str:
-        """Run the tool; its return value as text (JSON for anything not a ``str``)."""
-        if not isinstance(arguments, Mapping):
-            raise TypeError(f"tool {self.name!r}: arguments must be a JSON object")
-        args = dict(arguments)
-        result = self.fn(context, **args) if self.takes_context else self.fn(**args)
+    def check_arguments(self, arguments: Any) -> dict[str, Any]:
+        """``arguments`` converted to the parameters' types; ``ToolArgumentsError`` if they do not fit."""
+        return self.signature.check(self.name, arguments)
+
+    def invoke(
+        self, arguments: Mapping[str, Any], context: ToolContext, *, loop: ToolLoop | None = None
+    ) -> str:
+        """Check the arguments, run the tool, and give its return value as text (JSON unless a ``str``).
+
+        Raises ``ToolArgumentsError`` (the function is not called) when the arguments do
+        not fit; an exception from the function is logged at WARNING on
+        ``lousho_sessions.tools`` with its traceback and raised again (as
+        ``PropagatingToolError`` when ``raise_errors``). An awaitable result is
+        awaited on ``loop`` (a new loop on this thread when ``None``).
+        """
+        try:
+            args = self.check_arguments(arguments)
+        except ToolArgumentsError as exc:
+            log.info("tool %r (call %s): %s", self.name, context.call_id, exc)
+            raise
+        try:
+            result = self.fn(context, **args) if self.takes_context else self.fn(**args)
+            if inspect.isawaitable(result):
+                if loop is not None:
+                    result = loop.run(result, context.signal)
+                else:
+                    result = run_awaitable(result, context.signal)
+        except PropagatingToolError:
+            raise
+        except Exception as exc:
+            if self.raise_errors:
+                raise PropagatingToolError(
+                    f"tool {self.name!r} raised {type(exc).__name__}: {exc}"
+                ) from exc
+            if not context.signal.aborted:
+                log.warning(
+                    "tool %r (call %s, run %s) raised %s",
+                    self.name,
+                    context.call_id,
+                    context.run_id,
+                    type(exc).__name__,
+                    exc_info=True,
+                )
+            raise
         if isinstance(result, str):
             return result
         return json.dumps(result, default=str)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.fn(*args, **kwargs)
+
+
+def tool_error_text(exc: BaseException) -> str:
+    """What the model reads when a call fails: ``Error: <type>: <message>``."""
+    if isinstance(exc, ToolArgumentsError):
+        return (
+            f"Error: TypeError: {exc}. The tool was not run; "
+            "call it again with arguments that fit its schema."
+        )
+    return f"Error: {type(exc).__name__}: {exc}"
 
 
 @overload
@@ -88,6 +170,7 @@ def tool(
     name: str | None = None,
     description: str | None = None,
     needs_approval: NeedsApproval = False,
+    raise_errors: bool = False,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
@@ -98,24 +181,31 @@ def tool(
     name: str | None = None,
     description: str | None = None,
     needs_approval: NeedsApproval = False,
+    raise_errors: bool = False,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
-    """Make a ``Tool`` of ``fn``; use bare (``@tool``) or with options (``@tool(needs_approval=True)``)."""
+    """Make a ``Tool`` of ``fn``; use bare (``@tool``) or with options (``@tool(needs_approval=True)``).
+
+    Raises ``ToolDefinitionError`` (a ``TypeError`` and ``ValueError``) naming the tool
+    and the parameter when a name is invalid or a parameter type has no JSON schema.
+    """
 
     def build(f: Callable[..., Any]) -> Tool:
-        params, takes_context = _schema_for(f)
         tool_name = name or getattr(f, "__name__", None)
         if not tool_name or not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", tool_name):
-            raise ValueError(
+            raise ToolDefinitionError(
                 f"invalid tool name {tool_name!r}: tool names must match ^[A-Za-z0-9_-]{{1,64}}$"
             )
-        doc_summary, _ = _parse_doc(inspect.getdoc(f) or "")
+        signature = describe_parameters(f, tool_name, ToolContext)
+        doc_summary, _ = parse_doc(inspect.getdoc(f) or "")
         return Tool(
             fn=f,
             name=tool_name,
             description=description if description is not None else doc_summary,
-            parameters=params,
+            parameters=signature.schema,
             needs_approval=needs_approval,
-            takes_context=takes_context,
+            takes_context=signature.takes_context,
+            raise_errors=raise_errors,
+            signature=signature,
         )
 
     if fn is not None:
@@ -130,125 +220,3 @@ def as_tool(obj: Tool | Callable[..., Any]) -> Tool:
     if callable(obj):
         return tool(obj)
     raise TypeError(f"not a tool or a callable: {obj!r}")
-
-
-def _parse_doc(doc: str) -> tuple[str, dict[str, str]]:
-    """The description (text before ``Args:``) and each argument's description."""
-    summary_lines: list[str] = []
-    args: dict[str, str] = {}
-    section: str | None = None
-    current: str | None = None
-    for raw in doc.splitlines():
-        line = raw.strip()
-        header = re.fullmatch(
-            r"(Args|Arguments|Parameters|Returns|Raises|Yields|Example|Examples):", line
-        )
-        if header:
-            section = header.group(1)
-            current = None
-            continue
-        if section is None:
-            summary_lines.append(raw)
-        elif section in ("Args", "Arguments", "Parameters") and line:
-            m = re.match(r"(\w+)\s*(?:\([^)]*\))?\s*:\s*(.*)", line)
-            if (
-                m
-                and raw.startswith((" ", "\t"))
-                and (current is None or not raw.startswith("        "))
-            ):
-                current = m.group(1)
-                args[current] = m.group(2)
-            elif current is not None:
-                args[current] = (args[current] + " " + line).strip()
-    return "\n".join(summary_lines).strip(), args
-
-
-def _schema_for(fn: Callable[..., Any]) -> tuple[dict[str, Any], bool]:
-    sig = inspect.signature(fn)
-    try:
-        hints = typing.get_type_hints(fn)
-    except Exception as exc:
-        raise TypeError(
-            f"tool {getattr(fn, '__name__', fn)!r}: cannot read type hints: {exc}"
-        ) from exc
-    _, arg_docs = _parse_doc(inspect.getdoc(fn) or "")
-    properties: dict[str, Any] = {}
-    required: list[str] = []
-    takes_context = False
-    for index, (pname, param) in enumerate(sig.parameters.items()):
-        hint = hints.get(pname, Any)
-        if index == 0 and hint is ToolContext:
-            takes_context = True
-            continue
-        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
-            continue
-        if param.kind is param.POSITIONAL_ONLY:
-            raise TypeError(
-                f"tool {fn.__name__!r}: positional-only parameter {pname!r} is not supported"
-            )
-        schema = json_schema(hint)
-        if pname in arg_docs:
-            schema = {**schema, "description": arg_docs[pname]}
-        if param.default is param.empty:
-            required.append(pname)
-        elif _json_safe(param.default):
-            schema = {**schema, "default": param.default}
-        properties[pname] = schema
-    result: dict[str, Any] = {
-        "type": "object",
-        "properties": properties,
-        "additionalProperties": False,
-    }
-    if required:
-        result["required"] = required
-    return result, takes_context
-
-
-def _json_safe(value: Any) -> bool:
-    try:
-        json.dumps(value)
-    except (TypeError, ValueError):
-        return False
-    return True
-
-
-def json_schema(hint: Any) -> dict[str, Any]:
-    """The JSON schema of a type hint (str, int, float, bool, list, dict, Optional, Literal, Enum)."""
-    if hint is Any or hint is inspect.Parameter.empty:
-        return {}
-    if hint is str:
-        return {"type": "string"}
-    if hint is bool:
-        return {"type": "boolean"}
-    if hint is int:
-        return {"type": "integer"}
-    if hint is float:
-        return {"type": "number"}
-    if hint is type(None):
-        return {"type": "null"}
-    if isinstance(hint, type) and issubclass(hint, enum.Enum):
-        return {"enum": [m.value for m in hint]}
-    origin = typing.get_origin(hint)
-    args = typing.get_args(hint)
-    if origin is Literal:
-        return {"enum": list(args)}
-    if origin in (Union, types.UnionType):
-        non_null = [a for a in args if a is not type(None)]
-        schemas = [json_schema(a) for a in non_null]
-        if len(non_null) < len(args):
-            schemas.append({"type": "null"})
-        return {"anyOf": schemas}
-    if origin in (list, Sequence, tuple, set, frozenset) or hint in (list, tuple, set):
-        item = args[0] if args else Any
-        return {"type": "array", "items": json_schema(item)}
-    if origin in (dict, Mapping) or hint is dict:
-        value = args[1] if len(args) == 2 else Any
-        schema: dict[str, Any] = {"type": "object"}
-        if value is not Any:
-            schema["additionalProperties"] = json_schema(value)
-        return schema
-    if typing.get_origin(hint) is typing.Annotated:
-        return json_schema(args[0])
-    raise TypeError(
-        f"cannot describe type {hint!r} as JSON schema; use str, int, float, bool, list, dict, Literal or Enum"
-    )

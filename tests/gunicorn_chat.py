@@ -25,6 +25,9 @@ class ThinkingDemo:
         signal.wait(0.05)
         yield from self.demo.stream(request, signal)
 
+    def close(self) -> None:
+        self.demo.close()
+
 
 app = create_app(
     create_agent(

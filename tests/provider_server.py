@@ -4,8 +4,8 @@ Tests script its replies in order (:meth:`ProviderServer.reply`) from the
 documented payloads in ``tests/fixtures/providers/`` and read back what the
 provider sent (:attr:`ProviderServer.requests`: path, headers, JSON body, and
 the monotonic time it arrived). Replies can stream normally, stall before
-their headers or mid-stream until :attr:`ProviderServer.release` is set, or
-cut the connection mid-event. Use it as a context manager (or the
+their headers or mid-stream until :attr:`ProviderServer.release` is set,
+cut the connection mid-event, or drip a body one byte at a time. Use it as a context manager (or the
 ``provider_server`` fixture): leaving it releases stalled handlers and stops
 the server.
 """
@@ -31,6 +31,7 @@ FIXTURES = Path(__file__).parent / "fixtures" / "providers"
 
 __all__ = [
     "FIXTURES",
+    "DripReply",
     "JSONReply",
     "ProviderServer",
     "Recorded",
@@ -84,11 +85,23 @@ class JSONReply:
 
 
 @dataclass
+class DripReply:
+    """A ``text/event-stream`` reply sent one byte per HTTP chunk, ``interval`` seconds apart.
+
+    The pacing waits on the server's ``stopping`` event, so stopping the
+    server ends a drip at once; after the last byte the body ends.
+    """
+
+    data: bytes
+    interval: float = 0.01
+
+
+@dataclass
 class StallReply:
     """Read the request, send nothing until ``release`` is set (or the client leaves)."""
 
 
-Reply = SSEReply | JSONReply | StallReply
+Reply = SSEReply | JSONReply | StallReply | DripReply
 
 
 @dataclass
@@ -137,6 +150,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(reply, headers, request_id)
         elif isinstance(reply, SSEReply):
             self._sse(reply, request_id)
+        elif isinstance(reply, DripReply):
+            self._drip(reply, request_id)
         else:
             owner.stalled.set()
             owner.release.wait(30)
@@ -201,6 +216,25 @@ class _Handler(BaseHTTPRequestHandler):
             return
         self._chunk(b"")
 
+    def _drip(self, reply: DripReply, request_id: str) -> None:
+        owner = self.server.owner
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream; charset=utf-8")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.send_header("x-request-id", request_id)
+        self.end_headers()
+        self.wfile.flush()
+        owner.dripping.set()
+        for index in range(len(reply.data)):
+            if owner.stopping.wait(reply.interval):  # pacing; ends at once on stop()
+                break
+            try:
+                self._chunk(reply.data[index : index + 1])
+            except OSError:  # the client gave up
+                self.close_connection = True
+                return
+        self._chunk(b"")
+
     @staticmethod
     def _pack(packer: Any, data: bytes) -> bytes:
         if packer is None:
@@ -221,6 +255,7 @@ class ProviderServer:
         self.release = threading.Event()  # set: stalled replies may finish
         self.stalled = threading.Event()  # set by a reply when it starts stalling
         self.received = threading.Event()  # set on every request
+        self.dripping = threading.Event()  # set when a DripReply starts dripping
         self._replies: deque[Reply] = deque()
         self._lock = threading.Lock()
         self.stopping = threading.Event()

@@ -29,9 +29,13 @@ from lousho_sessions.providers.anthropic import AnthropicProvider
 from lousho_sessions.providers.base import (
     ModelTextDelta,
     ModelToolCallDelta,
+    Provider,
+    ProviderBase,
     ToolSpec,
     complete,
 )
+from lousho_sessions.providers.demo import DemoProvider
+from lousho_sessions.providers.function import FunctionProvider, ScriptedProvider
 from lousho_sessions.providers.openai import OpenAIProvider
 
 
@@ -115,6 +119,32 @@ def test_a_body_left_open_after_the_last_event_does_not_hold_the_call(
     assert response.message.text.startswith("Hello")
     run(provider)  # and the next call gets a fresh connection
     assert server.requests[0].client_port != server.requests[1].client_port
+
+
+def test_close_releases_the_connections_and_the_provider_still_works(
+    wire: Wire, server: ProviderServer, make: Callable[..., HttpProvider]
+) -> None:
+    server.reply(wire.sse("text"), wire.sse("text"))
+    with make() as provider:
+        assert isinstance(provider, Provider)
+        run(provider)
+        provider.close()
+        run(provider)
+    first, second = server.requests
+    assert first.client_port != second.client_port  # the pool was closed in between
+
+
+def test_every_provider_has_close() -> None:
+    made: list[ProviderBase] = [
+        FunctionProvider(lambda request: "hi"),
+        ScriptedProvider(["hi"]),
+        DemoProvider(),
+    ]
+    for provider in made:
+        assert isinstance(provider, Provider)
+        with provider:
+            provider.close()
+        provider.close()  # twice is fine
 
 
 def test_streamed_tool_calls(

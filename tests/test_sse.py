@@ -4,10 +4,17 @@ from __future__ import annotations
 
 import itertools
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lousho_sessions.providers._sse import ServerSentEvent, SSEDecoder, iter_events
+from lousho_sessions.errors import ProviderError
+from lousho_sessions.providers._sse import (
+    DEFAULT_MAX_EVENT_SIZE,
+    ServerSentEvent,
+    SSEDecoder,
+    iter_events,
+)
 
 
 def decode(data: bytes | str) -> list[ServerSentEvent]:
@@ -107,6 +114,55 @@ def test_feed_line_drives_the_same_rules() -> None:
     lines = ["event: e", "data: 1", "", ": c", "data: 2", ""]
     events = [e for line in lines if (e := decoder.feed_line(line)) is not None]
     assert events == [ServerSentEvent("1", "e"), ServerSentEvent("2")]
+
+
+# --- linear work and the size limit -------------------------------------------------
+
+
+@pytest.mark.parametrize("piece", [1024, 65536])
+@pytest.mark.parametrize("crlf", [False, True])
+def test_one_long_line_costs_work_linear_in_its_length(piece: int, crlf: bool) -> None:
+    # 4 MiB in small pieces: re-searching or re-joining the buffered line on
+    # every piece (the old cost) would count ~size**2 / (2 * piece) characters
+    end = b"\r\n" if crlf else b"\n"
+    size = 4 * 1024 * 1024
+    data = b"data: " + b"x" * size + end + end
+    decoder = SSEDecoder()
+    events = [e for i in range(0, len(data), piece) for e in decoder.feed(data[i : i + piece])]
+    assert [len(e.data) for e in events] == [size]
+    assert decoder._scanned <= 3 * len(data)
+
+
+def test_many_lines_cost_work_linear_in_their_total() -> None:
+    data = b"".join(b"data: %d\n\n" % n for n in range(100_000))
+    decoder = SSEDecoder()
+    count = sum(len(decoder.feed(data[i : i + 4096])) for i in range(0, len(data), 4096))
+    assert count == 100_000
+    assert decoder._scanned <= 3 * len(data)
+
+
+def test_a_line_over_the_default_limit_is_refused() -> None:
+    assert DEFAULT_MAX_EVENT_SIZE == 16 * 1024 * 1024
+    decoder = SSEDecoder()
+    decoder.feed(b"data: ")
+    with pytest.raises(ProviderError, match=r"longer than 16 MiB \(max_event_size=16777216\)"):
+        for _ in range(17):
+            decoder.feed(b"x" * (1024 * 1024))
+
+
+def test_the_limit_counts_a_line_split_over_pieces_and_an_event_over_lines() -> None:
+    decoder = SSEDecoder(max_event_size=10)
+    assert decoder.feed(b"data:1234") == []
+    assert decoder.feed(b"5") == []  # ten characters: still within the limit
+    with pytest.raises(ProviderError, match="line longer than 10 characters"):
+        decoder.feed(b"6")
+    decoder = SSEDecoder(max_event_size=10)
+    with pytest.raises(ProviderError, match="event longer than 10 characters"):
+        decoder.feed(b"data:12345\ndata:67890\n")
+    assert SSEDecoder(max_event_size=10).feed(b"data:12345\ndata:6789\n\n") == [
+        ServerSentEvent("12345\n6789")
+    ]
+    assert SSEDecoder(max_event_size=None).feed(b"data: " + b"x" * 100 + b"\n\n")
 
 
 # --- chunk boundaries never change the events ---------------------------------------

@@ -1,4 +1,4 @@
-"""The HTTP layer the HTTP providers share: retries, errors, timeouts, abort.
+"""The HTTP layer the HTTP providers share: retries, errors, limits, abort, redaction.
 
 One :class:`HttpClient` per provider owns one ``requests.Session`` (so
 connections are reused). :meth:`HttpClient.stream` POSTs a JSON body and
@@ -7,13 +7,20 @@ yields the server-sent events of the reply:
 - Retries: on 408, 409, 429, 5xx and connection errors (including a read
   timeout while waiting for the reply's headers), up to ``max_retries`` times,
   waiting ``Retry-After`` (seconds or an HTTP date) or ``retry-after-ms`` when
-  the server says so (up to ``max_retry_after`` seconds), otherwise an
-  exponential backoff with jitter. ``x-should-retry: true|false`` overrides the
-  status. Other 4xx are not retried. Nothing is retried once events flowed.
+  the server says so, otherwise an exponential backoff with jitter. A server
+  that asks for a wait longer than ``max_retry_after`` gets no retry: the call
+  fails at once with a ``ProviderError`` saying how long it asked for
+  (``.retry_after``). ``x-should-retry: true|false`` overrides the status.
+  Other 4xx are not retried. Nothing is retried once events flowed.
 - Errors: :class:`~lousho_sessions.errors.ProviderError` with ``status``,
   ``message`` (the server's own message when it sent one), ``retryable`` and
-  ``request_id``. The API key is replaced by ``***`` in every message and log
-  line, and it is kept out of every ``repr``.
+  ``request_id``. A request that cannot be encoded is ``retryable=False`` with
+  the encoding error as ``__cause__``. Every error leaving a provider passes
+  through :meth:`HttpClient.guard`, which scrubs the API key from it (see
+  :mod:`._redact`); log lines are scrubbed the same way.
+- Limits: ``max_duration`` bounds a whole model call (every attempt, every
+  wait and the whole stream), so a server that drips a byte at a time cannot
+  hold it open; ``max_event_size`` bounds one line or event of the stream.
 - Abort: the signal's callback shuts the request's socket down, so a call
   blocked waiting for headers, reading the stream or sleeping before a retry
   returns at once; the call then raises
@@ -24,28 +31,24 @@ yields the server-sent events of the reply:
 from __future__ import annotations
 
 import contextlib
-import email.utils
 import http.client
 import json
 import logging
-import random
 import socket
-import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
-from datetime import datetime, timezone
-from typing import Any
+from collections.abc import Iterator, Mapping
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
-import attrs
 import requests
-import requests.adapters
-import urllib3
-import urllib3.connection
 import urllib3.exceptions
 
 from ..abort import AbortedError, AbortSignal
-from ..errors import ProviderError
-from ._sse import ServerSentEvent, SSEDecoder
+from ..errors import ProviderConfigError, ProviderError
+from ._redact import Redactor, Secret
+from ._retry import Deadline, RetryPolicy, parse_retry_after
+from ._sockets import AbortableAdapter, AbortScope, scoped
+from ._sse import DEFAULT_MAX_EVENT_SIZE, ServerSentEvent, SSEDecoder
 
 __all__ = [
     "HttpClient",
@@ -62,187 +65,10 @@ log = logging.getLogger("lousho_sessions.providers")
 #: Statuses worth trying again (the anthropic and openai SDKs retry the same).
 RETRY_STATUSES = frozenset({408, 409, 429})
 
+T = TypeVar("T")
+
 Timeout = float | tuple[float, float]
 """Seconds: one number for both, or ``(connect, read)``; read is the longest silence allowed."""
-
-
-@attrs.frozen
-class RetryPolicy:
-    """How often and how long to wait before trying a failed request again.
-
-    The n-th retry (n from 0) waits ``min(initial_delay * 2**n, max_delay)``
-    shortened by up to ``jitter`` (a fraction), unless the server gave a
-    ``Retry-After`` of at most ``max_retry_after`` seconds.
-    """
-
-    max_retries: int = 2
-    initial_delay: float = 0.5
-    max_delay: float = 8.0
-    jitter: float = 0.25
-    max_retry_after: float = 60.0
-
-    def backoff(self, retry: int) -> float:
-        delay = min(self.initial_delay * 2.0**retry, self.max_delay)
-        return delay * (1.0 - self.jitter * random.random())
-
-
-class Secret:
-    """A string (the API key) that never shows in a ``repr`` or ``str``."""
-
-    __slots__ = ("_value",)
-
-    def __init__(self, value: str) -> None:
-        self._value = value
-
-    def reveal(self) -> str:
-        return self._value
-
-    def __bool__(self) -> bool:
-        return bool(self._value)
-
-    def __repr__(self) -> str:
-        return "Secret('***')"
-
-    __str__ = __repr__
-
-    def __reduce__(self) -> Any:
-        raise TypeError("an API key is not pickled")
-
-
-def parse_retry_after(headers: Mapping[str, str], now: float | None = None) -> float | None:
-    """Seconds the server asks us to wait: ``retry-after-ms``, then ``Retry-After``.
-
-    ``Retry-After`` may be a number of seconds or an HTTP date. Returns
-    ``None`` when neither header is there or readable.
-    """
-    value = headers.get("retry-after-ms")
-    if value is not None:
-        try:
-            return max(float(value) / 1000.0, 0.0)
-        except ValueError:
-            pass
-    value = headers.get("retry-after")
-    if value is None:
-        return None
-    try:
-        return max(float(value), 0.0)
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError, IndexError):
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=timezone.utc)
-    current = datetime.now(timezone.utc).timestamp() if now is None else now
-    return max(when.timestamp() - current, 0.0)
-
-
-# --- abort: shut the socket down from the aborting thread ---------------------------
-#
-# Closing a requests response from another thread does not reliably wake a thread
-# blocked in recv(); shutdown(SHUT_RDWR) on the socket does. The socket is made deep
-# inside urllib3, so our connection classes hand every socket they make or reuse to
-# the abort scope of the request running on this thread.
-
-
-class _AbortScope:
-    """The sockets of one request, shut down when its signal aborts."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._sockets: list[socket.socket] = []
-        self._aborted = False
-        self._closed = False
-
-    def add(self, sock: socket.socket | None) -> None:
-        if sock is None:
-            return
-        with self._lock:
-            if self._closed:
-                return
-            if not self._aborted:
-                self._sockets.append(sock)
-                return
-        _shutdown(sock)
-
-    def abort(self, _signal: AbortSignal | None = None) -> None:
-        with self._lock:
-            if self._aborted or self._closed:
-                return
-            self._aborted = True
-            sockets, self._sockets = self._sockets, []
-        for sock in sockets:
-            _shutdown(sock)
-
-    def close(self) -> None:
-        """The request is over: its (maybe pooled) sockets are no longer ours to shut."""
-        with self._lock:
-            self._closed = True
-            self._sockets = []
-
-
-def _shutdown(sock: socket.socket) -> None:
-    # socket.socket.shutdown, not SSLSocket.shutdown: we cut the file descriptor
-    # without touching the TLS object another thread may be reading through.
-    with contextlib.suppress(OSError):
-        socket.socket.shutdown(sock, socket.SHUT_RDWR)
-
-
-_current = threading.local()
-
-
-def _register(sock: socket.socket | None) -> None:
-    scope: _AbortScope | None = getattr(_current, "scope", None)
-    if scope is not None:
-        scope.add(sock)
-
-
-class _AbortableConnection(urllib3.connection.HTTPConnection):
-    def _new_conn(self) -> socket.socket:
-        sock = super()._new_conn()
-        _register(sock)
-        return sock
-
-    def request(self, *args: Any, **kwargs: Any) -> None:
-        _register(self.sock)  # a reused keep-alive connection
-        super().request(*args, **kwargs)
-
-
-class _AbortableHTTPSConnection(urllib3.connection.HTTPSConnection):
-    def _new_conn(self) -> socket.socket:
-        sock = super()._new_conn()
-        _register(sock)
-        return sock
-
-    def request(self, *args: Any, **kwargs: Any) -> None:
-        _register(self.sock)
-        super().request(*args, **kwargs)
-
-
-class _AbortableHTTPPool(urllib3.HTTPConnectionPool):
-    ConnectionCls = _AbortableConnection
-
-
-class _AbortableHTTPSPool(urllib3.HTTPSConnectionPool):
-    ConnectionCls = _AbortableHTTPSConnection
-
-
-_POOLS = {"http": _AbortableHTTPPool, "https": _AbortableHTTPSPool}
-
-
-class _AbortableAdapter(requests.adapters.HTTPAdapter):
-    """An adapter whose connections report their sockets to the request's abort scope."""
-
-    def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
-        super().init_poolmanager(*args, **kwargs)
-        self.poolmanager.pool_classes_by_scheme = _POOLS
-
-    def proxy_manager_for(self, proxy: str, **proxy_kwargs: Any) -> Any:
-        manager = super().proxy_manager_for(proxy, **proxy_kwargs)
-        if hasattr(manager, "pool_classes_by_scheme"):
-            manager.pool_classes_by_scheme = _POOLS
-        return manager
 
 
 # --- the client -----------------------------------------------------------------------
@@ -260,18 +86,18 @@ class HttpStream:
 
     def __init__(
         self,
+        client: HttpClient,
         response: requests.Response,
         signal: AbortSignal,
-        redact: Callable[[str], str],
-        scope: _AbortScope,
-        grace: float,
+        scope: AbortScope,
+        deadline: Deadline,
     ) -> None:
         self.response = response
         self.request_id = _request_id(response.headers)
+        self._client = client
         self._signal = signal
-        self._redact = redact
         self._scope = scope
-        self._grace = grace
+        self._deadline = deadline
 
     def drain(self) -> None:
         """Read the rest of the body after the last event, so the connection is reused.
@@ -280,37 +106,52 @@ class HttpStream:
         the stream open is cut off after a grace period (at most a second), and
         nothing read here can fail the call.
         """
-        timer = threading.Timer(self._grace, self._scope.abort)
-        timer.daemon = True
-        timer.start()
+        grace = min(1.0, self._client.timeout[1])
+        ends = time.monotonic() + grace
         try:
-            for _ in _iter_body(self.response):
-                pass
+            for _ in self._chunks(lambda: max(ends - time.monotonic(), 0.001)):
+                if time.monotonic() >= ends:
+                    self._scope.abort()
+                    break
         except Exception as exc:
             log.debug("not reusing the connection: %s", type(exc).__name__)
-        finally:
-            timer.cancel()
 
     def events(self) -> Iterator[ServerSentEvent]:
         """The reply's server-sent events as they arrive.
 
-        Raises ``ProviderError`` (``retryable=True``) when the connection fails
-        or goes silent longer than the read timeout, and ``AbortedError`` when
-        the signal aborts.
+        Raises ``ProviderError`` (``retryable=True``) when the connection fails,
+        goes silent longer than the read timeout or the call runs past
+        ``max_duration``; ``ProviderError`` (``retryable=False``) for a line or
+        event over ``max_event_size``; ``AbortedError`` when the signal aborts.
         """
-        decoder = SSEDecoder()
+        provider = self._client.provider
+        decoder = SSEDecoder(self._client.max_event_size)
+        read = self._client.timeout[1]
         try:
-            for chunk in _iter_body(self.response):
+            for chunk in self._chunks(lambda: self._deadline.cap(read)):
+                if self._deadline.passed():
+                    raise self._deadline.error(provider, self.request_id, "inside the stream")
                 yield from decoder.feed(chunk)
+        except ProviderError as exc:
+            if exc.request_id is not None:
+                raise
+            raise ProviderError(
+                exc.status,
+                f"{provider}: {exc.message}",
+                retryable=exc.retryable,
+                request_id=self.request_id,
+            ) from None
         except Exception as exc:
             if self._signal.aborted:
                 raise AbortedError(self._signal.reason) from None
             if not isinstance(exc, _NETWORK_ERRORS):
                 raise
-            what = "timed out" if _is_timeout(exc) else "was interrupted"
+            if self._deadline.passed():
+                raise self._deadline.error(provider, self.request_id, "inside the stream") from exc
+            what = "timed out" if _failure(exc)[1] else "was interrupted"
             raise ProviderError(
                 None,
-                self._redact(f"the event stream {what}: {type(exc).__name__}: {exc}"),
+                f"{provider}: the event stream {what}: {type(exc).__name__}: {exc}",
                 retryable=True,
                 request_id=self.request_id,
             ) from exc
@@ -320,6 +161,18 @@ class HttpStream:
         decoder.close()
         if cut:
             log.debug("event stream ended inside an event (request id %s)", self.request_id)
+
+    def _chunks(self, timeout: Any) -> Iterator[bytes]:
+        """The body's chunks; before each read the socket's timeout becomes ``timeout()``."""
+        body = _iter_body(self.response)
+        while True:
+            sock = self._scope.current
+            if sock is not None:
+                sock.settimeout(timeout())
+            chunk = next(body, None)
+            if chunk is None:
+                return
+            yield chunk
 
 
 def _iter_body(response: requests.Response) -> Iterator[bytes]:
@@ -335,39 +188,81 @@ def _iter_body(response: requests.Response) -> Iterator[bytes]:
         yield chunk
 
 
-def _is_timeout(exc: BaseException) -> bool:
-    seen: BaseException | None = exc
-    for _ in range(10):  # follow the cause chain, as the anthropic SDK does
-        if seen is None:
-            return False
-        if isinstance(
-            seen, (requests.Timeout, urllib3.exceptions.TimeoutError, socket.timeout, TimeoutError)
-        ):
-            return True
-        seen = seen.__cause__ or seen.__context__ or _first_arg_exception(seen)
-    return False
-
-
-def _first_arg_exception(exc: BaseException) -> BaseException | None:
-    # urllib3 and requests wrap errors as arguments, not always as causes
-    for arg in exc.args:
-        if isinstance(arg, BaseException):
-            return arg
-        reason = getattr(arg, "reason", None)
+def _chain(exc: BaseException) -> Iterator[BaseException]:
+    """``exc`` and what caused it: causes, contexts and the errors urllib3 wraps in args."""
+    seen: set[int] = set()
+    todo = [exc]
+    while todo and len(seen) < 20:
+        current = todo.pop(0)
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        yield current
+        for linked in (current.__cause__, current.__context__):
+            if linked is not None:
+                todo.append(linked)
+        for arg in current.args:
+            if isinstance(arg, BaseException):
+                todo.append(arg)
+            reason = getattr(arg, "reason", None)
+            if isinstance(reason, BaseException):
+                todo.append(reason)
+        reason = getattr(current, "reason", None)
         if isinstance(reason, BaseException):
-            return reason
-    return None
+            todo.append(reason)
+
+
+_TIMEOUTS = (requests.Timeout, urllib3.exceptions.TimeoutError, socket.timeout, TimeoutError)
+
+
+def _failure(exc: BaseException) -> tuple[str, bool]:
+    """What went wrong underneath a network error, and whether it was a timeout."""
+    chain = list(_chain(exc))
+    if any(isinstance(e, ConnectionRefusedError) for e in chain):
+        return "connection refused", False
+    if any(isinstance(e, socket.gaierror) for e in chain):
+        return "host name not resolved", False
+    # urllib3's NewConnectionError is a ConnectTimeoutError for old code's sake;
+    # only a real timeout underneath it makes it one
+    if any(
+        isinstance(e, _TIMEOUTS) and not isinstance(e, urllib3.exceptions.NewConnectionError)
+        for e in chain
+    ):
+        return "timed out", True
+    return "failed", False
+
+
+def _host_port(url: str) -> str:
+    parts = urlsplit(url)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    return f"{parts.hostname}:{port}"
 
 
 def _request_id(headers: Mapping[str, str]) -> str | None:
     return headers.get("x-request-id") or headers.get("request-id")
 
 
+def _check_headers(provider: str, headers: Mapping[str, str]) -> None:
+    """Refuse header values HTTP cannot carry, naming the header but never its value."""
+    for name, value in headers.items():
+        bad = next((c for c in value if ord(c) > 0xFF or ord(c) < 0x20 or ord(c) == 0x7F), None)
+        if bad is not None:
+            raise ProviderConfigError(
+                None,
+                f"{provider}: header {name!r} holds U+{ord(bad):04X}, which an HTTP header "
+                "cannot carry (control characters and characters outside latin-1 are refused)",
+                retryable=False,
+            )
+
+
 class HttpClient:
-    """POSTs JSON and streams server-sent events back, with retries and abort.
+    """POSTs JSON and streams server-sent events back, with retries, limits and abort.
 
     ``headers`` are sent with every request (they may hold the API key, which
-    is also given as ``secret`` so that it can be scrubbed from messages).
+    is also given as ``secret`` so that it can be scrubbed from errors and
+    logs). ``max_duration`` (seconds, ``None`` for no limit) bounds a whole
+    call; ``max_event_size`` (characters, ``None`` for no limit) one line or
+    event of the stream.
     """
 
     def __init__(
@@ -379,18 +274,31 @@ class HttpClient:
         secret: Secret | None = None,
         timeout: Timeout = (10.0, 600.0),
         retry: RetryPolicy | None = None,
+        max_duration: float | None = None,
+        max_event_size: int | None = DEFAULT_MAX_EVENT_SIZE,
     ) -> None:
         self.provider = provider
         self.base_url = base_url.rstrip("/")
+        self.redactor = Redactor(secret)
+        _check_headers(provider, headers)
         self._headers = dict(headers)
-        self._secret = secret
         if isinstance(timeout, tuple):
             self.timeout: tuple[float, float] = (float(timeout[0]), float(timeout[1]))
         else:
             self.timeout = (float(timeout), float(timeout))
         self.retry = retry or RetryPolicy()
+        if max_duration is not None and max_duration <= 0:
+            raise ProviderConfigError(
+                None, f"{provider}: max_duration must be positive, not {max_duration!r}"
+            )
+        if max_event_size is not None and max_event_size <= 0:
+            raise ProviderConfigError(
+                None, f"{provider}: max_event_size must be positive, not {max_event_size!r}"
+            )
+        self.max_duration = max_duration
+        self.max_event_size = max_event_size
         self._session = requests.Session()
-        adapter = _AbortableAdapter()
+        adapter = AbortableAdapter()
         self._session.mount("http://", adapter)
         self._session.mount("https://", adapter)
 
@@ -402,10 +310,24 @@ class HttpClient:
         self._session.close()
 
     def redact(self, text: str) -> str:
-        """``text`` with the API key replaced by ``***``."""
-        if self._secret and self._secret.reveal() in text:
-            return text.replace(self._secret.reveal(), "***")
-        return text
+        """``text`` with the API key (and its escaped forms and fragments) replaced by ``***``."""
+        return self.redactor.text(text)
+
+    def guard(self, events: Iterator[T]) -> Iterator[T]:
+        """``events``, with every exception they raise scrubbed of the API key first.
+
+        The one place provider errors pass through on their way out: the
+        message, ``args``, string attributes and the whole cause chain.
+        """
+        try:
+            yield from events
+        except Exception as exc:
+            self.redactor.exception(exc)
+            raise
+
+    def _log(self, level: int, message: str, *args: object) -> None:
+        if log.isEnabledFor(level):
+            log.log(level, "%s", self.redactor.log_line(message, *args))
 
     @contextlib.contextmanager
     def stream(
@@ -415,39 +337,86 @@ class HttpClient:
 
         The response is closed when the ``with`` block ends, however it ends.
         """
-        scope = _AbortScope()
+        deadline = Deadline.start(self.max_duration)
+        scope = AbortScope()
         remove = signal.add_callback(scope.abort)
         response: requests.Response | None = None
         try:
-            response = self._send(path, body, signal, scope)
-            yield HttpStream(response, signal, self.redact, scope, grace=min(1.0, self.timeout[1]))
+            response = self._send(path, body, signal, scope, deadline)
+            yield HttpStream(self, response, signal, scope, deadline)
         finally:
             remove()
             scope.close()
             if response is not None:
                 response.close()
 
+    def _encode(self, body: Mapping[str, Any]) -> bytes:
+        try:
+            return json.dumps(body, ensure_ascii=False, allow_nan=False).encode("utf-8")
+        except UnicodeEncodeError as exc:
+            near = exc.object[max(exc.start - 20, 0) : exc.end + 20]
+            raise ProviderError(
+                None,
+                f"{self.provider}: the request cannot be encoded as UTF-8 ({exc.reason} at "
+                f"character {exc.start} of the JSON body, near {near!r}): "
+                "is there a lone surrogate in the text?",
+                retryable=False,
+            ) from exc
+        except (TypeError, ValueError) as exc:
+            raise ProviderError(
+                None,
+                f"{self.provider}: the request cannot be sent as JSON: {str(exc)[:200]}",
+                retryable=False,
+            ) from exc
+
     def _send(
-        self, path: str, body: Mapping[str, Any], signal: AbortSignal, scope: _AbortScope
+        self,
+        path: str,
+        body: Mapping[str, Any],
+        signal: AbortSignal,
+        scope: AbortScope,
+        deadline: Deadline,
     ) -> requests.Response:
         url = f"{self.base_url}/{path.lstrip('/')}"
-        data = json.dumps(body, ensure_ascii=False).encode("utf-8")
+        data = self._encode(body)
         attempt = 0
         while True:
             if signal.aborted:
                 raise AbortedError(signal.reason)
-            outcome, delay = self._attempt(url, data, signal, scope)
+            outcome, delay = self._attempt(url, data, signal, scope, deadline)
             if isinstance(outcome, requests.Response):
                 return outcome
             error = outcome
+            if deadline.passed():
+                raise deadline.error(self.provider, error.request_id, "before a reply") from error
+            cap = self.retry.max_retry_after
+            if error.retryable and delay is not None and delay > cap:
+                raise ProviderError(
+                    error.status,
+                    f"{error.message} (the server asked to wait {delay:g} s before trying "
+                    f"again, longer than max_retry_after={cap:g} s; not retried)",
+                    retryable=True,
+                    request_id=error.request_id,
+                    retry_after=delay,
+                ) from error
             if not error.retryable or attempt >= self.retry.max_retries:
                 if attempt:
-                    log.warning(
-                        "%s: giving up after %d attempts: %s", self.provider, attempt + 1, error
+                    self._log(
+                        logging.WARNING,
+                        "%s: giving up after %d attempts: %s",
+                        self.provider,
+                        attempt + 1,
+                        error,
                     )
                 raise error
             wait = self.retry.backoff(attempt) if delay is None else delay
-            log.info(
+            remaining = deadline.remaining()
+            if remaining is not None and wait >= remaining:
+                raise deadline.error(
+                    self.provider, error.request_id, f"(the next retry was due in {wait:g} s)"
+                ) from error
+            self._log(
+                logging.INFO,
                 "%s: retrying in %.3fs (attempt %d of %d) after: %s",
                 self.provider,
                 wait,
@@ -460,25 +429,27 @@ class HttpClient:
                 raise AbortedError(signal.reason)
 
     def _attempt(
-        self, url: str, data: bytes, signal: AbortSignal, scope: _AbortScope
+        self, url: str, data: bytes, signal: AbortSignal, scope: AbortScope, deadline: Deadline
     ) -> tuple[ProviderError | requests.Response, float | None]:
         """One request: the open response, or the error and the wait the server asked for."""
-        _current.scope = scope
         started = time.monotonic()
+        timeout = (deadline.cap(self.timeout[0]), deadline.cap(self.timeout[1]))
         try:
-            response = self._session.post(
-                url, data=data, headers=self._headers, stream=True, timeout=self.timeout
-            )
+            with scoped(scope):
+                response = self._session.post(
+                    url, data=data, headers=self._headers, stream=True, timeout=timeout
+                )
         except requests.RequestException as exc:
             if signal.aborted:
                 raise AbortedError(signal.reason) from None
             retryable = isinstance(exc, (requests.ConnectionError, requests.Timeout))
-            what = "timed out" if _is_timeout(exc) else "failed"
-            message = f"POST {url} {what}: {type(exc).__name__}: {exc}"
-            return ProviderError(None, self.redact(message), retryable=retryable), None
-        finally:
-            _current.scope = None
-        log.debug(
+            what, _ = _failure(exc)
+            if what in ("connection refused", "host name not resolved"):
+                what = f"failed: {what} ({_host_port(url)})"
+            message = f"{self.provider}: POST {url} {what}: {type(exc).__name__}: {exc}"
+            return ProviderError(None, message, retryable=retryable), None
+        self._log(
+            logging.DEBUG,
             "%s: POST %s -> %d in %.3fs (request id %s)",
             self.provider,
             url,
@@ -489,17 +460,14 @@ class HttpClient:
         if response.status_code < 300:
             return response, None
         try:
-            return self._error(response, signal), self._retry_after(response)
+            delay = parse_retry_after(response.headers)
+            return self._error(response, signal, delay), delay
         finally:
             response.close()
 
-    def _retry_after(self, response: requests.Response) -> float | None:
-        delay = parse_retry_after(response.headers)
-        if delay is not None and delay <= self.retry.max_retry_after:
-            return delay
-        return None
-
-    def _error(self, response: requests.Response, signal: AbortSignal) -> ProviderError:
+    def _error(
+        self, response: requests.Response, signal: AbortSignal, delay: float | None
+    ) -> ProviderError:
         status = response.status_code
         try:
             text = response.content.decode("utf-8", errors="replace")
@@ -515,9 +483,10 @@ class HttpClient:
             retryable = status in RETRY_STATUSES or status >= 500
         return ProviderError(
             status,
-            self.redact(f"{self.provider}: {message}"),
+            f"{self.provider}: {message}",
             retryable=retryable,
             request_id=_request_id(response.headers),
+            retry_after=delay,
         )
 
 

@@ -10,6 +10,13 @@ is all ASCII digits; unknown fields are ignored; a blank line dispatches the
 event unless it has no ``data``; an event not ended by a blank line when the
 stream ends is dropped.
 
+Work is linear in the input: each chunk is searched for line ends once, and a
+line that spans many chunks is kept as pieces and joined once, when it ends.
+A line, or the ``data`` of one event, longer than ``max_event_size``
+characters (16 MiB by default; ``None`` for no limit) raises
+:class:`~lousho_sessions.errors.ProviderError` naming the limit, so a hostile
+or runaway stream cannot grow memory without end.
+
 Feed it bytes as they arrive (:meth:`SSEDecoder.feed`) or already split lines
 (:meth:`SSEDecoder.feed_line`); chunk boundaries never change the events.
 """
@@ -22,7 +29,12 @@ from collections.abc import Iterable, Iterator
 
 import attrs
 
-__all__ = ["SSEDecoder", "ServerSentEvent", "iter_events"]
+from ..errors import ProviderError
+
+__all__ = ["DEFAULT_MAX_EVENT_SIZE", "SSEDecoder", "ServerSentEvent", "iter_events"]
+
+#: The longest line or event ``data`` accepted, in characters.
+DEFAULT_MAX_EVENT_SIZE = 16 * 1024 * 1024
 
 _LINE_END = re.compile(r"\r\n|\r|\n")
 
@@ -52,23 +64,31 @@ class SSEDecoder:
     __slots__ = (
         "_at_start",
         "_data",
+        "_data_size",
         "_event",
         "_last_id",
+        "_limit",
         "_retry",
+        "_scanned",
         "_skip_lf",
         "_tail",
+        "_tail_size",
         "_utf8",
     )
 
-    def __init__(self) -> None:
+    def __init__(self, max_event_size: int | None = DEFAULT_MAX_EVENT_SIZE) -> None:
         self._utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        self._tail = ""  # text after the last line end seen
+        self._limit = max_event_size
+        self._tail: list[str] = []  # pieces of the line not ended yet
+        self._tail_size = 0
         self._at_start = True  # no character seen yet: a BOM may come
         self._skip_lf = False  # the last line ended with CR: a LF next is part of it
         self._data: list[str] = []
+        self._data_size = 0
         self._event = ""
         self._last_id = ""
         self._retry: int | None = None
+        self._scanned = 0  # characters searched or copied: stays linear in the input
 
     def feed(self, chunk: bytes) -> list[ServerSentEvent]:
         """Decode ``chunk`` (any number of bytes) and return the events it completes."""
@@ -86,19 +106,47 @@ class SSEDecoder:
             self._skip_lf = False
             if text[0] == "\n":
                 text = text[1:]
-        buffer = self._tail + text if self._tail else text
-        if "\r" in buffer:
-            lines = _LINE_END.split(buffer)
-            self._skip_lf = buffer.endswith("\r")
+        if not text:
+            return []
+        # only the new text is searched: the tail was searched when it came
+        self._scanned += len(text)
+        if "\r" in text:
+            lines = _LINE_END.split(text)
+            self._skip_lf = text.endswith("\r")
         else:
-            lines = buffer.split("\n")
-        self._tail = lines.pop()
+            lines = text.split("\n")
+        rest = lines.pop()
+        if not lines:
+            self._keep(rest)
+            return []
+        if self._tail:
+            self._tail.append(lines[0])
+            lines[0] = "".join(self._tail)
+            self._scanned += len(lines[0])
+            self._tail, self._tail_size = [], 0
+        if rest:
+            self._keep(rest)
         events: list[ServerSentEvent] = []
         for line in lines:
+            self._check(len(line), "line")
             event = self.feed_line(line)
             if event is not None:
                 events.append(event)
         return events
+
+    def _keep(self, piece: str) -> None:
+        self._tail.append(piece)
+        self._tail_size += len(piece)
+        self._check(self._tail_size, "line")
+
+    def _check(self, size: int, what: str) -> None:
+        if self._limit is not None and size > self._limit:
+            raise ProviderError(
+                None,
+                f"the event stream sent a {what} longer than {_size(self._limit)} "
+                f"(max_event_size={self._limit}); nothing more was read",
+                retryable=False,
+            )
 
     def feed_line(self, line: str) -> ServerSentEvent | None:
         """Process one line (without its line end); return the event a blank line dispatches."""
@@ -110,6 +158,8 @@ class SSEDecoder:
         if value[:1] == " ":
             value = value[1:]
         if field == "data":
+            self._data_size += len(value) + 1
+            self._check(self._data_size - 1, "event")
             self._data.append(value)
         elif field == "event":
             self._event = value
@@ -129,8 +179,8 @@ class SSEDecoder:
         rest = self._utf8.decode(b"", final=True)
         if rest:
             self.feed_text(rest)
-        self._tail = ""
-        self._data = []
+        self._tail, self._tail_size = [], 0
+        self._data, self._data_size = [], 0
         self._event = ""
         self._retry = None
         self._at_start = True
@@ -145,11 +195,18 @@ class SSEDecoder:
     def _dispatch(self) -> ServerSentEvent | None:
         data, event, retry = self._data, self._event, self._retry
         self._data, self._event, self._retry = [], "", None
+        self._data_size = 0
         if not data:
             return None
         return ServerSentEvent(
             data="\n".join(data), event=event or "message", id=self._last_id, retry=retry
         )
+
+
+def _size(limit: int) -> str:
+    if limit >= 1024 * 1024 and limit % (1024 * 1024) == 0:
+        return f"{limit // (1024 * 1024)} MiB"
+    return f"{limit} characters"
 
 
 def iter_events(chunks: Iterable[bytes]) -> Iterator[ServerSentEvent]:

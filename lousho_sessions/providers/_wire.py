@@ -1,93 +1,39 @@
-"""What the OpenAI and Anthropic wire formats share: keys, JSON events, images, settings."""
+"""Small pieces the wire formats share: keys, environment, images, settings, plain JSON."""
 
 from __future__ import annotations
 
 import base64
-import json
 import os
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ..errors import ProviderError
 from ..messages import ImagePart
-from ._http import Secret
-from ._sse import ServerSentEvent
+from ._redact import Secret, secret_from
 
 __all__ = [
     "api_key_from",
     "env",
-    "event_json",
     "image_base64",
     "image_media_type",
-    "parse_arguments",
     "pick_settings",
     "plain_json",
 ]
 
 
 def api_key_from(api_key: str | None, env: str) -> Secret | None:
-    """The key given, else the environment variable's value, else ``None``."""
-    value = api_key if api_key is not None else os.environ.get(env)
-    return Secret(value) if value else None
+    """The key given, else the environment variable's value, else ``None``.
+
+    Surrounding whitespace is stripped; a key HTTP cannot carry is refused
+    with ``ProviderConfigError`` (see :func:`._redact.secret_from`).
+    """
+    if api_key is not None:
+        return secret_from(api_key, "api_key")
+    return secret_from(os.environ.get(env), f"${env}")
 
 
 def env(name: str) -> str | None:
     """The environment variable's value; ``None`` when unset or empty."""
     return os.environ.get(name) or None
-
-
-def event_json(event: ServerSentEvent, provider: str, request_id: str | None) -> dict[str, Any]:
-    """The event's ``data`` as a JSON object, or a ``ProviderError`` saying what was wrong."""
-    try:
-        value = json.loads(event.data)
-    except ValueError as exc:
-        raise ProviderError(
-            None,
-            f"{provider}: the server sent an event whose data is not JSON ({exc}): "
-            f"{event.data[:200]!r}",
-            retryable=False,
-            request_id=request_id,
-        ) from exc
-    if not isinstance(value, dict):
-        raise ProviderError(
-            None,
-            f"{provider}: the server sent an event whose data is not a JSON object: "
-            f"{event.data[:200]!r}",
-            retryable=False,
-            request_id=request_id,
-        )
-    return value
-
-
-def parse_arguments(
-    text: str, *, provider: str, name: str, call_id: str, request_id: str | None
-) -> dict[str, Any]:
-    """A tool call's JSON arguments as a dict (empty text is ``{}``).
-
-    Malformed JSON is a ``ProviderError`` with ``retryable=True``: the model
-    wrote it, and asking again may well give valid JSON.
-    """
-    if not text.strip():
-        return {}
-    try:
-        value = json.loads(text)
-    except ValueError as exc:
-        raise ProviderError(
-            None,
-            f"{provider}: the model called tool {name!r} (call {call_id}) with arguments "
-            f"that are not valid JSON ({exc}): {text[:200]!r}",
-            retryable=True,
-            request_id=request_id,
-        ) from exc
-    if not isinstance(value, dict):
-        raise ProviderError(
-            None,
-            f"{provider}: the model called tool {name!r} (call {call_id}) with arguments "
-            f"that are not a JSON object: {text[:200]!r}",
-            retryable=True,
-            request_id=request_id,
-        )
-    return value
 
 
 _SIGNATURES = (

@@ -4,33 +4,17 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import attrs
+from ..messages import ImagePart, Message, TextPart
+from ._http_provider import HttpOptions, HttpProvider, Reply
+from ._redact import Secret
+from ._sse import ServerSentEvent
+from ._wire import image_base64, image_media_type, pick_settings, plain_json
+from .base import FinishReason, ModelEvent, ModelRequest
 
-from ..abort import AbortSignal
-from ..errors import ProviderError
-from ..messages import ImagePart, Message, TextPart, ToolCall, Usage
-from ..pricing import Pricing, price_usage
-from ._http import HttpClient, RetryPolicy, Timeout
-from ._wire import (
-    api_key_from,
-    env,
-    event_json,
-    image_base64,
-    image_media_type,
-    parse_arguments,
-    pick_settings,
-    plain_json,
-)
-from .base import (
-    FinishReason,
-    ModelEvent,
-    ModelRequest,
-    ModelResponse,
-    ModelTextDelta,
-    ModelToolCallDelta,
-)
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = ["AnthropicProvider"]
 
@@ -73,19 +57,27 @@ _ERROR_STATUS: Mapping[str, int] = {
 }
 
 
-class AnthropicProvider:
+class AnthropicProvider(HttpProvider):
     """A Claude model through the Messages API (``POST {base_url}/v1/messages``, streamed).
 
     ``api_key`` defaults to ``ANTHROPIC_API_KEY``; ``base_url`` to
     ``ANTHROPIC_BASE_URL``, else the public endpoint, which needs a key.
     ``max_tokens`` caps each reply (the API requires a cap;
-    ``settings["max_tokens"]`` overrides it per call). ``timeout``,
-    ``max_retries``, ``retry``, ``pricing`` and ``headers`` work as for
-    ``OpenAIProvider``. Token usage counts cache reads and writes as input
-    tokens, priced at the plain input price.
-
-    Failures raise ``ProviderError``; an aborted signal ends the call at once.
+    ``settings["max_tokens"]`` overrides it per call). The other options are
+    those of every HTTP provider: see :class:`~._http_provider.HttpProvider`.
+    Token usage counts cache reads and writes as input tokens, priced at the
+    plain input price.
     """
+
+    KIND = "anthropic"
+    KEY_ENV = "ANTHROPIC_API_KEY"
+    BASE_URL_ENV = "ANTHROPIC_BASE_URL"
+    DEFAULT_BASE_URL = DEFAULT_BASE_URL
+    PATH = "v1/messages"
+    END = "message_stop"
+    FINISH = _FINISH
+    DEFAULT_STOP = "end_turn"
+    CALL_ID_PREFIX = "toolu_"
 
     def __init__(
         self,
@@ -93,53 +85,17 @@ class AnthropicProvider:
         api_key: str | None = None,
         base_url: str | None = None,
         *,
-        timeout: Timeout = (10.0, 600.0),
-        max_retries: int | None = None,
-        retry: RetryPolicy | None = None,
         max_tokens: int = 4096,
-        pricing: Mapping[str, Pricing] | None = None,
-        headers: Mapping[str, str] | None = None,
-        name: str | None = None,
+        **options: Unpack[HttpOptions],
     ) -> None:
-        self.model = model
-        self.name = name or f"anthropic/{model}"
-        self.base_url = (base_url or env("ANTHROPIC_BASE_URL") or DEFAULT_BASE_URL).rstrip("/")
+        super().__init__(model, api_key, base_url, **options)
         self.max_tokens = max_tokens
-        self.pricing = dict(pricing or {})
-        key = api_key_from(api_key, "ANTHROPIC_API_KEY")
-        self._needs_key = key is None and self.base_url == DEFAULT_BASE_URL
-        sent: dict[str, str] = {
-            "Accept": "text/event-stream",
-            "Content-Type": "application/json",
-            "anthropic-version": API_VERSION,
-        }
+
+    def _key_headers(self, key: Secret | None) -> dict[str, str]:
+        headers = {"anthropic-version": API_VERSION}
         if key:
-            sent["x-api-key"] = key.reveal()
-        sent.update(headers or {})
-        policy = retry or RetryPolicy()
-        if max_retries is not None:
-            policy = attrs.evolve(policy, max_retries=max_retries)
-        self._http = HttpClient(
-            provider=self.name,
-            base_url=self.base_url,
-            headers=sent,
-            secret=key,
-            timeout=timeout,
-            retry=policy,
-        )
-
-    def __repr__(self) -> str:
-        return f"AnthropicProvider(model={self.model!r}, base_url={self.base_url!r})"
-
-    def close(self) -> None:
-        """Close pooled connections (the provider still works afterwards)."""
-        self._http.close()
-
-    def __enter__(self) -> AnthropicProvider:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
+            headers["x-api-key"] = key.reveal()
+        return headers
 
     def build_body(self, request: ModelRequest) -> dict[str, Any]:
         """The JSON body sent for ``request``."""
@@ -166,172 +122,73 @@ class AnthropicProvider:
         body.update(pick_settings(request.settings, SETTINGS, {"stop": "stop_sequences"}))
         return body
 
-    def stream(self, request: ModelRequest, signal: AbortSignal) -> Iterator[ModelEvent]:
-        """Stream the model's answer: text and tool-call deltas, then one ``ModelResponse``."""
-        if self._needs_key:
-            raise ProviderError(
-                None,
-                f"{self.name}: no API key; pass api_key= or set ANTHROPIC_API_KEY",
-                retryable=False,
-            )
-        body = self.build_body(request)
-        with self._http.stream("v1/messages", body, signal) as reply:
-            state = _StreamState(self.name, reply.request_id)
-            for event in reply.events():
-                data = event_json(event, self.name, reply.request_id)
-                yield from state.event(str(data.get("type") or event.event), data)
-                if state.done:
-                    reply.drain()
-                    break
-        if not state.done:
-            raise ProviderError(
-                None,
-                f"{self.name}: the event stream ended before message_stop; the reply is incomplete",
-                retryable=True,
-                request_id=state.request_id,
-            )
-        yield state.response(self.model, self.pricing)
+    def _read(self, events: Iterator[ServerSentEvent], reply: Reply) -> Iterator[ModelEvent]:
+        blocks: dict[int, tuple[str, int]] = {}  # content block index -> (type, call index)
+        for event in events:
+            data = reply.json(event)
+            kind = str(data.get("type") or event.event)
+            if kind == "message_start":
+                _usage(reply, (data.get("message") or {}).get("usage") or {})
+            elif kind == "content_block_start":
+                index = int(data.get("index", len(blocks)))
+                yield from _start(reply, blocks, index, data.get("content_block") or {})
+            elif kind == "content_block_delta":
+                yield from _delta(reply, blocks, int(data.get("index", 0)), data)
+            elif kind == "message_delta":
+                stop = (data.get("delta") or {}).get("stop_reason")
+                if stop:
+                    reply.stop = str(stop)
+                _usage(reply, data.get("usage") or {})
+            elif kind == "message_stop":
+                reply.done = True
+                return
+            elif kind == "error":
+                error = data.get("error") or {}
+                kind = str(error.get("type") or "error")
+                message = error.get("message") or kind
+                raise reply.stream_error(message, kind, _ERROR_STATUS.get(kind))
+            # ping, content_block_stop and event types added later need nothing
 
 
-@attrs.define
-class _Block:
-    kind: str
-    call_index: int = -1  # for tool_use blocks: the call's position among the calls
-    id: str = ""
-    name: str = ""
-    parts: list[str] = attrs.field(factory=list)
-
-
-@attrs.define
-class _StreamState:
-    """What the events told so far."""
-
-    provider: str
-    request_id: str | None
-    blocks: dict[int, _Block] = attrs.field(factory=dict)
-    calls: int = 0
-    input_tokens: int = 0
-    output_tokens: int = 0
-    stop_reason: str | None = None
-    done: bool = False
-
-    def event(self, kind: str, data: Mapping[str, Any]) -> Iterator[ModelEvent]:
-        if kind == "message_start":
-            message = data.get("message") or {}
-            self._usage(message.get("usage") or {})
-        elif kind == "content_block_start":
-            yield from self._start(int(data.get("index", len(self.blocks))), data)
-        elif kind == "content_block_delta":
-            yield from self._delta(int(data.get("index", 0)), data.get("delta") or {})
-        elif kind == "message_delta":
-            delta = data.get("delta") or {}
-            if delta.get("stop_reason"):
-                self.stop_reason = str(delta["stop_reason"])
-            self._usage(data.get("usage") or {})
-        elif kind == "message_stop":
-            self.done = True
-        elif kind == "error":
-            raise self._error(data.get("error") or {})
-        # ping, content_block_stop and event types added later need nothing
-
-    def _usage(self, usage: Mapping[str, Any]) -> None:
-        # message_delta counts are cumulative: the last value seen wins
-        if "input_tokens" in usage:
-            self.input_tokens = sum(
-                int(usage.get(key) or 0)
-                for key in (
-                    "input_tokens",
-                    "cache_creation_input_tokens",
-                    "cache_read_input_tokens",
-                )
-            )
-        if "output_tokens" in usage:
-            self.output_tokens = int(usage.get("output_tokens") or 0)
-
-    def _start(self, index: int, data: Mapping[str, Any]) -> Iterator[ModelEvent]:
-        block = data.get("content_block") or {}
-        kind = str(block.get("type") or "")
-        if kind == "tool_use":
-            started = _Block(
-                kind, self.calls, str(block.get("id") or ""), str(block.get("name") or "")
-            )
-            self.calls += 1
-            self.blocks[index] = started
-            given = block.get("input")
-            if given:  # servers that send the input whole rather than as deltas
-                started.parts.append(json.dumps(given))
-            yield ModelToolCallDelta(
-                index=started.call_index,
-                id=started.id or None,
-                name=started.name or None,
-                arguments="".join(started.parts),
-            )
-        else:
-            self.blocks[index] = _Block(kind)
-            text = block.get("text") if kind == "text" else None
-            if isinstance(text, str) and text:
-                self.blocks[index].parts.append(text)
-                yield ModelTextDelta(text)
-
-    def _delta(self, index: int, delta: Mapping[str, Any]) -> Iterator[ModelEvent]:
-        block = self.blocks.get(index)
-        if block is None:
-            block = self.blocks[index] = _Block("text")
-        kind = delta.get("type")
-        if kind == "text_delta":
-            text = delta.get("text")
-            if isinstance(text, str) and text:
-                block.parts.append(text)
-                yield ModelTextDelta(text)
-        elif kind == "input_json_delta" and block.kind == "tool_use":
-            fragment = delta.get("partial_json")
-            if isinstance(fragment, str) and fragment:
-                block.parts.append(fragment)
-                yield ModelToolCallDelta(index=block.call_index, arguments=fragment)
-        # thinking, signature and citation deltas are not part of the transcript
-
-    def _error(self, error: Mapping[str, Any]) -> ProviderError:
-        kind = str(error.get("type") or "error")
-        status = _ERROR_STATUS.get(kind)
-        retryable = status is not None and (status == 429 or status >= 500)
-        return ProviderError(
-            status,
-            f"{self.provider}: the server reported an error in the stream: "
-            f"{error.get('message') or kind} ({kind})",
-            retryable=retryable,
-            request_id=self.request_id,
+def _usage(reply: Reply, usage: Mapping[str, Any]) -> None:
+    # message_delta counts are cumulative: the last value seen wins
+    if "input_tokens" in usage:
+        reply.input_tokens = sum(
+            int(usage.get(key) or 0)
+            for key in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
         )
+    if "output_tokens" in usage:
+        reply.output_tokens = int(usage.get("output_tokens") or 0)
 
-    def response(self, model: str, pricing: Mapping[str, Pricing]) -> ModelResponse:
-        text: list[str] = []
-        calls: list[ToolCall] = []
-        for index in sorted(self.blocks):
-            block = self.blocks[index]
-            if block.kind == "text":
-                text.extend(block.parts)
-            elif block.kind == "tool_use":
-                call_id = block.id or f"toolu_{index}"
-                if not block.name:
-                    raise ProviderError(
-                        None,
-                        f"{self.provider}: the model sent tool call {call_id} without a name",
-                        retryable=True,
-                        request_id=self.request_id,
-                    )
-                arguments = parse_arguments(
-                    "".join(block.parts),
-                    provider=self.provider,
-                    name=block.name,
-                    call_id=call_id,
-                    request_id=self.request_id,
-                )
-                calls.append(ToolCall(call_id, block.name, arguments))
-        finish = _FINISH.get(self.stop_reason or "end_turn", "stop")
-        if calls and finish == "stop":
-            finish = "tool_calls"
-        usage = price_usage(Usage(self.input_tokens, self.output_tokens), model, pricing)
-        message = Message.assistant("".join(text), tool_calls=calls, usage=usage)
-        return ModelResponse(message=message, usage=usage, finish_reason=finish)
+
+def _start(
+    reply: Reply, blocks: dict[int, tuple[str, int]], index: int, block: Mapping[str, Any]
+) -> Iterator[ModelEvent]:
+    kind = str(block.get("type") or "")
+    if kind != "tool_use":
+        blocks[index] = (kind, -1)
+        if kind == "text":
+            yield from reply.add_text(block.get("text"))
+        return
+    call_index = len(reply.calls)
+    blocks[index] = (kind, call_index)
+    given = block.get("input")  # servers that send the input whole rather than as deltas
+    arguments = json.dumps(given) if given else ""
+    yield reply.add_call(call_index, block.get("id"), block.get("name"), arguments)
+
+
+def _delta(
+    reply: Reply, blocks: dict[int, tuple[str, int]], index: int, data: Mapping[str, Any]
+) -> Iterator[ModelEvent]:
+    kind, call_index = blocks.setdefault(index, ("text", -1))
+    delta = data.get("delta") or {}
+    if delta.get("type") == "text_delta":
+        yield from reply.add_text(delta.get("text"))
+    elif delta.get("type") == "input_json_delta" and kind == "tool_use":
+        fragment = delta.get("partial_json")
+        if isinstance(fragment, str) and fragment:
+            yield reply.add_call(call_index, arguments=fragment)
+    # thinking, signature and citation deltas are not part of the transcript
 
 
 def _messages(messages: tuple[Message, ...]) -> list[dict[str, Any]]:

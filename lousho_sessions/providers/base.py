@@ -9,7 +9,7 @@ call simply drains the iterator (:func:`complete`).
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from typing import Any, Literal, Protocol, Union, runtime_checkable
+from typing import Any, Literal, Protocol, TypeVar, Union, runtime_checkable
 
 import attrs
 
@@ -24,11 +24,14 @@ __all__ = [
     "ModelTextDelta",
     "ModelToolCallDelta",
     "Provider",
+    "ProviderBase",
     "ToolSpec",
     "complete",
 ]
 
 FinishReason = Literal["stop", "tool_calls", "length"]
+
+_P = TypeVar("_P", bound="ProviderBase")
 
 
 @attrs.frozen
@@ -90,12 +93,38 @@ class Provider(Protocol):
     """A model. ``stream`` yields ``ModelEvent`` and ends with one ``ModelResponse``.
 
     It must stop promptly (raising or returning) once ``signal`` is aborted, and
-    raise ``ProviderError`` for failures of the model service.
+    raise ``ProviderError`` for failures of the model service. ``close()``
+    releases what the provider holds (connections); the agent that owns it
+    calls it once, when it closes. :class:`ProviderBase` gives a no-op one.
     """
 
     name: str
 
     def stream(self, request: ModelRequest, signal: AbortSignal) -> Iterator[ModelEvent]: ...
+
+    def close(self) -> None: ...
+
+
+class ProviderBase:
+    """A base for providers: a ``close()`` that does nothing, and use as a context manager.
+
+    Subclasses set ``name`` and write ``stream``; a provider that holds
+    something (a connection pool) overrides ``close``.
+    """
+
+    name: str
+
+    def stream(self, request: ModelRequest, signal: AbortSignal) -> Iterator[ModelEvent]:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release what the provider holds; nothing here."""
+
+    def __enter__(self: _P) -> _P:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
 
 def complete(provider: Provider, request: ModelRequest) -> ModelResponse:

@@ -13,7 +13,14 @@ from typing import Any
 
 from ..abort import AbortSignal
 from ..messages import Message, ToolCall, Usage
-from .base import ModelEvent, ModelRequest, ModelResponse, ModelTextDelta, ToolSpec
+from .base import (
+    ModelEvent,
+    ModelRequest,
+    ModelResponse,
+    ModelTextDelta,
+    ProviderBase,
+    ToolSpec,
+)
 
 __all__ = ["DemoProvider"]
 
@@ -25,7 +32,7 @@ def _tokens(text: str) -> int:
     return max(1, len(text) // 4)
 
 
-class DemoProvider:
+class DemoProvider(ProviderBase):
     """Offline, no key, deterministic; see the module docstring for what it can do."""
 
     name = "demo"

@@ -9,14 +9,14 @@ from typing import Union
 from ..abort import AbortSignal
 from ..errors import ProviderError
 from ..messages import Message, Usage
-from .base import ModelEvent, ModelRequest, ModelResponse, ModelTextDelta
+from .base import ModelEvent, ModelRequest, ModelResponse, ModelTextDelta, ProviderBase
 
 __all__ = ["FunctionProvider", "Reply", "ScriptedProvider"]
 
 Reply = Union[str, Message]
 
 
-class FunctionProvider:
+class FunctionProvider(ProviderBase):
     """``fn(request) -> str | Message`` is the model.
 
     A ``str`` is the assistant's text; a ``Message`` may carry ``tool_calls`` and

@@ -37,7 +37,8 @@ from ..errors import (
     StoreCorruptError,
 )
 from ..messages import Message
-from ..serde import message_to_dict
+from ..serde import message_json as serde_message_json
+from ..serde import to_json
 from .lease import Lease, LocalLeases
 
 __all__ = [
@@ -56,6 +57,7 @@ __all__ = [
     "SessionStore",
     "approval_sort_key",
     "approvals_contract",
+    "check_approval_record",
     "checkpoints_contract",
     "decode_json_object",
     "encode_json_object",
@@ -63,6 +65,7 @@ __all__ = [
     "older_than_seconds",
     "resolved_approval",
     "sessions_contract",
+    "shown",
     "store_parts",
     "validate_approval_id",
     "validate_session_id",
@@ -72,11 +75,24 @@ __all__ = [
 SESSION_ID_PATTERN = r"^[A-Za-z0-9_-]{1,128}$"
 #: A durable turn's key: ``<session id>.turn-<n>``, or ``<session id>.send`` for ``agent.send``.
 TURN_ID_PATTERN = r"^[A-Za-z0-9_-]{1,128}\.[A-Za-z0-9_-]{1,64}$"
-APPROVAL_ID_PATTERN = r"^[A-Za-z0-9_.-]{1,200}$"
+#: No leading dot: the file store keeps ``.``-names for its own temp and lock files.
+APPROVAL_ID_PATTERN = r"^[A-Za-z0-9_-][A-Za-z0-9_.-]{0,199}$"
 
 _SESSION_ID = re.compile(SESSION_ID_PATTERN)
 _TURN_ID = re.compile(TURN_ID_PATTERN)
 _APPROVAL_ID = re.compile(APPROVAL_ID_PATTERN)
+
+
+#: Ids longer than this are shown cut short in error messages.
+_SHOWN_CHARS = 40
+
+
+def shown(value: object) -> str:
+    """``repr(value)`` for an error message, cut to its first 40 characters plus its length."""
+    if isinstance(value, str) and len(value) > _SHOWN_CHARS:
+        return f"{value[:_SHOWN_CHARS]!r}... ({len(value)} characters)"
+    text = repr(value)
+    return text if len(text) <= _SHOWN_CHARS * 2 else f"{text[: _SHOWN_CHARS * 2]}..."
 
 
 def validate_session_id(session_id: object) -> str:
@@ -84,42 +100,47 @@ def validate_session_id(session_id: object) -> str:
     if isinstance(session_id, str) and _SESSION_ID.fullmatch(session_id):
         return session_id
     raise InvalidSessionIdError(
-        f"invalid session id {session_id!r}: session ids must match {SESSION_ID_PATTERN} "
+        f"invalid session id {shown(session_id)}: session ids must match {SESSION_ID_PATTERN} "
         "(letters, digits, '_' and '-', 1 to 128 characters; they become file names)"
     )
 
 
 def validate_turn_id(turn_id: object) -> str:
+    """Return ``turn_id`` if it matches ``TURN_ID_PATTERN``, else raise ``InvalidSessionIdError``."""
     if isinstance(turn_id, str) and _TURN_ID.fullmatch(turn_id):
         return turn_id
     raise InvalidSessionIdError(
-        f"invalid checkpoint id {turn_id!r}: checkpoint ids must match {TURN_ID_PATTERN} "
+        f"invalid checkpoint id {shown(turn_id)}: checkpoint ids must match {TURN_ID_PATTERN} "
         "(a session id, a dot, then e.g. 'turn-3')"
     )
 
 
 def validate_approval_id(approval_id: object) -> str:
+    """Return ``approval_id`` if it matches ``APPROVAL_ID_PATTERN``, else raise ``InvalidSessionIdError``."""
     if isinstance(approval_id, str) and _APPROVAL_ID.fullmatch(approval_id):
         return approval_id
     raise InvalidSessionIdError(
-        f"invalid approval id {approval_id!r}: approval ids must match {APPROVAL_ID_PATTERN}"
+        f"invalid approval id {shown(approval_id)}: approval ids must match "
+        f"{APPROVAL_ID_PATTERN} (letters, digits, '_', '-' and '.', not starting with '.')"
     )
 
 
 def encode_json_object(value: Mapping[str, Any], *, what: str) -> str:
-    """JSON text for a checkpoint or approval; ``TypeError`` naming ``what`` if it is not JSON-able."""
+    """JSON text for a checkpoint or approval; ``TypeError`` naming ``what`` if it is not
+    JSON-able, ``ValueError`` naming the field for NaN, infinity or absurd nesting."""
     if not isinstance(value, Mapping):
         raise TypeError(f"{what}: expected a JSON object (a mapping), got {type(value).__name__}")
-    try:
-        return json.dumps(value, separators=(",", ":"), allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise TypeError(f"{what}: not JSON-serialisable: {exc}") from exc
+    return to_json(value, what=what)
 
 
 def decode_json_object(text: str | bytes, *, source: str) -> dict[str, Any]:
     """Parse a stored JSON object; ``StoreCorruptError`` naming ``source`` if it is not one."""
+    if not isinstance(text, (str, bytes)):
+        raise StoreCorruptError(f"{source}: expected JSON text, got {type(text).__name__}")
     try:
         value = json.loads(text)
+    except RecursionError as exc:
+        raise StoreCorruptError(f"{source}: JSON nested too deeply to read") from exc
     except ValueError as exc:
         raise StoreCorruptError(f"{source}: not valid JSON: {exc}") from exc
     if not isinstance(value, dict):
@@ -128,8 +149,12 @@ def decode_json_object(text: str | bytes, *, source: str) -> dict[str, Any]:
 
 
 def message_json(message: Message) -> str:
-    """One message as compact JSON text, exactly as ``serde.messages_to_json`` writes it in a list."""
-    return json.dumps(message_to_dict(message), separators=(",", ":"))
+    """One message as compact JSON text, exactly as ``serde.messages_to_json`` writes it in a list.
+
+    ``ValueError`` naming the field for NaN, infinity or nesting deeper than
+    ``serde.MAX_JSON_DEPTH``: such a message is refused before anything is written.
+    """
+    return serde_message_json(message)
 
 
 def resolved_approval(
@@ -167,11 +192,42 @@ def older_than_seconds(older_than: timedelta | float) -> float:
 
 @attrs.frozen
 class PruneResult:
-    """How many sessions, checkpoints and resolved approvals a ``prune`` deleted."""
+    """How many sessions, checkpoints and resolved approvals a ``prune`` deleted, and how
+    many leftover lock files and temp files of dead writers it removed."""
 
     sessions: int
     checkpoints: int
     approvals: int
+    lock_files: int = 0
+    temp_files: int = 0
+
+    def __add__(self, other: PruneResult) -> PruneResult:
+        if not isinstance(other, PruneResult):
+            return NotImplemented
+        return PruneResult(
+            *(a + b for a, b in zip(attrs.astuple(self), attrs.astuple(other), strict=True))
+        )
+
+
+def check_approval_record(record: Mapping[str, Any], *, source: str) -> dict[str, Any]:
+    """``record`` as a dict if it has what every reader relies on, else ``StoreCorruptError``
+    naming ``source``: a string ``id``, ``session_id`` a string or null, ``status`` one of
+    pending/approved/denied, and ``call`` (if present) an object with an object ``arguments``."""
+    problem = None
+    call = record.get("call")
+    if not isinstance(record.get("id"), str):
+        problem = "'id' is not a string"
+    elif record.get("session_id") is not None and not isinstance(record.get("session_id"), str):
+        problem = "'session_id' is not a string"
+    elif record.get("status") not in ("pending", "approved", "denied"):
+        problem = f"'status' is {shown(record.get('status'))}, not pending, approved or denied"
+    elif call is not None and not (
+        isinstance(call, Mapping) and isinstance(call.get("arguments", {}), Mapping)
+    ):
+        problem = "'call' is not an object with an object 'arguments'"
+    if problem:
+        raise StoreCorruptError(f"{source}: not a valid approval record: {problem}")
+    return dict(record)
 
 
 @runtime_checkable

@@ -10,9 +10,12 @@ The three stores of ``file_store(dir)`` share one directory::
     <approval id>.approval.json  an approval record
     .approvals.lock              guards approval writes
 
-Session ids hold no dots, so these names never collide. Lock files are empty and
-stay after ``delete`` (removing a lock file another process waits on would break
-the lock). Every write is atomic and durable: a temp file in the same directory,
+Session ids hold no dots and approval ids do not start with one, so these names
+never collide; temp files are ``.<name>.<pid>.<random>.tmp``. Lock files are
+empty, mode 0600, never followed through a symlink; ``delete`` and ``prune``
+remove a session's lock files while holding them, which is safe because every
+acquirer checks that the file it locked is still the one at the path (see
+``_lockfile``). Every write is atomic and durable: a temp file in the same directory,
 flushed and fsynced, moved over the old file with ``os.replace``, then the
 directory is fsynced; a reader sees the old file or the new one, never a mix. A file that is
 not what it should be raises ``StoreCorruptError`` naming its path and is left as
@@ -31,18 +34,18 @@ import json
 import logging
 import os
 import re
-import tempfile
 import threading
+import time
 import uuid
 import weakref
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager, contextmanager, suppress
+from contextlib import AbstractContextManager, suppress
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import attrs
-from filelock import FileLock, Timeout
 
 from ..errors import (
     ApprovalNotFoundError,
@@ -54,16 +57,21 @@ from ..errors import (
 )
 from ..messages import Message
 from ..serde import message_from_dict
+from . import _lockfile
+from ._directory import Directory
 from .base import (
     AgentStore,
     BaseApprovalStore,
     BaseCheckpointStore,
     BaseSessionStore,
     LockScope,
+    PruneResult,
     approval_sort_key,
+    check_approval_record,
     decode_json_object,
     encode_json_object,
     message_json,
+    older_than_seconds,
     resolved_approval,
     validate_approval_id,
     validate_session_id,
@@ -77,6 +85,7 @@ __all__ = [
     "FileApprovalStore",
     "FileCheckpointStore",
     "FileSessionStore",
+    "FileStore",
     "file_store",
 ]
 
@@ -99,103 +108,11 @@ _WRITE_LOCK_TIMEOUT = 60.0
 _CACHE_MAX_CHARS = 32 * 1024 * 1024
 
 
-class _Directory:
-    """A store directory: created on first write, atomic durable writes, wrapped OS errors."""
-
-    def __init__(self, path: str | os.PathLike[str]) -> None:
-        self.path = Path(os.fspath(path)).absolute()
-
-    def ensure(self) -> None:
-        try:
-            self.path.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise StoreError(f"{self.path}: cannot create the store directory: {exc}") from exc
-
-    def read(self, path: Path) -> bytes | None:
-        """The file's bytes, or ``None`` when it does not exist."""
-        try:
-            return path.read_bytes()
-        except FileNotFoundError:
-            return None
-        except OSError as exc:
-            raise StoreError(f"{path}: cannot read: {exc}") from exc
-
-    def write(self, path: Path, data: bytes) -> os.stat_result:
-        """Replace ``path`` with ``data`` atomically and durably; returns the new file's stat."""
-        try:
-            fd, tmp = tempfile.mkstemp(dir=self.path, prefix=f".{path.name}.", suffix=".tmp")
-        except OSError as exc:
-            raise StoreError(f"{path}: cannot create a temp file: {exc}") from exc
-        try:
-            try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view) :]
-                os.fsync(fd)
-                stat = os.fstat(fd)
-            finally:
-                os.close(fd)
-            os.replace(tmp, path)
-        except BaseException as exc:
-            with suppress(OSError):
-                os.unlink(tmp)
-            if isinstance(exc, OSError):
-                raise StoreError(f"{path}: cannot write: {exc}") from exc
-            raise
-        self.sync()
-        return stat
-
-    def remove(self, path: Path) -> None:
-        try:
-            path.unlink()
-        except FileNotFoundError:
-            return
-        except OSError as exc:
-            raise StoreError(f"{path}: cannot delete: {exc}") from exc
-        self.sync()
-
-    def sync(self) -> None:
-        """Fsync the directory so a rename or unlink survives a power loss (POSIX only)."""
-        if os.name != "posix":
-            return
-        try:
-            fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        except OSError as exc:
-            raise StoreError(f"{self.path}: cannot fsync the directory: {exc}") from exc
-
-    def names(self, suffix: str) -> list[str]:
-        """Names of the files ending in ``suffix`` (temp files excluded)."""
-        try:
-            names = os.listdir(self.path)
-        except FileNotFoundError:
-            return []
-        except OSError as exc:
-            raise StoreError(f"{self.path}: cannot list: {exc}") from exc
-        return [n for n in names if n.endswith(suffix) and not n.startswith(".")]
-
-    def check_fence(self, session_id: str, fence: int | None) -> None:
-        """``LeaseLostError`` if ``fence`` is older than the one in ``<id>.fence``."""
-        if fence is not None:
-            path = self.path / f"{session_id}.fence"
-            check_fence(session_id, fence, read_fence_file(path), where=str(path))
-
-    @contextmanager
-    def lock(self, path: Path, timeout: float, what: str) -> Iterator[None]:
-        """Hold the filelock ``path`` (freed when this process dies), or raise ``StoreError``."""
-        self.ensure()
-        lock = FileLock(path, timeout=timeout)
-        try:
-            lock.acquire()
-        except Timeout as exc:
-            raise StoreError(f"{what}: lock {path} not acquired within {timeout} s") from exc
-        try:
-            yield
-        finally:
-            lock.release()
+def _check_fence(directory: Directory, session_id: str, fence: int | None) -> None:
+    """``LeaseLostError`` if ``fence`` is older than the one in ``<dir>/<id>.fence``."""
+    if fence is not None:
+        path = directory.path / f"{session_id}.fence"
+        check_fence(session_id, fence, read_fence_file(path), where=str(path))
 
 
 @attrs.frozen
@@ -254,7 +171,7 @@ class FileSessionStore(BaseSessionStore):
     lock_scope: LockScope = "machine"
 
     def __init__(self, dir: str | os.PathLike[str]) -> None:
-        self._dir = _Directory(dir)
+        self._dir = Directory(dir)
         self._cache: OrderedDict[str, _Cached] = OrderedDict()
         self._cache_chars = 0
         self._cache_lock = threading.Lock()
@@ -311,7 +228,7 @@ class FileSessionStore(BaseSessionStore):
         path = self.path(id)
         parts = _message_jsons(id, messages)
         with self._write_lock(id, path):
-            self._dir.check_fence(id, fence)
+            _check_fence(self._dir, id, fence)
             current = self._current(id, path)
             length = current.length if current else 0
             if length != expected_length:
@@ -322,13 +239,57 @@ class FileSessionStore(BaseSessionStore):
             self._write(id, path, body, length + len(parts))
 
     def delete(self, id: str) -> None:
+        """Delete the session file and its lock files (a lock file some process holds stays;
+        ``prune`` removes it later)."""
         path = self.path(id)
         self._forget(id)
         if not self._dir.path.is_dir():
             return
+        self._remove(id, path)
+        _lockfile.remove_if_free(self._turn_lock_path(id))
+
+    def _remove(self, id: str, path: Path, older_than: float | None = None) -> bool:
+        """Delete the session file (only if not written for ``older_than`` seconds, when
+        given) and its write lock file, holding that lock; whether the session was deleted."""
+        write_lock = self._write_lock_path(path)
         with self._write_lock(id, path):
-            self._dir.remove(path)
-            self._forget(id)
+            age = self._dir.age(path, time.time())
+            removed = False
+            if older_than is None or (age is not None and age > older_than):
+                removed = self._dir.remove(path)
+                self._forget(id)
+                # Safe while we hold it: every acquirer checks it locked the file now at the path.
+                write_lock.unlink(missing_ok=True)
+        return removed
+
+    def prune(self, older_than: timedelta | float) -> PruneResult:
+        """Delete sessions not written within ``older_than`` (seconds or a ``timedelta``), the
+        lock files of sessions that no longer exist (unless held) and temp files left by dead
+        writers. ``sessions``, ``lock_files`` and ``temp_files`` of the result are counted."""
+        seconds = older_than_seconds(older_than)
+        now = time.time()
+        sessions = 0
+        for name in self._dir.names(".json"):
+            id = name[: -len(".json")]
+            if "." in id or not _is_session_id(id):
+                continue  # a checkpoint or approval file
+            path = self._dir.path / name
+            age = self._dir.age(path, now)
+            if age is not None and age > seconds and self._remove(id, path, seconds):
+                sessions += 1
+        lock_files = 0
+        for name in self._dir.names(".lock"):
+            id = name[: -len(".json.lock")] if name.endswith(".json.lock") else name[:-5]
+            if _is_session_id(id) and not (self._dir.path / f"{id}.json").exists():
+                lock_files += _lockfile.remove_if_free(self._dir.path / name)
+        for name in self._dir.names(".fence"):
+            id = name[: -len(".fence")]
+            if _is_session_id(id) and not any(
+                (self._dir.path / f"{id}{suffix}").exists() for suffix in (".json", ".lock")
+            ):
+                self._remove_fence(id)
+        temp_files = self._dir.sweep_temp_files()
+        return PruneResult(sessions, 0, 0, lock_files=lock_files, temp_files=temp_files)
 
     def revision(self, id: str) -> str | None:
         """A value that changes with every write of ``id``; ``None`` when no file exists."""
@@ -351,24 +312,38 @@ class FileSessionStore(BaseSessionStore):
         """
         lock_path = self._dir.path / f"{validate_session_id(id)}.lock"
         self._dir.ensure()
-        lock = FileLock(lock_path, timeout=-1 if timeout is None else timeout)
         try:
-            lock.acquire()
-        except Timeout as exc:
+            release = _lockfile.acquire(lock_path, timeout)
+        except _lockfile.LockTimeout as exc:
             raise SessionBusyError(
                 f"session {id!r} is held by another turn: {lock_path} not acquired within {timeout} s"
             ) from exc
         try:
-            fence = bump_fence_file(lock_path.with_suffix(".fence"))
+            fence = bump_fence_file(self._fence_path(id))
         except BaseException:
-            lock.release()
+            release()
             raise
-        return Lease(id, fence, lock.release)
+        return Lease(id, fence, release)
+
+    def _fence_path(self, id: str) -> Path:
+        return self._dir.path / f"{id}.fence"
+
+    def _remove_fence(self, id: str) -> None:
+        # Only for a pruned session with no turn lock file, so no lease is held; a later
+        # lease's fence still grows (``next_fence`` takes the clock). ``delete`` keeps the
+        # fence, so a writer whose lease is older than the delete stays refused.
+        with suppress(OSError):
+            self._fence_path(id).unlink(missing_ok=True)
+
+    def _turn_lock_path(self, id: str) -> Path:
+        return self._dir.path / f"{id}.lock"
+
+    @staticmethod
+    def _write_lock_path(path: Path) -> Path:
+        return path.with_name(path.name + ".lock")
 
     def _write_lock(self, id: str, path: Path) -> AbstractContextManager[None]:
-        return self._dir.lock(
-            path.with_name(path.name + ".lock"), _WRITE_LOCK_TIMEOUT, f"session {id!r}"
-        )
+        return self._dir.lock(self._write_lock_path(path), _WRITE_LOCK_TIMEOUT, f"session {id!r}")
 
     def _write(self, id: str, path: Path, body: str, length: int) -> None:
         token = uuid.uuid4().hex
@@ -444,7 +419,7 @@ class FileCheckpointStore(BaseCheckpointStore):
     fenced_writes = True
 
     def __init__(self, dir: str | os.PathLike[str]) -> None:
-        self._dir = _Directory(dir)
+        self._dir = Directory(dir)
 
     @property
     def dir(self) -> Path:
@@ -466,13 +441,13 @@ class FileCheckpointStore(BaseCheckpointStore):
     ) -> None:
         path = self.path(turn_id)
         text = encode_json_object(checkpoint, what=f"checkpoint {turn_id!r}")
-        self._dir.check_fence(fence_session_id(turn_id), fence)
+        _check_fence(self._dir, fence_session_id(turn_id), fence)
         self._dir.ensure()
         self._dir.write(path, text.encode("utf-8"))
 
     def delete(self, turn_id: str, *, fence: int | None = None) -> None:
         path = self.path(turn_id)
-        self._dir.check_fence(fence_session_id(turn_id), fence)
+        _check_fence(self._dir, fence_session_id(turn_id), fence)
         self._dir.remove(path)
 
     def list(self, prefix: str = "") -> list[str]:
@@ -480,10 +455,29 @@ class FileCheckpointStore(BaseCheckpointStore):
         ids = (n[: -len(_CHECKPOINT_SUFFIX)] for n in self._dir.names(_CHECKPOINT_SUFFIX))
         return sorted(t for t in ids if t.startswith(prefix) and _is_turn_id(t))
 
+    def prune(self, older_than: timedelta | float) -> PruneResult:
+        """Delete checkpoints not written within ``older_than`` (seconds or a ``timedelta``)."""
+        seconds = older_than_seconds(older_than)
+        count = 0
+        for turn_id in self.list():
+            path = self.path(turn_id)
+            age = self._dir.age(path, time.time())
+            if age is not None and age > seconds and self._dir.remove(path):
+                count += 1
+        return PruneResult(0, count, 0)
+
 
 def _is_turn_id(value: str) -> bool:
     try:
         validate_turn_id(value)
+    except ValueError:
+        return False
+    return True
+
+
+def _is_session_id(value: str) -> bool:
+    try:
+        validate_session_id(value)
     except ValueError:
         return False
     return True
@@ -501,7 +495,7 @@ class FileApprovalStore(BaseApprovalStore):
     fenced_writes = True
 
     def __init__(self, dir: str | os.PathLike[str]) -> None:
-        self._dir = _Directory(dir)
+        self._dir = Directory(dir)
 
     @property
     def dir(self) -> Path:
@@ -514,22 +508,24 @@ class FileApprovalStore(BaseApprovalStore):
         return self._dir.path / f"{validate_approval_id(id)}{_APPROVAL_SUFFIX}"
 
     def create(self, record: Mapping[str, Any], *, fence: int | None = None) -> None:
-        """Store a new record; ``ValueError`` if one with its ``id`` exists."""
+        """Store a new record; ``ValueError`` if one with its ``id`` exists or it is malformed."""
         approval_id = validate_approval_id(record.get("id"))
         path = self.path(approval_id)
+        check_approval_record(record, source=f"approval {approval_id!r}")
         text = encode_json_object(record, what=f"approval {approval_id!r}")
         session_id = record.get("session_id")
         with self._lock():
             if fence is not None and isinstance(session_id, str):
-                self._dir.check_fence(validate_session_id(session_id), fence)
+                _check_fence(self._dir, validate_session_id(session_id), fence)
             if path.exists():
                 raise ValueError(f"approval {approval_id!r} exists already ({path})")
             self._dir.write(path, text.encode("utf-8"))
 
     def get(self, id: str) -> dict[str, Any] | None:
+        """The record, ``None`` if unknown; ``StoreCorruptError`` naming the file if unreadable."""
         path = self.path(id)
         raw = self._dir.read(path)
-        return None if raw is None else decode_json_object(raw, source=str(path))
+        return None if raw is None else _decode_approval(raw, path)
 
     def resolve(self, id: str, *, approved: bool, reason: str | None = None) -> dict[str, Any]:
         path = self.path(id)
@@ -538,7 +534,7 @@ class FileApprovalStore(BaseApprovalStore):
             if raw is None:
                 raise ApprovalNotFoundError(f"no approval with id {id!r} in {self.dir}")
             record = resolved_approval(
-                decode_json_object(raw, source=str(path)),
+                _decode_approval(raw, path),
                 approved=approved,
                 reason=reason,
                 source=repr(id),
@@ -551,18 +547,51 @@ class FileApprovalStore(BaseApprovalStore):
     def list(
         self, session_id: str | None = None, status: str | None = "pending"
     ) -> list[dict[str, Any]]:
+        """The matching records, oldest first. A file that cannot be read is skipped with a
+        WARNING naming it (``corrupt()`` lists them), so it never hides the other records."""
         records = []
-        for name in self._dir.names(_APPROVAL_SUFFIX):
-            path = self._dir.path / name
-            raw = self._dir.read(path)
-            if raw is None:  # deleted since the listing
+        for _, record in self._records():
+            if isinstance(record, StoreCorruptError):
+                log.warning("skipping unreadable approval record: %s", record)
                 continue
-            record = decode_json_object(raw, source=str(path))
             if (session_id is None or record.get("session_id") == session_id) and (
                 status is None or record.get("status") == status
             ):
                 records.append(record)
         return sorted(records, key=approval_sort_key)
+
+    def corrupt(self) -> dict[str, str]:
+        """The approval records ``list`` skips: approval id -> what is wrong (with the path)."""
+        return {
+            path.name[: -len(_APPROVAL_SUFFIX)]: str(record)
+            for path, record in self._records()
+            if isinstance(record, StoreCorruptError)
+        }
+
+    def prune(self, older_than: timedelta | float) -> PruneResult:
+        """Delete approvals resolved more than ``older_than`` ago (seconds or a ``timedelta``,
+        by the file's time of last write); pending and unreadable records are kept."""
+        seconds = older_than_seconds(older_than)
+        count = 0
+        for path, record in self._records():
+            if isinstance(record, StoreCorruptError) or record.get("status") == "pending":
+                continue
+            age = self._dir.age(path, time.time())
+            if age is not None and age > seconds:
+                with self._lock():
+                    count += self._dir.remove(path)
+        return PruneResult(0, 0, count)
+
+    def _records(self) -> Iterator[tuple[Path, dict[str, Any] | StoreCorruptError]]:
+        for name in self._dir.names(_APPROVAL_SUFFIX):
+            path = self._dir.path / name
+            raw = self._dir.read(path)
+            if raw is None:  # deleted since the listing
+                continue
+            try:
+                yield path, _decode_approval(raw, path)
+            except StoreCorruptError as exc:
+                yield path, exc
 
     def delete(self, id: str) -> None:
         path = self.path(id)
@@ -575,6 +604,26 @@ class FileApprovalStore(BaseApprovalStore):
         return self._dir.lock(self._dir.path / ".approvals.lock", _WRITE_LOCK_TIMEOUT, "approvals")
 
 
-def file_store(dir: str | os.PathLike[str]) -> AgentStore:
+def _decode_approval(raw: bytes, path: Path) -> dict[str, Any]:
+    return check_approval_record(decode_json_object(raw, source=str(path)), source=str(path))
+
+
+@attrs.define
+class FileStore(AgentStore):
+    """The three file stores of one directory, with a ``prune`` over all of them."""
+
+    def prune(self, older_than: timedelta | float) -> PruneResult:
+        """Delete sessions and checkpoints not written within ``older_than`` (seconds or a
+        ``timedelta``), approvals resolved that long ago (pending ones are kept), lock files
+        of sessions that no longer exist (unless held) and temp files of dead writers."""
+        total = PruneResult(0, 0, 0)
+        for part in (self.sessions, self.checkpoints, self.approvals):
+            if isinstance(part, (FileSessionStore, FileCheckpointStore, FileApprovalStore)):
+                total += part.prune(older_than)
+        log.info("pruned %s", total)
+        return total
+
+
+def file_store(dir: str | os.PathLike[str]) -> FileStore:
     """Sessions, checkpoints and approvals as files in ``dir``, as one ``AgentStore``."""
-    return AgentStore(FileSessionStore(dir), FileCheckpointStore(dir), FileApprovalStore(dir))
+    return FileStore(FileSessionStore(dir), FileCheckpointStore(dir), FileApprovalStore(dir))

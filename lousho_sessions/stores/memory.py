@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Mapping, Sequence
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any
+
+import attrs
 
 from ..errors import ApprovalAlreadyResolvedError, ApprovalNotFoundError, StoreConflictError
 from ..messages import Message
@@ -14,8 +17,12 @@ from .base import (
     BaseApprovalStore,
     BaseCheckpointStore,
     BaseSessionStore,
+    PruneResult,
+    check_approval_record,
     decode_json_object,
     encode_json_object,
+    message_json,
+    older_than_seconds,
     validate_approval_id,
     validate_session_id,
     validate_turn_id,
@@ -26,8 +33,20 @@ __all__ = [
     "MemoryApprovalStore",
     "MemoryCheckpointStore",
     "MemorySessionStore",
+    "MemoryStore",
     "memory_store",
 ]
+
+
+def _check_messages(id: str, messages: Sequence[Message]) -> list[Message]:
+    """``messages`` as a list, refused as a persistent store would refuse them: non-messages
+    (``TypeError``), NaN, infinity or absurd nesting (``ValueError`` naming the field)."""
+    new = list(messages)
+    for m in new:
+        if not isinstance(m, Message):
+            raise TypeError(f"session {id!r}: expected Message objects, got {type(m).__name__}")
+        message_json(m)
+    return new
 
 
 class MemorySessionStore(BaseSessionStore):
@@ -43,6 +62,7 @@ class MemorySessionStore(BaseSessionStore):
         self._lock = threading.Lock()
         self._data: dict[str, list[Message]] = {}
         self._revisions: dict[str, int] = {}
+        self._updated: dict[str, float] = {}
         self._counter = 0
 
     def load(self, id: str) -> list[Message] | None:
@@ -53,10 +73,7 @@ class MemorySessionStore(BaseSessionStore):
 
     def save(self, id: str, messages: Sequence[Message]) -> None:
         validate_session_id(id)
-        new = list(messages)
-        for m in new:
-            if not isinstance(m, Message):
-                raise TypeError(f"session {id!r}: expected Message objects, got {type(m).__name__}")
+        new = _check_messages(id, messages)
         with self._lock:
             self._data[id] = new
             self._bump(id)
@@ -70,6 +87,7 @@ class MemorySessionStore(BaseSessionStore):
         fence: int | None = None,
     ) -> None:
         validate_session_id(id)
+        messages = _check_messages(id, messages)
         with self._lock:
             self._leases.check(id, fence, where="memory store")
             current = self._data.get(id, [])
@@ -86,6 +104,16 @@ class MemorySessionStore(BaseSessionStore):
         with self._lock:
             self._data.pop(id, None)
             self._revisions.pop(id, None)
+            self._updated.pop(id, None)
+
+    def prune(self, older_than: timedelta | float) -> PruneResult:
+        """Delete sessions not written within ``older_than`` (seconds or a ``timedelta``)."""
+        cutoff = time.time() - older_than_seconds(older_than)
+        with self._lock:
+            old = [id for id, at in self._updated.items() if at < cutoff]
+            for id in old:
+                del self._data[id], self._revisions[id], self._updated[id]
+        return PruneResult(len(old), 0, 0)
 
     def revision(self, id: str) -> int | None:
         validate_session_id(id)
@@ -94,6 +122,7 @@ class MemorySessionStore(BaseSessionStore):
     def _bump(self, id: str) -> None:
         self._counter += 1
         self._revisions[id] = self._counter
+        self._updated[id] = time.time()
 
 
 class MemoryCheckpointStore(BaseCheckpointStore):
@@ -106,12 +135,14 @@ class MemoryCheckpointStore(BaseCheckpointStore):
         self._leases = leases or LocalLeases()
         self.fenced_writes = leases is not None
         self._lock = threading.Lock()
-        self._data: dict[str, str] = {}
+        self._data: dict[str, tuple[str, float]] = {}  # turn id -> (JSON text, time written)
 
     def load(self, turn_id: str) -> dict[str, Any] | None:
         validate_turn_id(turn_id)
-        text = self._data.get(turn_id)
-        return None if text is None else decode_json_object(text, source=f"checkpoint {turn_id!r}")
+        entry = self._data.get(turn_id)
+        if entry is None:
+            return None
+        return decode_json_object(entry[0], source=f"checkpoint {turn_id!r}")
 
     def save(
         self, turn_id: str, checkpoint: Mapping[str, Any], *, fence: int | None = None
@@ -120,7 +151,7 @@ class MemoryCheckpointStore(BaseCheckpointStore):
         text = encode_json_object(checkpoint, what=f"checkpoint {turn_id!r}")
         with self._lock:
             self._leases.check(fence_session_id(turn_id), fence, where="memory store")
-            self._data[turn_id] = text
+            self._data[turn_id] = (text, time.time())
 
     def delete(self, turn_id: str, *, fence: int | None = None) -> None:
         validate_turn_id(turn_id)
@@ -131,6 +162,15 @@ class MemoryCheckpointStore(BaseCheckpointStore):
     def list(self, prefix: str = "") -> list[str]:
         with self._lock:
             return sorted(k for k in self._data if k.startswith(prefix))
+
+    def prune(self, older_than: timedelta | float) -> PruneResult:
+        """Delete checkpoints not written within ``older_than`` (seconds or a ``timedelta``)."""
+        cutoff = time.time() - older_than_seconds(older_than)
+        with self._lock:
+            old = [k for k, (_, at) in self._data.items() if at < cutoff]
+            for k in old:
+                del self._data[k]
+        return PruneResult(0, len(old), 0)
 
 
 def _now_iso() -> str:
@@ -148,9 +188,12 @@ class MemoryApprovalStore(BaseApprovalStore):
         self.fenced_writes = leases is not None
         self._lock = threading.Lock()
         self._data: dict[str, str] = {}
+        self._resolved: dict[str, float] = {}  # approval id -> when it was resolved
 
     def create(self, record: Mapping[str, Any], *, fence: int | None = None) -> None:
+        """Store a new record; ``ValueError`` if one with its ``id`` exists or it is malformed."""
         approval_id = validate_approval_id(record.get("id"))
+        check_approval_record(record, source=f"approval {approval_id!r}")
         text = encode_json_object(record, what=f"approval {approval_id!r}")
         session_id = record.get("session_id")
         with self._lock:
@@ -159,6 +202,8 @@ class MemoryApprovalStore(BaseApprovalStore):
             if approval_id in self._data:
                 raise ValueError(f"approval {approval_id!r} exists already")
             self._data[approval_id] = text
+            if record.get("status") != "pending":
+                self._resolved[approval_id] = time.time()
 
     def get(self, id: str) -> dict[str, Any] | None:
         validate_approval_id(id)
@@ -180,6 +225,7 @@ class MemoryApprovalStore(BaseApprovalStore):
                 status="approved" if approved else "denied", reason=reason, resolved_at=_now_iso()
             )
             self._data[id] = encode_json_object(record, what=f"approval {id!r}")
+            self._resolved[id] = time.time()
             return record
 
     def list(
@@ -202,12 +248,40 @@ class MemoryApprovalStore(BaseApprovalStore):
         validate_approval_id(id)
         with self._lock:
             self._data.pop(id, None)
+            self._resolved.pop(id, None)
+
+    def corrupt(self) -> dict[str, str]:
+        """Records ``list`` would skip; always empty here: ``create`` refuses malformed ones."""
+        return {}
+
+    def prune(self, older_than: timedelta | float) -> PruneResult:
+        """Delete approvals resolved more than ``older_than`` ago; pending ones are kept."""
+        cutoff = time.time() - older_than_seconds(older_than)
+        with self._lock:
+            old = [k for k, at in self._resolved.items() if at < cutoff]
+            for k in old:
+                del self._data[k], self._resolved[k]
+        return PruneResult(0, 0, len(old))
 
 
-def memory_store() -> AgentStore:
+@attrs.define
+class MemoryStore(AgentStore):
+    """The three memory stores, with a ``prune`` over all of them."""
+
+    def prune(self, older_than: timedelta | float) -> PruneResult:
+        """Delete sessions and checkpoints not written within ``older_than`` (seconds or a
+        ``timedelta``) and approvals resolved that long ago; pending approvals are kept."""
+        total = PruneResult(0, 0, 0)
+        for part in (self.sessions, self.checkpoints, self.approvals):
+            if isinstance(part, (MemorySessionStore, MemoryCheckpointStore, MemoryApprovalStore)):
+                total += part.prune(older_than)
+        return total
+
+
+def memory_store() -> MemoryStore:
     """Sessions, checkpoints and approvals in memory, as one ``AgentStore``."""
     leases = LocalLeases()
-    return AgentStore(
+    return MemoryStore(
         MemorySessionStore(leases=leases),
         MemoryCheckpointStore(leases=leases),
         MemoryApprovalStore(leases=leases),

@@ -18,16 +18,13 @@ import sqlite3
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from filelock import FileLock, Timeout
-
 from ..errors import (
-    ApprovalNotFoundError,
     SchemaVersionError,
     SessionBusyError,
     StoreClosedError,
@@ -37,22 +34,24 @@ from ..errors import (
 )
 from ..messages import Message
 from ..serde import messages_from_json
+from . import _lockfile
+from ._sqlite_records import (
+    Part,
+    SqliteApprovalStore,
+    SqliteCheckpointStore,
+    prune_approvals,
+    prune_checkpoints,
+    prune_sessions,
+)
 from .base import (
-    BaseApprovalStore,
-    BaseCheckpointStore,
     BaseSessionStore,
     LockScope,
     PruneResult,
-    decode_json_object,
-    encode_json_object,
     message_json,
     older_than_seconds,
-    resolved_approval,
-    validate_approval_id,
     validate_session_id,
-    validate_turn_id,
 )
-from .lease import Lease, check_fence, fence_session_id, next_fence
+from .lease import Lease, check_fence, next_fence
 
 __all__ = [
     "MIGRATIONS",
@@ -129,17 +128,30 @@ class SqliteStore:
     ``synchronous`` is SQLite's setting: ``"NORMAL"`` (default) survives a
     process crash but a power loss may lose the last commits; ``"FULL"`` syncs
     each commit and survives a power loss.
+
+    A new database file is created with ``mode`` (default 0600: transcripts are
+    private, as the file store's are); SQLite gives its ``-wal`` and ``-shm``
+    files the database's mode, and turn lock files are 0600. An existing file
+    keeps its mode. Every write checks that the file at ``path`` is still the one
+    opened (one ``stat``), so a database deleted or replaced while open raises
+    ``StoreError`` instead of writing into a file nobody will read again.
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, synchronous: str = "NORMAL") -> None:
+    def __init__(
+        self, path: str | os.PathLike[str], *, synchronous: str = "NORMAL", mode: int = 0o600
+    ) -> None:
         raw = os.fspath(path)
         self.path = raw if raw == _MEMORY else str(Path(raw).absolute())
-        mode = synchronous.upper()
-        if mode not in _SYNCHRONOUS:
+        level = synchronous.upper()
+        if level not in _SYNCHRONOUS:
             raise ValueError(
                 f"synchronous must be one of {', '.join(_SYNCHRONOUS)}, got {synchronous!r}"
             )
-        self.synchronous = mode
+        if not isinstance(mode, int) or not 0 <= mode <= 0o777:
+            raise ValueError(f"mode must be file permission bits like 0o600, got {mode!r}")
+        self.synchronous = level
+        self.mode = mode
+        self._identity: tuple[int, int] | None = None  # (st_dev, st_ino) of the file opened
         self._lock = threading.RLock()
         self._conn: sqlite3.Connection | None = self._open()
         self._memory_turns: dict[str, list[Any]] = {}  # ":memory:" turn locks: id -> [lock, users]
@@ -177,17 +189,43 @@ class SqliteStore:
         ``timedelta``) and approvals resolved that long ago; pending approvals are kept."""
         cutoff = time.time() - older_than_seconds(older_than)
         with self.transaction() as conn:
-            sessions = _prune_sessions(conn, cutoff)
-            checkpoints = _prune_checkpoints(conn, cutoff)
-            approvals = _prune_approvals(conn, cutoff)
+            sessions = prune_sessions(conn, cutoff)
+            checkpoints = prune_checkpoints(conn, cutoff)
+            approvals = prune_approvals(conn, cutoff)
+        lock_files = self._prune_lock_files()
         log.info(
-            "%s: pruned %d sessions, %d checkpoints, %d approvals",
+            "%s: pruned %d sessions, %d checkpoints, %d approvals, %d lock files",
             self.path,
             sessions,
             checkpoints,
             approvals,
+            lock_files,
         )
-        return PruneResult(sessions=sessions, checkpoints=checkpoints, approvals=approvals)
+        return PruneResult(sessions, checkpoints, approvals, lock_files=lock_files)
+
+    def _lock_dir(self) -> Path:
+        return Path(self.path + ".locks")
+
+    def _prune_lock_files(self) -> int:
+        """Remove the turn lock files of sessions that have no row (unless held right now)."""
+        if self.path == _MEMORY:
+            return 0
+        try:
+            names = [n for n in os.listdir(self._lock_dir()) if n.endswith(".lock")]
+        except FileNotFoundError:
+            return 0
+        except OSError as exc:
+            raise StoreError(f"{self._lock_dir()}: cannot list: {exc}") from exc
+        with self.connection() as conn:
+            live = {row[0] for row in conn.execute("SELECT id FROM sessions")}
+        return sum(
+            _lockfile.remove_if_free(self._lock_dir() / n) for n in names if n[:-5] not in live
+        )
+
+    def remove_lock_file(self, id: str) -> None:
+        """Delete session ``id``'s turn lock file unless some turn holds it right now."""
+        if self.path != _MEMORY:
+            _lockfile.remove_if_free(self._lock_dir() / f"{validate_session_id(id)}.lock")
 
     @contextmanager
     def connection(self) -> Iterator[sqlite3.Connection]:
@@ -205,8 +243,12 @@ class SqliteStore:
 
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
-        """A write transaction (``BEGIN IMMEDIATE``): committed on success, else rolled back."""
+        """A write transaction (``BEGIN IMMEDIATE``): committed on success, else rolled back.
+
+        ``StoreError`` if the database file was deleted or replaced since it was opened.
+        """
         with self.connection() as conn:
+            self._check_identity()
             conn.execute("BEGIN IMMEDIATE")
             try:
                 yield conn
@@ -257,20 +299,19 @@ class SqliteStore:
         check_fence(session_id, fence, None if row is None else int(row[0]), where=self.path)
 
     def _file_turn(self, id: str, timeout: float | None) -> Callable[[], None]:
-        lock_dir = Path(self.path + ".locks")
+        lock_dir = self._lock_dir()
         try:
-            lock_dir.mkdir(exist_ok=True)
+            lock_dir.mkdir(mode=0o700, exist_ok=True)
         except OSError as exc:
             raise StoreError(f"{lock_dir}: cannot create the lock directory: {exc}") from exc
         lock_path = lock_dir / f"{id}.lock"
-        lock = FileLock(lock_path, timeout=-1 if timeout is None else timeout)
         try:
-            lock.acquire()
-        except Timeout as exc:
+            release = _lockfile.acquire(lock_path, timeout)
+        except _lockfile.LockTimeout as exc:
             raise SessionBusyError(
                 f"session {id!r} is held by another turn: {lock_path} not acquired within {timeout} s"
             ) from exc
-        return lock.release
+        return release
 
     def _memory_turn(self, id: str, timeout: float | None) -> Callable[[], None]:
         with self._lock:
@@ -308,12 +349,48 @@ class SqliteStore:
             self._conn = None
             self._reopen = True
 
+    def _check_identity(self) -> None:
+        """``StoreError`` if the file at ``path`` is not the database this store opened."""
+        if self._identity is None:
+            return
+        try:
+            st = os.stat(self.path)
+            now: tuple[int, int] | None = (st.st_dev, st.st_ino)
+        except FileNotFoundError:
+            now = None
+        except OSError as exc:
+            raise StoreError(f"{self.path}: cannot stat the database file: {exc}") from exc
+        if now != self._identity:
+            what = "deleted" if now is None else "replaced by another file"
+            raise StoreError(
+                f"{self.path}: the database file was {what} while this store had it open; "
+                "refusing to write where nobody would read it again (close this store and "
+                "open the path again)"
+            )
+
+    def _create_file(self) -> None:
+        """Create the database file with ``self.mode`` (SQLite copies it to -wal and -shm)."""
+        path = Path(self.path)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreError(f"{self.path}: cannot create the directory: {exc}") from exc
+        if path.is_dir():
+            raise StoreError(f"{self.path} is a directory, not an SQLite database file")
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, self.mode)
+        except FileExistsError:
+            return  # an existing database keeps its mode
+        except OSError as exc:
+            raise StoreError(f"{self.path}: cannot create the database file: {exc}") from exc
+        try:
+            os.fchmod(fd, self.mode)  # exactly ``mode``, whatever the umask
+        finally:
+            os.close(fd)
+
     def _open(self) -> sqlite3.Connection:
         if self.path != _MEMORY:
-            try:
-                Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-            except OSError as exc:
-                raise StoreError(f"{self.path}: cannot create the directory: {exc}") from exc
+            self._create_file()
         try:
             conn = sqlite3.connect(
                 self.path, timeout=5.0, isolation_level=None, check_same_thread=False
@@ -331,6 +408,9 @@ class SqliteStore:
             conn.execute(f"PRAGMA synchronous = {self.synchronous}")
             if version < SCHEMA_VERSION:
                 self._migrate(conn)
+            if self.path != _MEMORY:
+                st = os.stat(self.path)
+                self._identity = (st.st_dev, st.st_ino)
         except BaseException as exc:
             conn.close()
             if isinstance(exc, sqlite3.Error):
@@ -382,17 +462,7 @@ def _wrap(path: str, exc: sqlite3.Error) -> StoreError:
     return StoreError(f"{path}: {exc}")
 
 
-class _Part:
-    fenced_writes = True
-
-    def __init__(self, store: SqliteStore) -> None:
-        self.store = store
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.store.path!r})"
-
-
-class SqliteSessionStore(_Part, BaseSessionStore):
+class SqliteSessionStore(Part, BaseSessionStore):
     """The transcripts of a ``SqliteStore``: one row per message.
 
     ``append`` writes only the new rows, ``revision`` is one indexed SELECT, and
@@ -452,10 +522,13 @@ class SqliteSessionStore(_Part, BaseSessionStore):
             _touch(conn, id, length + len(rows))
 
     def delete(self, id: str) -> None:
+        """Delete the transcript and its turn lock file (unless a turn holds it right now;
+        ``SqliteStore.prune`` removes it later)."""
         validate_session_id(id)
         with self.store.transaction() as conn:
             conn.execute("DELETE FROM messages WHERE session_id = ?", (id,))
             conn.execute("DELETE FROM sessions WHERE id = ?", (id,))
+        self.store.remove_lock_file(id)
 
     def revision(self, id: str) -> int | None:
         """A value that changes with every write of ``id``; ``None`` when nothing is stored."""
@@ -472,7 +545,7 @@ class SqliteSessionStore(_Part, BaseSessionStore):
         """Delete the sessions not updated within ``older_than`` (seconds or a ``timedelta``)."""
         cutoff = time.time() - older_than_seconds(older_than)
         with self.store.transaction() as conn:
-            return PruneResult(sessions=_prune_sessions(conn, cutoff), checkpoints=0, approvals=0)
+            return PruneResult(sessions=prune_sessions(conn, cutoff), checkpoints=0, approvals=0)
 
 
 def _rows(id: str, messages: Sequence[Message], start: int) -> list[tuple[str, int, str]]:
@@ -484,25 +557,6 @@ def _rows(id: str, messages: Sequence[Message], start: int) -> list[tuple[str, i
     return rows
 
 
-def _prune_sessions(conn: sqlite3.Connection, cutoff: float) -> int:
-    old = "SELECT id FROM sessions WHERE updated_at < ?"
-    conn.execute(f"DELETE FROM messages WHERE session_id IN ({old})", (cutoff,))
-    conn.execute(f"DELETE FROM leases WHERE session_id IN ({old})", (cutoff,))
-    return int(conn.execute("DELETE FROM sessions WHERE updated_at < ?", (cutoff,)).rowcount)
-
-
-def _prune_checkpoints(conn: sqlite3.Connection, cutoff: float) -> int:
-    return int(conn.execute("DELETE FROM checkpoints WHERE updated_at < ?", (cutoff,)).rowcount)
-
-
-def _prune_approvals(conn: sqlite3.Connection, cutoff: float) -> int:
-    return int(
-        conn.execute(
-            "DELETE FROM approvals WHERE status IS NOT 'pending' AND resolved_at < ?", (cutoff,)
-        ).rowcount
-    )
-
-
 def _touch(conn: sqlite3.Connection, id: str, length: int) -> None:
     # A random revision, not a counter: a session deleted and saved again must not
     # repeat a revision another process remembers.
@@ -512,148 +566,3 @@ def _touch(conn: sqlite3.Connection, id: str, length: int) -> None:
         "updated_at = excluded.updated_at",
         (id, length, secrets.randbits(63), time.time()),
     )
-
-
-class SqliteCheckpointStore(_Part, BaseCheckpointStore):
-    """The checkpoints of a ``SqliteStore``, as opaque JSON per turn id."""
-
-    def load(self, turn_id: str) -> dict[str, Any] | None:
-        validate_turn_id(turn_id)
-        with self.store.connection() as conn:
-            row = conn.execute(
-                "SELECT json FROM checkpoints WHERE turn_id = ?", (turn_id,)
-            ).fetchone()
-        if row is None:
-            return None
-        return decode_json_object(row[0], source=f"{self.store.path}: checkpoint {turn_id!r}")
-
-    def save(
-        self, turn_id: str, checkpoint: Mapping[str, Any], *, fence: int | None = None
-    ) -> None:
-        validate_turn_id(turn_id)
-        text = encode_json_object(checkpoint, what=f"checkpoint {turn_id!r}")
-        with self.store.transaction() as conn:
-            self.store.check_fence(conn, fence_session_id(turn_id), fence)
-            conn.execute(
-                "INSERT INTO checkpoints (turn_id, json, updated_at) VALUES (?, ?, ?) "
-                "ON CONFLICT (turn_id) DO UPDATE SET json = excluded.json, "
-                "updated_at = excluded.updated_at",
-                (turn_id, text, time.time()),
-            )
-
-    def delete(self, turn_id: str, *, fence: int | None = None) -> None:
-        validate_turn_id(turn_id)
-        with self.store.transaction() as conn:
-            self.store.check_fence(conn, fence_session_id(turn_id), fence)
-            conn.execute("DELETE FROM checkpoints WHERE turn_id = ?", (turn_id,))
-
-    def list(self, prefix: str = "") -> list[str]:
-        """The stored turn ids that start with ``prefix``, sorted."""
-        with self.store.connection() as conn:
-            rows = conn.execute(
-                "SELECT turn_id FROM checkpoints WHERE substr(turn_id, 1, ?) = ? ORDER BY turn_id",
-                (len(prefix), prefix),
-            ).fetchall()
-        return [row[0] for row in rows]
-
-    def prune(self, older_than: timedelta | float) -> PruneResult:
-        """Delete the checkpoints not updated within ``older_than``."""
-        cutoff = time.time() - older_than_seconds(older_than)
-        with self.store.transaction() as conn:
-            return PruneResult(
-                sessions=0, checkpoints=_prune_checkpoints(conn, cutoff), approvals=0
-            )
-
-
-class SqliteApprovalStore(_Part, BaseApprovalStore):
-    """The approval records of a ``SqliteStore``; ``resolve`` is a compare-and-set in one
-    transaction (``UPDATE ... WHERE status = 'pending'``), so across processes one caller wins."""
-
-    def create(self, record: Mapping[str, Any], *, fence: int | None = None) -> None:
-        """Store a new record; ``ValueError`` if one with its ``id`` exists."""
-        approval_id = validate_approval_id(record.get("id"))
-        text = encode_json_object(record, what=f"approval {approval_id!r}")
-        status = record.get("status")
-        session_id = record.get("session_id")
-        with self.store.transaction() as conn:
-            if isinstance(session_id, str):
-                self.store.check_fence(conn, session_id, fence)
-            try:
-                conn.execute(
-                    "INSERT INTO approvals (id, session_id, status, created_key, json, resolved_at) "
-                    "VALUES (?, ?, ?, ?, ?, ?)",
-                    (
-                        approval_id,
-                        session_id if isinstance(session_id, str) else None,
-                        status if isinstance(status, str) else None,
-                        str(record.get("created_at", "")),
-                        text,
-                        None if status == "pending" else time.time(),
-                    ),
-                )
-            except sqlite3.IntegrityError as exc:
-                raise ValueError(
-                    f"approval {approval_id!r} exists already ({self.store.path})"
-                ) from exc
-
-    def get(self, id: str) -> dict[str, Any] | None:
-        validate_approval_id(id)
-        with self.store.connection() as conn:
-            row = conn.execute("SELECT json FROM approvals WHERE id = ?", (id,)).fetchone()
-        return None if row is None else self._decode(id, row[0])
-
-    def resolve(self, id: str, *, approved: bool, reason: str | None = None) -> dict[str, Any]:
-        validate_approval_id(id)
-        with self.store.transaction() as conn:
-            row = conn.execute("SELECT json FROM approvals WHERE id = ?", (id,)).fetchone()
-            if row is None:
-                raise ApprovalNotFoundError(f"no approval with id {id!r} in {self.store.path}")
-            record = resolved_approval(
-                self._decode(id, row[0]), approved=approved, reason=reason, source=repr(id)
-            )
-            updated = conn.execute(
-                "UPDATE approvals SET status = ?, json = ?, resolved_at = ? "
-                "WHERE id = ? AND status = 'pending'",
-                (
-                    record["status"],
-                    encode_json_object(record, what=f"approval {id!r}"),
-                    time.time(),
-                    id,
-                ),
-            ).rowcount
-            if updated != 1:  # the JSON said pending but the column did not: keep them in step
-                raise StoreCorruptError(
-                    f"{self.store.path}: approval {id!r}: status column and record disagree"
-                )
-        return record
-
-    def list(
-        self, session_id: str | None = None, status: str | None = "pending"
-    ) -> list[dict[str, Any]]:
-        query = "SELECT id, json FROM approvals"
-        clauses, params = [], []
-        if session_id is not None:
-            clauses.append("session_id = ?")
-            params.append(session_id)
-        if status is not None:
-            clauses.append("status = ?")
-            params.append(status)
-        if clauses:
-            query += " WHERE " + " AND ".join(clauses)
-        with self.store.connection() as conn:
-            rows = conn.execute(query + " ORDER BY created_key, id", params).fetchall()
-        return [self._decode(row[0], row[1]) for row in rows]
-
-    def delete(self, id: str) -> None:
-        validate_approval_id(id)
-        with self.store.transaction() as conn:
-            conn.execute("DELETE FROM approvals WHERE id = ?", (id,))
-
-    def prune(self, older_than: timedelta | float) -> PruneResult:
-        """Delete the records resolved more than ``older_than`` ago; pending ones stay."""
-        cutoff = time.time() - older_than_seconds(older_than)
-        with self.store.transaction() as conn:
-            return PruneResult(sessions=0, checkpoints=0, approvals=_prune_approvals(conn, cutoff))
-
-    def _decode(self, id: str, text: str) -> dict[str, Any]:
-        return decode_json_object(text, source=f"{self.store.path}: approval {id!r}")

@@ -14,7 +14,7 @@ from ._base import KitBase, need_approvals, need_checkpoints
 from ._support import WAIT, approval, raises, skip
 
 BAD_TURN_IDS = ["../x.turn-1", "a/b.turn-1", "", "a" * 129 + ".turn-1", "noturn", "a.b.c"]
-BAD_APPROVAL_IDS = ["a/b", "", "x" * 201, "../x"]
+BAD_APPROVAL_IDS = ["a/b", "", "x" * 201, "../x", ".hidden", "."]
 
 
 class CheckpointTests(KitBase):

@@ -1,0 +1,303 @@
+"""``HttpProvider``: what every HTTP provider shares, written once.
+
+The key lookup, the headers, the retry policy, the HTTP client, ``close()``
+and the stream skeleton (check the key, POST the body, read the events, drain
+the connection, fail on an incomplete reply, price the usage, build the
+``ModelResponse``) live here. A wire format subclass gives only its
+constants, its auth headers, :meth:`HttpProvider.build_body` and
+:meth:`HttpProvider._read`, which turns the events into deltas while filling
+a :class:`Reply`.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator, Mapping
+from typing import Any, ClassVar, TypedDict
+
+import attrs
+
+from ..abort import AbortSignal
+from ..errors import ProviderError
+from ..messages import Message, ToolCall, Usage
+from ..pricing import Pricing, price_usage
+from ._http import HttpClient, RetryPolicy, Timeout
+from ._redact import Secret
+from ._sse import DEFAULT_MAX_EVENT_SIZE, ServerSentEvent
+from ._wire import api_key_from, env
+from .base import (
+    FinishReason,
+    ModelEvent,
+    ModelRequest,
+    ModelResponse,
+    ModelTextDelta,
+    ModelToolCallDelta,
+    ProviderBase,
+)
+
+__all__ = ["HttpOptions", "HttpProvider", "Reply"]
+
+
+class HttpOptions(TypedDict, total=False):
+    """The keyword options every HTTP provider takes (see :class:`HttpProvider`)."""
+
+    timeout: Timeout
+    max_retries: int | None
+    retry: RetryPolicy | None
+    pricing: Mapping[str, Pricing] | None
+    headers: Mapping[str, str] | None
+    name: str | None
+    max_duration: float | None
+    max_event_size: int | None
+
+
+@attrs.define
+class _Call:
+    id: str = ""
+    name: str = ""
+    parts: list[str] = attrs.field(factory=list)
+
+
+@attrs.define
+class Reply:
+    """What the stream told so far: text, tool calls by index, token counts, stop reason."""
+
+    provider: str
+    request_id: str | None
+    text: list[str] = attrs.field(factory=list)
+    calls: dict[int, _Call] = attrs.field(factory=dict)
+    input_tokens: int = 0
+    output_tokens: int = 0
+    stop: str | None = None
+    done: bool = False
+
+    def add_text(self, text: object) -> Iterator[ModelTextDelta]:
+        """Keep ``text`` (when it is a non-empty string) and give its delta."""
+        if isinstance(text, str) and text:
+            self.text.append(text)
+            yield ModelTextDelta(text)
+
+    def add_call(
+        self, index: int, id: str | None = None, name: str | None = None, arguments: str = ""
+    ) -> ModelToolCallDelta:
+        """Keep a piece of tool call ``index`` and give its delta.
+
+        An id or name is kept once: servers that repeat them must not double them.
+        """
+        call = self.calls.setdefault(index, _Call())
+        if id and not call.id:
+            call.id = id
+        if name and not call.name:
+            call.name = name
+        if arguments:
+            call.parts.append(arguments)
+        return ModelToolCallDelta(
+            index=index, id=id or None, name=name or None, arguments=arguments
+        )
+
+    def json(self, event: ServerSentEvent) -> dict[str, Any]:
+        """The event's ``data`` as a JSON object, or a ``ProviderError`` saying what was wrong."""
+        try:
+            value = json.loads(event.data)
+        except ValueError as exc:
+            raise self.error(f"an event whose data is not JSON ({exc})", event.data) from exc
+        if not isinstance(value, dict):
+            raise self.error("an event whose data is not a JSON object", event.data)
+        return value
+
+    def error(self, what: str, data: str, retryable: bool = False) -> ProviderError:
+        """``ProviderError``: the server sent ``what``, showing the start of ``data``."""
+        return ProviderError(
+            None,
+            f"{self.provider}: the server sent {what}: {data[:200]!r}",
+            retryable=retryable,
+            request_id=self.request_id,
+        )
+
+    def stream_error(self, message: object, kind: str, status: int | None) -> ProviderError:
+        """The ``ProviderError`` for an error the server reported inside the stream."""
+        if status is not None:
+            retryable = status == 429 or status >= 500
+        else:
+            retryable = any(w in kind for w in ("server", "overload", "rate_limit", "timeout"))
+        suffix = f" ({kind})" if kind else ""
+        return ProviderError(
+            status,
+            f"{self.provider}: the server reported an error in the stream: {message}{suffix}",
+            retryable=retryable,
+            request_id=self.request_id,
+        )
+
+    def tool_calls(self, id_prefix: str) -> list[ToolCall]:
+        """The calls in index order, their JSON arguments parsed.
+
+        A call without an id gets ``id_prefix`` and a random suffix. A call without
+        a name, or with arguments that are not a JSON object, is a retryable
+        ``ProviderError``: the model wrote it, and asking again may well work.
+        """
+        calls: list[ToolCall] = []
+        for index in sorted(self.calls):
+            call = self.calls[index]
+            call_id = call.id or f"{id_prefix}{uuid.uuid4().hex[:24]}"
+            if not call.name:
+                raise ProviderError(
+                    None,
+                    f"{self.provider}: the model sent tool call {call_id} without a name",
+                    retryable=True,
+                    request_id=self.request_id,
+                )
+            calls.append(ToolCall(call_id, call.name, self._arguments(call, call_id)))
+        return calls
+
+    def _arguments(self, call: _Call, call_id: str) -> dict[str, Any]:
+        text = "".join(call.parts)
+        if not text.strip():
+            return {}
+        what = f"tool {call.name!r} (call {call_id}) with arguments that are not"
+        try:
+            value = json.loads(text)
+        except ValueError as exc:
+            problem = f"{what} valid JSON ({exc})"
+            raise self._model_error(problem, text) from exc
+        if not isinstance(value, dict):
+            raise self._model_error(f"{what} a JSON object", text)
+        return value
+
+    def _model_error(self, problem: str, text: str) -> ProviderError:
+        return ProviderError(
+            None,
+            f"{self.provider}: the model called {problem}: {text[:200]!r}",
+            retryable=True,
+            request_id=self.request_id,
+        )
+
+
+class HttpProvider(ProviderBase):
+    """A model behind an HTTP API that streams server-sent events.
+
+    ``api_key`` defaults to the wire's environment variable (``KEY_ENV``);
+    ``base_url`` to ``BASE_URL_ENV``, else the public endpoint, which needs a
+    key (other servers are sent no key header when there is no key). The key
+    is stripped of surrounding whitespace; one HTTP cannot carry raises
+    ``ProviderConfigError`` (a ``ValueError``) that does not show it.
+    ``timeout`` is seconds, or ``(connect, read)`` where read is the longest
+    silence allowed while waiting for the reply or inside the stream.
+    ``max_retries`` (default 2) and ``retry`` set how failed requests are tried
+    again (see ``RetryPolicy``). ``pricing`` adds to or overrides the price
+    table used for ``Usage.cost_usd``. ``headers`` are extra HTTP headers.
+    ``max_duration`` (seconds; default ``None``, no limit) bounds a whole
+    call, retries and stream included; ``max_event_size`` (characters, 16 MiB
+    by default) bounds one line or event of the stream.
+
+    Failures raise ``ProviderError``, scrubbed of the key; an aborted signal
+    ends the call at once (it raises the SDK's internal abort error, which the
+    turn handles). ``close()`` closes pooled connections (the provider still
+    works afterwards).
+    """
+
+    KIND: ClassVar[str]
+    KEY_ENV: ClassVar[str]
+    BASE_URL_ENV: ClassVar[str]
+    DEFAULT_BASE_URL: ClassVar[str]
+    PATH: ClassVar[str]
+    END: ClassVar[str]  #: the event that ends a complete reply
+    FINISH: ClassVar[Mapping[str, FinishReason]]
+    DEFAULT_STOP: ClassVar[str]
+    CALL_ID_PREFIX: ClassVar[str]
+
+    def __init__(
+        self,
+        model: str,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        *,
+        timeout: Timeout = (10.0, 600.0),
+        max_retries: int | None = None,
+        retry: RetryPolicy | None = None,
+        pricing: Mapping[str, Pricing] | None = None,
+        headers: Mapping[str, str] | None = None,
+        name: str | None = None,
+        max_duration: float | None = None,
+        max_event_size: int | None = DEFAULT_MAX_EVENT_SIZE,
+    ) -> None:
+        self.model = model
+        self.name = name or f"{self.KIND}/{model}"
+        self.base_url = (base_url or env(self.BASE_URL_ENV) or self.DEFAULT_BASE_URL).rstrip("/")
+        self.pricing = dict(pricing or {})
+        key = api_key_from(api_key, self.KEY_ENV)
+        self._needs_key = key is None and self.base_url == self.DEFAULT_BASE_URL
+        sent = {"Accept": "text/event-stream", "Content-Type": "application/json"}
+        sent.update(self._key_headers(key))
+        sent.update(headers or {})
+        policy = retry or RetryPolicy()
+        if max_retries is not None:
+            policy = attrs.evolve(policy, max_retries=max_retries)
+        self._http = HttpClient(
+            provider=self.name,
+            base_url=self.base_url,
+            headers=sent,
+            secret=key,
+            timeout=timeout,
+            retry=policy,
+            max_duration=max_duration,
+            max_event_size=max_event_size,
+        )
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(model={self.model!r}, base_url={self.base_url!r})"
+
+    def close(self) -> None:
+        """Close pooled connections (the provider still works afterwards)."""
+        self._http.close()
+
+    def stream(self, request: ModelRequest, signal: AbortSignal) -> Iterator[ModelEvent]:
+        """Stream the model's answer: text and tool-call deltas, then one ``ModelResponse``."""
+        return self._http.guard(self._stream(request, signal))
+
+    def _stream(self, request: ModelRequest, signal: AbortSignal) -> Iterator[ModelEvent]:
+        if self._needs_key:
+            raise ProviderError(
+                None,
+                f"{self.name}: no API key; pass api_key= or set {self.KEY_ENV}",
+                retryable=False,
+            )
+        body = self.build_body(request)
+        with self._http.stream(self.PATH, body, signal) as stream:
+            reply = Reply(self.name, stream.request_id)
+            yield from self._read(stream.events(), reply)
+            if reply.done:
+                stream.drain()
+        if not reply.done:
+            raise ProviderError(
+                None,
+                f"{self.name}: the event stream ended before {self.END}; the reply is incomplete",
+                retryable=True,
+                request_id=reply.request_id,
+            )
+        yield self._response(reply)
+
+    def _response(self, reply: Reply) -> ModelResponse:
+        calls = reply.tool_calls(self.CALL_ID_PREFIX)
+        finish = self.FINISH.get(reply.stop or self.DEFAULT_STOP, "stop")
+        if calls and finish == "stop":  # some compatible servers say "stop" after tool calls
+            finish = "tool_calls"
+        usage = price_usage(
+            Usage(reply.input_tokens, reply.output_tokens), self.model, self.pricing
+        )
+        message = Message.assistant("".join(reply.text), tool_calls=calls, usage=usage)
+        return ModelResponse(message=message, usage=usage, finish_reason=finish)
+
+    # --- what a wire format gives ---------------------------------------------------
+
+    def _key_headers(self, key: Secret | None) -> dict[str, str]:
+        """The headers that carry ``key`` (and any the API always wants)."""
+        raise NotImplementedError
+
+    def build_body(self, request: ModelRequest) -> dict[str, Any]:
+        """The JSON body sent for ``request``."""
+        raise NotImplementedError
+
+    def _read(self, events: Iterator[ServerSentEvent], reply: Reply) -> Iterator[ModelEvent]:
+        """Turn events into deltas while filling ``reply``; return once ``reply.done``."""
+        raise NotImplementedError

@@ -1,0 +1,161 @@
+"""OS file locks that may be deleted safely, with errors that name the lock file.
+
+A lock is an ``flock`` on an empty file, so the kernel frees it the moment its
+process dies (even on ``SIGKILL``). Deleting a lock file is safe here because
+every acquirer checks, once it holds the lock, that the file it locked is still
+the one at the path (same device and inode, not unlinked); if not, it lets go
+and tries again on the new file. Without that check, a process waiting on a
+file that another one deletes would take a lock nobody else can see, and two
+processes would hold "the lock" at once. So a lock file is only ever deleted by
+a holder of the lock (``remove_if_free``), and every process that takes it must
+use this module (``filelock`` does an equivalent check since version 4).
+
+Lock files are created with mode 0600 and never followed through a symlink.
+Where ``fcntl`` does not exist (Windows), ``filelock`` locks the file instead
+and lock files are never deleted.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from ..errors import StoreError
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None  # type: ignore[assignment]
+
+__all__ = ["LOCK_FILE_MODE", "LockTimeout", "acquire", "hold", "remove_if_free"]
+
+#: Mode of new lock files; the store's data files are 0600 too.
+LOCK_FILE_MODE = 0o600
+_POLL_MIN = 0.001
+_POLL_MAX = 0.05
+
+
+class LockTimeout(Exception):
+    """The lock was not acquired in time (callers turn this into their own error)."""
+
+
+def _open(path: Path, mode: int) -> int:
+    flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags, mode)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP or (exc.errno == errno.EMLINK and path.is_symlink()):
+            raise StoreError(
+                f"lock file {path} is a symbolic link; refusing to follow it "
+                "(remove the link: lock files are plain files the store creates)"
+            ) from exc
+        if isinstance(exc, PermissionError):
+            raise StoreError(
+                f"lock file {path} cannot be opened for writing ({exc.strerror}); "
+                "the store needs read and write access to its lock files and their directory"
+            ) from exc
+        if isinstance(exc, IsADirectoryError):
+            raise StoreError(f"lock file {path} is a directory") from exc
+        raise StoreError(f"lock file {path}: cannot open: {exc}") from exc
+    return fd
+
+
+def _still_linked(fd: int, path: Path) -> bool:
+    """Whether ``fd`` is still the file at ``path`` (not deleted or replaced since opening)."""
+    try:
+        here = os.lstat(path)
+    except FileNotFoundError:
+        return False
+    mine = os.fstat(fd)
+    return mine.st_nlink > 0 and (here.st_dev, here.st_ino) == (mine.st_dev, mine.st_ino)
+
+
+def _try_lock(fd: int) -> bool:
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
+
+
+def _acquire(path: Path, timeout: float | None, mode: int) -> int:
+    """An fd holding the lock on the file now at ``path``; ``LockTimeout`` after ``timeout``."""
+    deadline = None if timeout is None else time.monotonic() + max(timeout, 0.0)
+    delay = _POLL_MIN
+    while True:
+        fd = _open(path, mode)
+        try:
+            if timeout is None:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                locked = True
+            else:
+                locked = _try_lock(fd)
+            if locked and _still_linked(fd, path):
+                return fd
+        except BaseException:
+            os.close(fd)
+            raise
+        os.close(fd)  # not locked, or locked a file that was deleted meanwhile: try again
+        if locked:
+            continue
+        if deadline is not None and time.monotonic() >= deadline:
+            raise LockTimeout(str(path))
+        time.sleep(delay if deadline is None else min(delay, max(deadline - time.monotonic(), 0)))
+        delay = min(delay * 2, _POLL_MAX)
+
+
+def acquire(path: Path, timeout: float | None, *, mode: int = LOCK_FILE_MODE) -> Callable[[], None]:
+    """Take the lock file ``path`` (created if missing) and return the function that releases
+    it; ``LockTimeout`` if not acquired in ``timeout`` seconds (``None``: wait as long as it
+    takes), ``StoreError`` naming the lock file if it cannot be used (a symlink, not writable)."""
+    if fcntl is None:  # pragma: no cover - Windows
+        from filelock import FileLock, Timeout
+
+        lock = FileLock(path, timeout=-1 if timeout is None else timeout)
+        try:
+            lock.acquire()
+        except Timeout as exc:
+            raise LockTimeout(str(path)) from exc
+        return lambda: lock.release()
+    fd = _acquire(path, timeout, mode)
+    return lambda: os.close(fd)  # closing the last descriptor releases the flock
+
+
+@contextmanager
+def hold(path: Path, timeout: float | None, *, mode: int = LOCK_FILE_MODE) -> Iterator[None]:
+    """``acquire`` as a context manager."""
+    release = acquire(path, timeout, mode=mode)
+    try:
+        yield
+    finally:
+        release()
+
+
+def remove_if_free(path: Path) -> bool:
+    """Delete the lock file ``path`` if nobody holds it right now; whether it was deleted.
+
+    Takes the lock without waiting, deletes the file while holding it, then lets go:
+    a process that was waiting on the old file sees it was deleted and locks the new
+    one. Never blocks, so it is safe to call while this process holds the lock
+    through another descriptor (the attempt then just fails).
+    """
+    if fcntl is None:  # pragma: no cover - Windows
+        return False
+    try:
+        fd = os.open(path, os.O_RDWR | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return False  # gone already, a symlink, or not ours to delete
+    try:
+        if not _try_lock(fd) or not _still_linked(fd, path):
+            return False
+        try:
+            os.unlink(path)
+        except OSError:
+            return False
+        return True
+    finally:
+        os.close(fd)

@@ -1,0 +1,556 @@
+"""What the stores guarantee when things go wrong: corrupt records, deleted files, leaks,
+unclear errors, bad data and permissions (issue 10, items 5, 8, 9, 10, 11, 12)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import signal
+import sqlite3
+import stat
+import subprocess
+import sys
+import tempfile
+import textwrap
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from storekit import WAIT, Kit, open_kit
+
+from lousho_sessions import FunctionProvider, create_agent
+from lousho_sessions.errors import (
+    InvalidSessionIdError,
+    StoreCorruptError,
+    StoreError,
+)
+from lousho_sessions.messages import ImagePart, Message, ToolCall, Usage
+from lousho_sessions.sqlite import SqliteStore
+from lousho_sessions.stores import _lockfile
+from lousho_sessions.stores.base import AgentStore, PruneResult, validate_session_id
+from lousho_sessions.stores.files import file_store
+from lousho_sessions.stores.memory import memory_store
+
+ROOT = Path(__file__).resolve().parent.parent
+AGENT_KINDS = ("memory", "files", "sqlite")
+
+
+def open_agent_store(kind: str, location: Path) -> tuple[Any, AgentStore]:
+    """``(owner, store)``: the store as ``create_agent(store=...)`` takes it."""
+    if kind == "memory":
+        memory = memory_store()
+        return memory, memory
+    if kind == "files":
+        files = file_store(location)
+        return files, files
+    db = SqliteStore(location / "agent.db")
+    return db, AgentStore(db.sessions, db.checkpoints, db.approvals)
+
+
+def put_raw_checkpoint(kind: str, owner: Any, location: Path, turn_id: str, text: str) -> None:
+    """Store ``text`` as the checkpoint of ``turn_id`` as it is, bypassing every check."""
+    if kind == "memory":
+        owner.checkpoints._data[turn_id] = (text, time.time())
+    elif kind == "files":
+        (location / f"{turn_id}.checkpoint.json").write_text(text)
+    else:
+        with owner.connection() as conn:
+            conn.execute(
+                "INSERT OR REPLACE INTO checkpoints (turn_id, json, updated_at) VALUES (?, ?, ?)",
+                (turn_id, text, time.time()),
+            )
+
+
+BAD_CHECKPOINTS = [
+    "not json {",
+    "[1, 2]",
+    '{"format":"lousho.turn","version":1,"run_id":"r","base_length":0,"new":[],"usage":[1]}',
+    '{"format":"lousho.turn","version":1,"run_id":"r","base_length":0,"new":[],"results":[1]}',
+    '{"format":"lousho.turn","version":1,"run_id":"r","base_length":0,"new":7}',
+]
+
+
+# -- 5: corrupt checkpoints and approvals -------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", AGENT_KINDS)
+@pytest.mark.parametrize("text", BAD_CHECKPOINTS)
+def test_corrupt_checkpoint_can_be_cleared(kind: str, text: str, tmp_path: Path) -> None:
+    owner, store = open_agent_store(kind, tmp_path)
+    agent = create_agent(provider=FunctionProvider(lambda request: "ok"), store=store)
+    session = agent.session("s1")
+    put_raw_checkpoint(kind, owner, tmp_path, "s1.turn-0", text)
+    with pytest.raises(StoreCorruptError, match=r"s1\.turn-0"):
+        session.send("hi")
+    with pytest.raises(StoreCorruptError):
+        session.resume()
+    session.discard_pending()
+    assert session.send("hi").text == "ok"
+
+    put_raw_checkpoint(kind, owner, tmp_path, "s1.turn-2", text)
+    session.clear()
+    assert session.load() == ()
+    assert store.checkpoints is not None and store.checkpoints.list("s1.") == []
+    assert session.send("again").text == "ok"
+    agent.close()
+    if isinstance(owner, SqliteStore):
+        owner.close()
+
+
+def put_raw_approval(kit: Kit, approval_id: str, text: str) -> None:
+    if kit.kind == "files":
+        (kit.approvals.dir / f"{approval_id}.approval.json").write_text(text)  # type: ignore[attr-defined]
+    else:
+        with kit.approvals.store.connection() as conn:  # type: ignore[attr-defined]
+            conn.execute(
+                "INSERT INTO approvals (id, session_id, status, created_key, json) "
+                "VALUES (?, 's2', 'pending', '', ?)",
+                (approval_id, text),
+            )
+
+
+def approval(id: str, session_id: str = "s1") -> dict[str, Any]:
+    return {
+        "id": id,
+        "session_id": session_id,
+        "status": "pending",
+        "created_at": "2025-01-01T00:00:00",
+        "call": {"id": "c1", "name": "delete_file", "arguments": {"path": "/tmp/x"}},
+    }
+
+
+@pytest.mark.parametrize("kind", ["files", "sqlite"])
+@pytest.mark.parametrize(
+    "text",
+    ["not json", "[1]", '{"id": 5, "status": "pending"}', '{"id": "bad", "status": "maybe"}',
+     '{"id": "bad", "session_id": "s2", "status": "pending", "call": {"arguments": [1]}}'],
+)  # fmt: skip
+def test_corrupt_approval_is_skipped_logged_and_reported(
+    kind: str, text: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    kit = open_kit(kind, tmp_path)
+    kit.approvals.create(approval("good-1"))
+    put_raw_approval(kit, "bad", text)
+    kit.approvals.create(approval("good-2", "s2"))
+    with caplog.at_level(logging.WARNING, logger="lousho_sessions"):
+        assert [r["id"] for r in kit.approvals.list()] == ["good-1", "good-2"]
+    assert any("bad" in r.getMessage() and r.levelno == logging.WARNING for r in caplog.records)
+    assert [r["id"] for r in kit.approvals.list(session_id="s2")] == ["good-2"]
+    assert list(kit.approvals.corrupt()) == ["bad"]  # type: ignore[attr-defined]
+    with pytest.raises(StoreCorruptError, match="bad"):
+        kit.approvals.get("bad")
+    kit.approvals.delete("bad")  # deleting never reads the record
+    assert kit.approvals.corrupt() == {}  # type: ignore[attr-defined]
+    kit.close()
+
+
+def test_agent_approvals_list_survives_a_corrupt_record(tmp_path: Path) -> None:
+    store = file_store(tmp_path)
+    assert store.approvals is not None
+    store.approvals.create(approval("good-1"))
+    (tmp_path / "bad.approval.json").write_text('{"id": "bad", "status": "pending", "call": 3}')
+    agent = create_agent(provider=FunctionProvider(lambda request: "ok"), store=store)
+    assert [a.id for a in agent.approvals.list()] == ["good-1"]
+    agent.close()
+
+
+def test_malformed_approval_is_refused_on_create(store: Kit) -> None:
+    for record in ({"id": "a1", "status": "maybe"}, {"id": "a1", "status": "pending", "call": 1}):
+        with pytest.raises(StoreCorruptError, match="a1"):
+            store.approvals.create(record)
+    assert store.approvals.get("a1") is None
+
+
+# -- 8: the database or directory removed while open --------------------------------------------
+
+
+@pytest.mark.parametrize("how", ["deleted", "replaced"])
+def test_sqlite_database_deleted_while_open(how: str, tmp_path: Path) -> None:
+    path = tmp_path / "agent.db"
+    db = SqliteStore(path)
+    db.sessions.save("s1", [Message.user("kept")])
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{path}{suffix}").unlink(missing_ok=True)
+    if how == "replaced":
+        SqliteStore(path).close()
+    with pytest.raises(StoreError, match=f"{path}: the database file was {how}"):
+        db.sessions.append("s1", [Message.user("lost?")], 1)
+    with pytest.raises(StoreError, match=how):
+        db.checkpoints.save("s1.turn-1", {"x": 1})
+    db.close()
+
+
+def test_file_store_directory_removed_is_recreated(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    store = file_store(root)
+    assert store.sessions is not None
+    store.sessions.save("s1", [Message.user("gone with the directory")])
+    for p in root.iterdir():
+        p.unlink()
+    root.rmdir()
+    store.sessions.save("s2", [Message.user("written after")])
+    assert FileSessionStoreLoad(root, "s2") == ["written after"]
+
+
+def FileSessionStoreLoad(root: Path, id: str) -> list[str]:
+    fresh = file_store(root)
+    assert fresh.sessions is not None
+    return [m.text for m in fresh.sessions.load(id) or []]
+
+
+# -- 9: leaks: temp files, lock files, prune on every store --------------------------------------
+
+KILLED_WRITER = textwrap.dedent(
+    """
+    import os, sys, threading
+    from lousho_sessions.messages import Message
+    from lousho_sessions.stores.files import FileSessionStore
+
+    def stuck(src, dst):  # the temp file is written and fsynced; die before the rename
+        print("ready", flush=True)
+        threading.Event().wait()
+
+    store = FileSessionStore(sys.argv[1])
+    store.save("s1", [Message.user("old")])
+    os.replace = stuck
+    store.save("s1", [Message.user("x" * 100_000)])
+    """
+)
+
+
+def test_temp_files_of_killed_writers_are_swept(tmp_path: Path) -> None:
+    child = subprocess.Popen(
+        [sys.executable, "-c", KILLED_WRITER, str(tmp_path)],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
+    assert child.stdout is not None
+    assert child.stdout.readline().strip() == "ready"
+    os.kill(child.pid, signal.SIGKILL)
+    child.wait(WAIT)
+    child.stdout.close()
+    leftover = [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+    assert len(leftover) == 1 and f".{child.pid}." in leftover[0].name
+    # a live writer's fresh temp file (this process) and a dead writer's file too young
+    # to judge (it may be a writer in another PID namespace) are both kept
+    mine = tmp_path / f".s2.json.{os.getpid()}.0123abcd.tmp"
+    mine.write_bytes(b"in progress")
+    young = tmp_path / f".s3.json.{child.pid}.89abcdef.tmp"
+    young.write_bytes(b"young")
+    past = time.time() - 120
+    os.utime(leftover[0], (past, past))
+
+    store = file_store(tmp_path)
+    assert store.sessions is not None
+    store.sessions.save("s9", [Message.user("first write sweeps")])
+    names = {p.name for p in tmp_path.iterdir()}
+    assert leftover[0].name not in names
+    assert {mine.name, young.name} <= names
+    assert FileSessionStoreLoad(tmp_path, "s1") == ["old"]
+    old = time.time() - 2 * 3600
+    os.utime(mine, (old, old))
+    assert store.prune(3600).temp_files == 1
+    assert mine.name not in {p.name for p in tmp_path.iterdir()}
+
+
+def lock_files(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*.lock") if p.is_file())
+
+
+@pytest.mark.parametrize("kind", ["files", "sqlite"])
+def test_delete_removes_lock_files(kind: str, tmp_path: Path) -> None:
+    kit = open_kit(kind, tmp_path)
+    for n in range(20):
+        sid = f"user-{n}"
+        with kit.sessions.turn_lock(sid):
+            kit.sessions.save(sid, [Message.user("hi")])
+        kit.sessions.delete(sid)
+    assert lock_files(tmp_path) == []
+    kit.close()
+
+
+@pytest.mark.parametrize("kind", ["files", "sqlite"])
+def test_delete_keeps_a_held_lock_file_and_prune_removes_it_later(
+    kind: str, tmp_path: Path
+) -> None:
+    kit = open_kit(kind, tmp_path)
+    kit.sessions.save("s1", [Message.user("hi")])
+    with kit.sessions.turn_lock("s1"):
+        kit.sessions.delete("s1")  # must not block on our own lock, nor remove it
+        assert any(name.endswith("s1.lock") for name in lock_files(tmp_path))
+    with kit.sessions.turn_lock("never-saved"):
+        pass
+    prune = kit.sessions.prune if kind == "files" else kit.sessions.store.prune
+    result = prune(3600)
+    assert result.lock_files == 2
+    assert lock_files(tmp_path) == []
+    kit.close()
+
+
+def test_prune_on_every_store(store: Kit) -> None:
+    # memory and files prune per part and as a whole; SqliteStore as a whole
+    kit = store
+    kit.sessions.save("s1", [Message.user("hi")])
+    kit.checkpoints.save("s1.turn-1", {"x": 1})
+    kit.approvals.create(approval("a-pending"))
+    kit.approvals.create(approval("a-resolved"))
+    kit.approvals.resolve("a-resolved", approved=True)
+    prune: Any
+    if kit.kind.startswith("sqlite"):
+        prune = kit.sessions.store.prune
+    else:
+        parts = [kit.sessions, kit.checkpoints, kit.approvals]
+
+        def prune(age: float) -> PruneResult:
+            total = PruneResult(0, 0, 0)
+            for part in parts:
+                total += part.prune(age)
+            return total
+
+    assert prune(3600) == PruneResult(0, 0, 0)
+    time.sleep(0.01)  # file mtimes and timestamps must be in the past: not synchronisation
+    result = prune(0)
+    assert (result.sessions, result.checkpoints, result.approvals) == (1, 1, 1)
+    assert kit.sessions.load("s1") is None
+    assert [r["id"] for r in kit.approvals.list(status=None)] == ["a-pending"]
+
+
+def test_memory_and_file_store_prune_as_a_whole(tmp_path: Path) -> None:
+    for store in (memory_store(), file_store(tmp_path)):
+        assert store.sessions is not None
+        store.sessions.save("s1", [Message.user("hi")])
+        time.sleep(0.01)  # the write must be in the past: not synchronisation
+        assert store.prune(0).sessions == 1
+
+
+def test_deleting_a_lock_file_never_lets_two_holders_in(tmp_path: Path) -> None:
+    """The unlink race: B waits on the file, the holder deletes it and lets go, C creates a
+    new file. B must notice its file was deleted and queue on the new one."""
+    if not Path("/proc/locks").exists():
+        pytest.skip("needs /proc/locks to see that the waiter is blocked")
+    path = tmp_path / "s1.lock"
+    a_release = _lockfile.acquire(path, None)
+    inode = path.stat().st_ino
+    b_holds, b_release = threading.Event(), threading.Event()
+
+    def b() -> None:
+        with _lockfile.hold(path, None):
+            b_holds.set()
+            assert b_release.wait(WAIT)
+
+    thread = threading.Thread(target=b)
+    thread.start()
+    deadline = time.monotonic() + WAIT
+    while f":{inode} " not in "".join(
+        line for line in Path("/proc/locks").read_text().splitlines(True) if "->" in line
+    ):
+        assert time.monotonic() < deadline, "B never blocked on the lock"
+        time.sleep(0.005)
+    path.unlink()  # the holder deletes the lock file, as delete() does, and lets go
+    a_release()
+    assert b_holds.wait(WAIT)
+    # C: with the file gone, a naive lock would create a new file and get it at once
+    with pytest.raises(_lockfile.LockTimeout):
+        _lockfile.acquire(path, 0.2)
+    b_release.set()
+    thread.join(WAIT)
+    _lockfile.acquire(path, 0)()
+
+
+# -- 10: clear errors ---------------------------------------------------------------------------
+
+
+def test_deeply_nested_session_file(tmp_path: Path) -> None:
+    deep = "[" * 100_000 + "]" * 100_000
+    body = f'{{"format":"lousho.session","version":1,"revision":"{"0" * 32}","messages":{deep}}}'
+    (tmp_path / "s1.json").write_text(body)
+    store = file_store(tmp_path)
+    assert store.sessions is not None
+    with pytest.raises(StoreCorruptError, match=str(tmp_path / "s1.json")):
+        store.sessions.load("s1")
+
+
+@pytest.mark.parametrize("kind", ["files", "sqlite"])
+def test_symlinked_lock_file_is_refused(kind: str, tmp_path: Path) -> None:
+    kit = open_kit(kind, tmp_path)
+    target = tmp_path / "elsewhere"
+    target.write_text("")
+    lock = tmp_path / "s1.lock" if kind == "files" else tmp_path / "store.db.locks" / "s1.lock"
+    lock.parent.mkdir(exist_ok=True)
+    lock.symlink_to(target)
+    with (
+        pytest.raises(StoreError, match=f"{lock} is a symbolic link"),
+        kit.sessions.turn_lock("s1"),
+    ):
+        pass
+    kit.close()
+
+
+READ_ONLY_LOCK = textwrap.dedent(
+    """
+    import os, sys
+    from lousho_sessions.errors import LoushoError
+    from lousho_sessions.stores.files import FileSessionStore
+    if os.geteuid() == 0:
+        os.setgid(65534); os.setuid(65534)  # root may write anything: be nobody
+    try:
+        with FileSessionStore(sys.argv[1]).turn_lock("s1"):
+            print("acquired")
+    except LoushoError as exc:
+        print(type(exc).__name__, exc)
+    """
+)
+
+
+def test_read_only_lock_file_names_the_lock() -> None:
+    # pytest's tmp_path is private to root; the unprivileged child needs a path it can reach
+    root = Path(tempfile.mkdtemp(prefix="lousho-ro-"))
+    try:
+        (root / "s1.lock").write_text("")
+        os.chmod(root / "s1.lock", 0o444)
+        os.chmod(root, 0o777)
+        out = subprocess.run(
+            [sys.executable, "-c", READ_ONLY_LOCK, str(root)],
+            capture_output=True, text=True, cwd=ROOT, timeout=WAIT,
+        )  # fmt: skip
+    finally:
+        shutil.rmtree(root)
+    assert out.stdout.startswith("StoreError lock file"), out.stdout + out.stderr
+    assert str(root / "s1.lock") in out.stdout and "cannot be opened for writing" in out.stdout
+
+
+def test_long_ids_are_cut_short_in_errors() -> None:
+    with pytest.raises(InvalidSessionIdError) as info:
+        validate_session_id("x" * 10_000)
+    message = str(info.value)
+    assert len(message) < 400 and "10000 characters" in message
+
+
+def test_sqlite_on_a_directory(tmp_path: Path) -> None:
+    with pytest.raises(StoreError, match=f"{tmp_path} is a directory"):
+        SqliteStore(tmp_path)
+
+
+# -- 11: NaN, infinity, nesting, base64 ---------------------------------------------------------
+
+
+def deep(levels: int) -> dict[str, Any]:
+    value: dict[str, Any] = {}
+    for _ in range(levels):
+        value = {"k": value}
+    return value
+
+
+BAD_MESSAGES = [
+    (Message.user("x", metadata={"score": float("nan")}), r"metadata\.score is nan"),
+    (
+        Message.assistant(tool_calls=[ToolCall("c1", "t", {"n": [1, float("inf")]})]),
+        r"tool_calls\[0\]\.arguments\.n\[1\] is inf",
+    ),
+    (Message.assistant("x", usage=Usage(1, 2, float("nan"))), r"usage\.cost_usd is nan"),
+    (Message.user("x", metadata=deep(5_000)), "nested more than 200 levels"),
+]
+
+
+@pytest.mark.parametrize(("message", "error"), BAD_MESSAGES)
+def test_nan_and_deep_messages_are_refused_by_every_store(
+    store: Kit, message: Message, error: str
+) -> None:
+    store.sessions.save("s1", [Message.user("before")])
+    with pytest.raises(ValueError, match=error):
+        store.sessions.append("s1", [message], 1)
+    with pytest.raises(ValueError, match=error):
+        store.sessions.save("s1", [message])
+    assert [m.text for m in store.sessions.load("s1") or []] == ["before"]
+
+
+@pytest.mark.parametrize(
+    ("value", "error"), [(float("nan"), r"x\.y is nan"), (deep(300), "nested more than")]
+)
+def test_nan_and_deep_checkpoints_are_refused(store: Kit, value: Any, error: str) -> None:
+    with pytest.raises(ValueError, match=error):
+        store.checkpoints.save("s1.turn-0", {"x": {"y": value}})
+    assert store.checkpoints.load("s1.turn-0") is None
+
+
+@pytest.mark.parametrize("kind", ["files", "sqlite"])
+def test_image_data_that_is_not_base64_is_corrupt(kind: str, tmp_path: Path) -> None:
+    kit = open_kit(kind, tmp_path)
+    kit.sessions.save("s1", [Message.user([ImagePart(data=b"\x89PNG", media_type="image/png")])])
+    if kind == "files":
+        path = tmp_path / "s1.json"
+        data = json.loads(path.read_text())
+        data["messages"][0]["content"][0]["data"] = "@@@@!!!!"
+        path.write_text(json.dumps(data))
+    else:
+        with kit.sessions.store.connection() as conn:
+            row = json.loads(conn.execute("SELECT json FROM messages").fetchone()[0])
+            row["content"][0]["data"] = "@@@@!!!!"
+            conn.execute("UPDATE messages SET json = ?", (json.dumps(row),))
+    with pytest.raises(StoreCorruptError, match=r"content\[0\]\.data"):
+        kit.sessions.load("s1")
+    kit.close()
+
+
+def test_image_part_data_must_be_bytes() -> None:
+    with pytest.raises(TypeError, match="bytes"):
+        ImagePart(data="aGVsbG8=")  # type: ignore[arg-type]
+
+
+# -- 12: permissions ----------------------------------------------------------------------------
+
+
+def modes(root: Path) -> dict[str, int]:
+    return {
+        str(p.relative_to(root)): stat.S_IMODE(p.stat().st_mode)
+        for p in root.rglob("*")
+        if p.is_file()
+    }
+
+
+def test_sqlite_files_are_private(tmp_path: Path) -> None:
+    old = os.umask(0o022)
+    try:
+        db = SqliteStore(tmp_path / "agent.db")
+        db.sessions.save("s1", [Message.user("secret")])
+        with db.turn_lock("s1"):
+            found = modes(tmp_path)
+        db.close()
+        shared = SqliteStore(tmp_path / "shared.db", mode=0o640)
+        shared.sessions.save("s1", [Message.user("group")])
+        found_shared = modes(tmp_path)
+        shared.close()
+    finally:
+        os.umask(old)
+    assert {name: found[name] for name in found} == {
+        "agent.db": 0o600,
+        "agent.db-wal": 0o600,
+        "agent.db-shm": 0o600,
+        "agent.db.locks/s1.lock": 0o600,
+    }
+    assert found_shared["shared.db"] == 0o640
+    with pytest.raises(ValueError, match="mode"):
+        SqliteStore(tmp_path / "x.db", mode=0o1777)
+    # an existing database keeps its mode
+    os.chmod(tmp_path / "agent.db", 0o644)
+    SqliteStore(tmp_path / "agent.db").close()
+    assert stat.S_IMODE((tmp_path / "agent.db").stat().st_mode) == 0o644
+    assert sqlite3.connect(tmp_path / "agent.db").execute("PRAGMA user_version").fetchone()
+
+
+def test_file_store_files_are_private(tmp_path: Path) -> None:
+    old = os.umask(0o022)
+    try:
+        store = file_store(tmp_path)
+        assert store.sessions is not None and store.approvals is not None
+        with store.sessions.turn_lock("s1"):  # type: ignore[attr-defined]
+            store.sessions.save("s1", [Message.user("secret")])
+        store.approvals.create(approval("a1"))
+    finally:
+        os.umask(old)
+    assert set(modes(tmp_path).values()) == {0o600}, modes(tmp_path)
