@@ -3,9 +3,9 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench soak docs clean
+.PHONY: demo test cover lint bench soak docs clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml setup.cfg
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[dev,examples]'
@@ -17,6 +17,13 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
+# the suite under coverage (configured in setup.cfg), subprocesses included
+cover: $(STAMP)
+	rm -f .coverage .coverage.*
+	$(BIN)/coverage run -m pytest -q -p no:cacheprovider
+	$(BIN)/coverage combine -q
+	$(BIN)/coverage report
+
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
@@ -25,10 +32,14 @@ lint: $(STAMP)
 bench: $(STAMP)
 	@for f in benchmarks/*.py; do echo "== $$f"; $(BIN)/python $$f || exit 1; done
 
-# 500 randomized crash trials and the slow-marked stress tests
+# no --quiet: it hides the warnings that --strict counts, and the build passes anyway
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
+# 500 randomized crash trials, then the slow-marked stress tests (more rounds, processes, turns)
 soak: $(STAMP)
 	LOUSHO_SOAK=1 $(BIN)/python -m pytest -q -p no:cacheprovider --timeout=3600 tests/test_crash.py -k randomized
 	LOUSHO_SOAK=1 $(BIN)/python -m pytest -q -p no:cacheprovider --timeout=3600 -m slow
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache site .coverage .coverage.*

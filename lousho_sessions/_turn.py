@@ -16,15 +16,15 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import threading
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from concurrent.futures import Future
 from datetime import datetime, timezone
 from typing import Any
 
 import attrs
 
+from ._checkpoints import TurnCheckpoints
+from ._inbox import Inbox
 from .abort import AbortController, AbortedError, AbortSignal
 from .approvals import ApprovalRequest, approval_id_for, new_record
 from .errors import (
@@ -38,13 +38,13 @@ from .events import (
     ApprovalRequested,
     Event,
     InputApplied,
-    InputQueued,
     RunStart,
     StepStart,
     TextDelta,
     ToolCallEvent,
     ToolResultEvent,
 )
+from .inputs import check_message
 from .messages import Message, ToolCall, Usage
 from .pricing import Pricing, price_usage
 from .providers.base import (
@@ -85,76 +85,6 @@ def run_tools_inline(
 
 
 @attrs.define
-class Ticket:
-    """Input that joins a running turn (``enqueue``/``steer`` or a queue/steer send)."""
-
-    input_id: str
-    messages: tuple[Message, ...]
-    steer: bool = False
-    applied: bool = False
-    future: Future[Any] | None = None
-
-
-class Inbox:
-    """Queued input for one turn, shared between the turn and joining callers."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._waiting: list[Ticket] = []
-        self.tickets: list[Ticket] = []
-        self.closed = False
-        self._on_steer: Callable[[], None] | None = None
-        self.emit: Callable[[Event], None] | None = None
-        self.run_id = ""
-
-    def join(
-        self, messages: Sequence[Message], *, steer: bool, future: Future[Any] | None = None
-    ) -> Ticket | None:
-        """Add input to the turn; ``None`` when the turn no longer takes input."""
-        with self._lock:
-            if self.closed:
-                return None
-            ticket = Ticket("in-" + uuid.uuid4().hex, tuple(messages), steer, future=future)
-            self._waiting.append(ticket)
-            self.tickets.append(ticket)
-            on_steer = self._on_steer if steer else None
-            emit = self.emit
-        if emit is not None:
-            emit(InputQueued(self.run_id, ticket.input_id))
-        if on_steer is not None:
-            on_steer()
-        return ticket
-
-    def take(self) -> list[Ticket]:
-        with self._lock:
-            taken, self._waiting = self._waiting, []
-            return taken
-
-    def close_if_empty(self) -> bool:
-        """Close the inbox unless input is waiting; True when closed."""
-        with self._lock:
-            if self._waiting:
-                return False
-            self.closed = True
-            return True
-
-    def close(self) -> list[Ticket]:
-        """Close and return the input that was never applied."""
-        with self._lock:
-            self.closed = True
-            left, self._waiting = self._waiting, []
-            return left
-
-    def set_steer_hook(self, hook: Callable[[], None] | None) -> None:
-        with self._lock:
-            self._on_steer = hook
-
-    def has_steer(self) -> bool:
-        with self._lock:
-            return any(t.steer for t in self._waiting)
-
-
-@attrs.define
 class TurnConfig:
     """What a turn needs beyond its state."""
 
@@ -172,7 +102,7 @@ class TurnConfig:
     model_name: str | None = None
     pricing: Mapping[str, Pricing] | None = None
     approve: Callable[[ApprovalRequest], bool | None] | None = None
-    checkpoint: Callable[[TurnState], None] | None = None
+    checkpoints: TurnCheckpoints | None = None
     emit: Callable[[Event], None] | None = None
     run_tools: RunTools = run_tools_inline
     inbox: Inbox | None = None
@@ -205,6 +135,12 @@ class TurnState:
     queued: list[dict[str, Any]] = attrs.field(factory=list)
     created_at: str = attrs.field(factory=_now_iso)
     extra: dict[str, Any] = attrs.field(factory=dict)
+    #: result records saved beside the checkpoint and not deleted yet (see _checkpoints)
+    records: list[str] = attrs.field(factory=list, init=False, eq=False, repr=False)
+    #: message dicts by message identity: a message is converted once, not at every save
+    _dicts: dict[int, tuple[Message, dict[str, Any]]] = attrs.field(
+        factory=dict, init=False, eq=False, repr=False
+    )
 
     @classmethod
     def start(
@@ -239,8 +175,8 @@ class TurnState:
             base_last_id=self.base_last_id,
             status=self.status,
             approval_id=self.approval_id,
-            new=[message_to_dict(m) for m in self.new],
-            results={k: message_to_dict(m) for k, m in self.results.items()},
+            new=[self._dict(m) for m in self.new],
+            results={k: self._dict(m) for k, m in self.results.items()},
             decisions=self.decisions,
             steps=self.steps,
             tool_calls=self.tool_calls,
@@ -250,6 +186,16 @@ class TurnState:
             updated_at=_now_iso(),
         )
         return data
+
+    def result_dict(self, call_id: str) -> dict[str, Any]:
+        """The recorded result of ``call_id`` as saved."""
+        return self._dict(self.results[call_id])
+
+    def _dict(self, message: Message) -> dict[str, Any]:
+        cached = self._dicts.get(id(message))
+        if cached is None or cached[0] is not message:
+            cached = self._dicts[id(message)] = (message, message_to_dict(message))
+        return cached[1]
 
     @classmethod
     def from_checkpoint(
@@ -294,7 +240,7 @@ class TurnState:
                 created_at=str(data.get("created_at") or _now_iso()),
                 extra={k: v for k, v in data.items() if k not in known},
             )
-        except (KeyError, TypeError, ValueError) as exc:
+        except (AttributeError, KeyError, TypeError, ValueError) as exc:
             raise StoreCorruptError(f"{source}: cannot read checkpoint: {exc}") from exc
 
 
@@ -364,6 +310,10 @@ class Turn:
             raise ProviderError(
                 None, f"provider {config.provider.name!r} returned a {message.role!r} message"
             )
+        try:  # what cannot be saved or sent again ends the turn here, before it is checkpointed
+            check_message(message, f"the response of provider {config.provider.name!r}")
+        except (TypeError, ValueError) as exc:
+            raise ProviderError(None, str(exc)) from exc
         usage = price_usage(
             response.usage if response.usage != Usage() else (message.usage or Usage()),
             config.model_name,
@@ -473,6 +423,14 @@ class Turn:
                 reason = decision.get("reason")
                 text = "The user denied this tool call" + (f": {reason}" if reason else ".")
                 self._record(call, text, True, checkpoint=False)
+        left = self._tool_calls_left()
+        if left is not None and len(runnable) > left:
+            # run the calls that fit; the others still get an answer, so none is left open
+            runnable, over = runnable[:left], runnable[left:]
+            for call in over:
+                self._record(
+                    call, "Not run: limit reached (max_tool_calls).", True, checkpoint=False
+                )
         if runnable:
             self._run(runnable)
         if pause is not None:
@@ -588,8 +546,8 @@ class Turn:
         self.state.results[call.id] = Message.tool(call.id, output, is_error)
         event = ToolResultEvent(self.state.run_id, call.id, output, is_error, exception=exception)
         self._emit(event)
-        if checkpoint:
-            self._checkpoint()
+        if checkpoint and self.config.checkpoints is not None:
+            self.config.checkpoints.save_result(self.state, call.id)
 
     def _apply_queued(self, *, final: bool) -> bool:
         """Move queued input into the turn; at the final answer, close the inbox if none waits."""
@@ -636,13 +594,23 @@ class Turn:
                 return "max_tool_calls"
         return None
 
+    def _tool_calls_left(self) -> int | None:
+        """How many more tools may run under ``max_tool_calls`` (turn and session); None: no cap."""
+        state, config = self.state, self.config
+        left: int | None = None
+        for limits, base in ((config.limits, 0), (config.session_limits, config.session_spent[2])):
+            if limits is not None and limits.max_tool_calls is not None:
+                room = max(0, limits.max_tool_calls - base - state.tool_calls)
+                left = room if left is None else min(left, room)
+        return left
+
     def _check_abort(self) -> None:
         if self.config.signal.aborted:
             raise AbortedError(self.config.signal.reason)
 
     def _checkpoint(self) -> None:
-        if self.config.checkpoint is not None:
-            self.config.checkpoint(self.state)
+        if self.config.checkpoints is not None:
+            self.config.checkpoints.save(self.state)
 
     def _emit(self, event: Event) -> None:
         if self.config.emit is not None:

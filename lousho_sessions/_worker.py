@@ -9,13 +9,24 @@ starts a new one.
 from __future__ import annotations
 
 import collections
+import contextvars
 import logging
 import threading
 from collections.abc import Callable, Generator, Hashable
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
-__all__ = ["IDLE_SECONDS", "Job", "Steps", "Worker", "drive", "submit", "worker_for"]
+__all__ = [
+    "IDLE_SECONDS",
+    "Job",
+    "Steps",
+    "Worker",
+    "drive",
+    "inside",
+    "submit",
+    "withdraw",
+    "worker_for",
+]
 
 T = TypeVar("T")
 
@@ -31,6 +42,10 @@ IDLE_SECONDS = 2.0
 
 _registry: dict[Hashable, Worker] = {}
 _registry_lock = threading.Lock()
+#: The keys of the workers whose job this code runs in (tools on pool threads inherit it).
+_inside: contextvars.ContextVar[frozenset[Hashable]] = contextvars.ContextVar(
+    "lousho_worker_keys", default=frozenset()
+)
 
 
 class Job:
@@ -44,15 +59,18 @@ class Job:
         self.state = state
         self.future: Future[Any] = Future()
 
-    def run(self) -> None:
+    def run(self, key: Hashable = None) -> None:
         if not self.future.set_running_or_notify_cancel():
             return
+        token = _inside.set(_inside.get() | {key})
         try:
             result = self.fn(self)
         except BaseException as exc:
             self.future.set_exception(exc)
         else:
             self.future.set_result(result)
+        finally:
+            _inside.reset(token)
 
 
 class Worker:
@@ -110,7 +128,7 @@ class Worker:
                 job = self._queue.popleft()
                 self.current = job
             try:
-                job.run()
+                job.run(self.key)
             except BaseException:  # job.run stores errors in the future; this is a bug guard
                 log.exception("session worker job failed")
             finally:
@@ -130,6 +148,30 @@ class Worker:
                 return True
         finally:
             self._cond.acquire()
+
+
+def inside(key: Hashable) -> bool:
+    """True when called from a job of the worker for ``key`` (or a tool thread it started).
+
+    Such a caller must not wait for another job of that worker: it would wait for itself.
+    """
+    return key in _inside.get()
+
+
+def withdraw(key: Hashable, job: Job) -> bool:
+    """Take ``job`` out of its worker's queue if it has not started; True if it was taken.
+
+    A withdrawn job never runs; its caller settles ``job.future`` itself.
+    """
+    worker = worker_for(key)
+    if worker is None:
+        return False
+    with worker._cond:
+        try:
+            worker._queue.remove(job)
+        except ValueError:
+            return False
+        return True
 
 
 def worker_for(key: Hashable) -> Worker | None:

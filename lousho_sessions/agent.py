@@ -2,29 +2,32 @@
 
 from __future__ import annotations
 
+import contextvars
 import os
 import threading
 import uuid
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
 from . import _worker
+from ._checkpoints import TurnCheckpoints
 from ._turn import ToolOutcome, Turn, TurnConfig, TurnState
 from .abort import AbortController, AbortSignal
 from .approvals import ApprovalRequest
 from .compaction import Compaction
-from .errors import ApprovalNotFoundError, SessionAwaitingApprovalError
+from .errors import ApprovalNotFoundError, SessionAwaitingApprovalError, SessionBusyError
 from .events import ErrorEvent, Event, RunDone
+from .failures import is_permanent
 from .inputs import to_messages
 from .messages import Message
 from .pricing import Pricing
 from .providers.base import Provider
 from .results import ExecutionResult, Limits
 from .run import AgentRun
-from .session import Session, TurnPolicy, _linked, _wait
+from .session import Session, Stop, TurnPolicy, _linked, _wait
 from .stores.base import ApprovalStore, CheckpointStore, store_parts, validate_session_id
 from .stores.memory import MemoryApprovalStore, MemoryCheckpointStore, MemorySessionStore
 from .tools import Tool, ToolLoop, as_tool
@@ -184,20 +187,20 @@ class Agent:
 
     def _send_future(
         self, input: Any, signal: AbortSignal | None, session_id: str | None
-    ) -> tuple[Future[ExecutionResult], AbortController]:
+    ) -> tuple[Future[ExecutionResult], Stop]:
         controller = _linked(signal)
-        job = self._single(
+        job, stop = self._single(
             to_messages(input), controller, session_id, emit=None, approve=self.approve
         )
         _worker.submit(job.state, job)
-        return job.future, controller
+        return job.future, stop
 
     def stream(self, input: Any, *, signal: AbortSignal | None = None) -> AgentRun:
         """One turn from an empty history, streamed."""
         controller = _linked(signal)
         holder: list[AgentRun] = []
         run_id = "run-" + uuid.uuid4().hex
-        job = self._single(
+        job, stop = self._single(
             to_messages(input),
             controller,
             None,
@@ -205,7 +208,7 @@ class Agent:
             approve=None,
             run_id=run_id,
         )
-        run = AgentRun(run_id, job.future, controller)
+        run = AgentRun(run_id, job.future, controller, stop=stop)
         holder.append(run)
         _worker.submit(job.state, job)
         return run
@@ -233,8 +236,9 @@ class Agent:
         emit: Callable[[Event], None] | None,
         approve: Any,
         run_id: str | None = None,
-    ) -> _worker.Job:
-        """The job of one single turn (not yet submitted; ``job.state`` is its worker key)."""
+    ) -> tuple[_worker.Job, Stop]:
+        """The job of one single turn (not yet submitted; ``job.state`` is its worker key)
+        and what stops it (a queued job is withdrawn, a running one aborted)."""
         run_id = run_id or "run-" + uuid.uuid4().hex
         if session_id is not None:
             validate_session_id(session_id)
@@ -242,11 +246,24 @@ class Agent:
         key = session_id or run_id
         checkpoints = self.store.checkpoints if durable else self._pause_store
         assert checkpoints is not None
+        worker_key = ("single", id(checkpoints), key)
+        if _worker.inside(worker_key):
+            raise SessionBusyError(
+                f"agent.send(session_id={key!r}) was called from inside that run's own tool; "
+                "it would wait for itself forever"
+            )
 
         def work(job: _worker.Job) -> ExecutionResult:
             try:
-                if durable:
-                    self._finish_single(key, checkpoints, None)
+                if session_id is not None:
+                    # finish (or refuse to overwrite) the run this id left unfinished
+                    earlier = self._finish_single(key, checkpoints, None)
+                    if earlier is not None and earlier.finish_reason == "awaiting-approval":
+                        raise SessionAwaitingApprovalError(
+                            f"run {key + '.send'!r} waits on approval {earlier.approval_id!r}; "
+                            "resolve it first",
+                            approval_id=earlier.approval_id,
+                        )
                 state = TurnState.start(
                     messages, session_id=session_id, turn_id=f"{key}.send", run_id=run_id
                 )
@@ -268,10 +285,24 @@ class Agent:
                 emit(RunDone(run_id, result.finish_reason, result))
             return result
 
-        return _worker.Job(work, "single", ("single", id(checkpoints), key))
+        job = _worker.Job(work, "single", worker_key)
+
+        def stop(reason: Any) -> None:
+            controller.abort(reason)
+            if _worker.withdraw(worker_key, job):
+                result = ExecutionResult(
+                    "", finish_reason="aborted", run_id=run_id, session_id=session_id
+                )
+                if emit is not None:
+                    emit(RunDone(run_id, "aborted", result))
+                job.future.set_result(result)
+
+        return job, stop
 
     def _resume_single_future(self, key: str) -> Future[ExecutionResult | None]:
         checkpoints = self.store.checkpoints or self._pause_store
+        if _worker.inside(("single", id(checkpoints), key)):
+            raise SessionBusyError(f"run {key!r}: resume() was called from inside its own tool")
         job = _worker.Job(lambda j: self._finish_single(key, checkpoints, None), "single")
         _worker.submit(("single", id(checkpoints), key), job, owner=checkpoints)
         return job.future
@@ -284,6 +315,7 @@ class Agent:
         if data is None:
             return None
         state = TurnState.from_checkpoint(data, (), source=f"checkpoint {turn_id!r}")
+        TurnCheckpoints(checkpoints, durable=True).merge_records(state)
         if state.status == "awaiting-approval":
             record = self._approval_store.get(state.approval_id or "")
             if record is None or record.get("status") == "pending":
@@ -313,13 +345,13 @@ class Agent:
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="lousho-tool")
             pool = self._pool
-        futures = {pool.submit(fn): index for index, fn in enumerate(fns)}
-        pending = set(futures)
-        while pending:
-            done, pending = wait(pending, return_when=FIRST_COMPLETED)
-            for f in sorted(done, key=lambda f: futures[f]):
-                error = f.exception()
-                yield futures[f], (error if error is not None else f.result())
+        # each tool in a copy of this context: it knows whose turn it runs in (_worker.inside)
+        futures = {
+            pool.submit(contextvars.copy_context().run, fn): index for index, fn in enumerate(fns)
+        }
+        for f in as_completed(futures):  # not wait(FIRST_COMPLETED) in a loop: O(n) per call
+            error = f.exception()
+            yield futures[f], (error if error is not None else f.result())
 
     def close(self) -> None:
         """Stop idle workers of this agent's sessions; user-owned stores stay open."""
@@ -382,12 +414,7 @@ class AgentExecutor:
         approve: Any,
         approvals: ApprovalStore | None = None,
     ) -> ExecutionResult:
-        turn_id = state.turn_id or ""
-
-        def save(s: TurnState) -> None:
-            if durable or s.status == "awaiting-approval":
-                checkpoints.save(turn_id, s.to_checkpoint())
-
+        writer = TurnCheckpoints(checkpoints, durable=durable)
         config = TurnConfig(
             provider=agent.provider,
             system=agent.system,
@@ -400,14 +427,19 @@ class AgentExecutor:
             model_name=agent.model_name,
             pricing=agent.pricing,
             approve=approve,
-            checkpoint=save,
+            checkpoints=writer,
             emit=emit,
             run_tools=agent._run_tools,
             tool_loop=agent._tool_loop,
         )
-        result = Turn(state, config).run()
+        try:
+            result = Turn(state, config).run()
+        except Exception as exc:
+            if is_permanent(exc):  # would fail again on every resume: end the run
+                writer.forget(state)
+            raise
         if result.finish_reason != "awaiting-approval":
-            checkpoints.delete(turn_id)
+            writer.forget(state)
         return result
 
 

@@ -14,6 +14,7 @@ This is the only module of the package that imports asyncio.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import Future
@@ -40,31 +41,50 @@ _Abort = Callable[[Any], None]
 
 async def _wait(
     future: Future[T],
-    on_cancel: _Abort | None = None,
+    stop: _Abort | None = None,
     timeout: float | None = None,
-    on_timeout: _Abort | None = None,
+    *,
+    stop_on_timeout: bool = True,
 ) -> T:
-    """Await a worker's Future. Cancelled: ``on_cancel("cancelled")``, then re-raise.
+    """Await a worker's Future; ``stop`` (if given) stops the turn it computes.
 
-    After ``timeout`` seconds: ``on_timeout("timeout")`` and wait for the (aborted)
-    result, or without ``on_timeout`` raise ``TimeoutError`` — as the sync calls do.
+    After ``timeout`` seconds: ``stop("timeout")`` and return what the turn ended with,
+    as the sync calls do (without ``stop`` or ``stop_on_timeout``: ``TimeoutError``). Cancelled: ``stop("cancelled")``,
+    then wait for the turn to end: ``CancelledError`` if nothing was saved (it never started,
+    was aborted or failed), else its result — the turn was saved and retrying would repeat it.
     """
-    # shield: cancelling the awaiting task must not cancel a queued job (we abort it instead)
-    waiting = asyncio.shield(asyncio.wrap_future(future))
+    # one asyncio view of the Future, always awaited through shield: cancelling the awaiting
+    # task must not cancel the worker's job (it is stopped through ``stop`` instead)
+    waiting = asyncio.wrap_future(future)
     try:
         if timeout is not None:
             await asyncio.wait({waiting}, timeout=timeout)
             if not waiting.done():
-                if on_timeout is None:
-                    waiting.cancel()
+                if stop is None or not stop_on_timeout:
                     raise TimeoutError(f"no result within {timeout} s")
-                on_timeout("timeout")
-        return await waiting
+                stop("timeout")
+        return await asyncio.shield(waiting)
     except asyncio.CancelledError:
-        waiting.cancel()
-        if on_cancel is not None:
-            on_cancel("cancelled")
-        raise
+        if stop is None:
+            raise
+        stop("cancelled")
+        saved = await _outcome(waiting)
+        if saved is None:
+            raise
+        return saved[0]
+
+
+async def _outcome(waiting: asyncio.Future[T]) -> tuple[T] | None:
+    """Wait (through further cancellations) for a stopped turn; its result if it was saved."""
+    while not waiting.done():
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.shield(waiting)
+    if waiting.cancelled() or waiting.exception() is not None:
+        return None
+    result = waiting.result()
+    if result is None or getattr(result, "finish_reason", None) == "aborted":
+        return None
+    return (result,)
 
 
 async def _drive(steps: _worker.Steps[T]) -> T:
@@ -135,7 +155,7 @@ class AsyncAgentRun:
 
     async def result(self, timeout: float | None = None) -> ExecutionResult:
         """The turn's result; raises the turn's error, or ``TimeoutError``."""
-        result = await _wait(self.sync._future, self.sync.abort, timeout)
+        result = await _wait(self.sync._future, self.sync.abort, timeout, stop_on_timeout=False)
         if result is None:
             raise RuntimeError(f"run {self.id} has no result")
         return result
@@ -181,9 +201,8 @@ class AsyncSession:
     async def send(
         self, input: Any, *, signal: AbortSignal | None = None, timeout: float | None = None
     ) -> ExecutionResult:
-        future, controller = self.sync._send_future(input, signal)
-        abort = controller.abort if controller is not None else None
-        result = await _wait(future, abort, timeout, abort)
+        future, stop = self.sync._send_future(input, signal)
+        result = await _wait(future, stop, timeout)
         assert result is not None  # only resume() may have no result
         return result
 
@@ -268,8 +287,8 @@ class AsyncAgent:
         session_id: str | None = None,
         timeout: float | None = None,
     ) -> ExecutionResult:
-        future, controller = self.sync._send_future(input, signal, session_id)
-        return await _wait(future, controller.abort, timeout, controller.abort)
+        future, stop = self.sync._send_future(input, signal, session_id)
+        return await _wait(future, stop, timeout)
 
     def stream(self, input: Any, *, signal: AbortSignal | None = None) -> AsyncAgentRun:
         asyncio.get_running_loop()  # raises outside a coroutine, before a turn is queued

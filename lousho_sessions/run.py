@@ -32,10 +32,12 @@ class AgentRun:
         future: Future[ExecutionResult | None],
         controller: AbortController,
         join: Callable[[Any, bool], str] | None = None,
+        stop: Callable[[Any], None] | None = None,
     ) -> None:
         self.id = run_id
         self._future = future
         self._controller = controller
+        self._stop = stop or controller.abort
         self._events: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._join = join
         self._iterated = False
@@ -105,8 +107,11 @@ class AgentRun:
         return result
 
     def abort(self, reason: Any = None) -> None:
-        """Abort the turn (nothing happens if it has finished)."""
-        self._controller.abort(reason)
+        """Abort the turn (nothing happens if it has finished).
+
+        A turn still queued behind another ends "aborted" at once, without running.
+        """
+        self._stop(reason)
 
     def enqueue(self, input: Any) -> str:
         """Add input to this turn after the current step's tool results; returns its input id."""

@@ -18,7 +18,9 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from typing import TYPE_CHECKING, Any, Literal
 
 from . import _worker
-from ._turn import Inbox, Ticket, Turn, TurnConfig, TurnState
+from ._checkpoints import TurnCheckpoints
+from ._inbox import Inbox, Ticket
+from ._turn import Turn, TurnConfig, TurnState
 from .abort import AbortController, AbortSignal
 from .compaction import estimate_tokens, spent_by, split_point, summarise, summary_message
 from .errors import SessionAwaitingApprovalError, SessionBusyError, StoreCorruptError
@@ -31,6 +33,7 @@ from .events import (
     RunDone,
     SessionEvent,
 )
+from .failures import is_permanent
 from .inputs import to_messages
 from .messages import Message, Usage
 from .results import CompactionResult, ExecutionResult, Limits, PendingTurn
@@ -46,6 +49,8 @@ __all__ = ["Session", "TurnPolicy"]
 log = logging.getLogger("lousho_sessions.session")
 
 TurnPolicy = Literal["wait", "queue", "steer"]
+#: Stops a queued or running turn, given the reason.
+Stop = Callable[[Any], None]
 _POLICIES = ("wait", "queue", "steer")
 
 
@@ -100,18 +105,20 @@ class Session:
 
     def _send_future(
         self, input: Any, signal: AbortSignal | None
-    ) -> tuple[Future[ExecutionResult | None], AbortController | None]:
-        """Queue the turn; its Future and the controller that aborts it (None if it joined a turn)."""
+    ) -> tuple[Future[ExecutionResult | None], Stop | None]:
+        """Queue the turn; its Future and what stops it (None if it joined another turn)."""
+        self._refuse_reentry("send")
         messages = to_messages(input)
         joined = self._join(messages)
         if joined is not None:
             return joined, None
         controller = _linked(signal)
         job = self._submit_turn(messages, controller, emit=None, approve=self.agent.approve)
-        return job.future, controller
+        return job.future, self._stopper(job)
 
     def stream(self, input: Any, *, signal: AbortSignal | None = None) -> AgentRun:
         """Queue a turn now and stream it; see ``AgentRun``."""
+        self._refuse_reentry("stream")
         messages = to_messages(input)
         joined = self._join(messages)
         if joined is not None:
@@ -121,19 +128,26 @@ class Session:
         job = self._submit_turn(
             messages, controller, emit=lambda e: holder[0]._push(e), approve=None, defer=True
         )
-        run = AgentRun(job.state.run_id, job.future, controller, join=self._joiner(job))
+        run = AgentRun(
+            job.state.run_id,
+            job.future,
+            controller,
+            join=self._joiner(job),
+            stop=self._stopper(job),
+        )
         holder.append(run)
         _worker.submit(self._key, job, owner=self.store)
         return run
 
     def resume(self, *, signal: AbortSignal | None = None) -> ExecutionResult | None:
         """Finish the interrupted (or approved) turn; ``None`` when none is pending."""
-        result: ExecutionResult | None = _wait(*self._resume_future(signal), None)
+        result: ExecutionResult | None = self._resume_future(signal)[0].result()
         return result
 
     def _resume_future(
         self, signal: AbortSignal | None
     ) -> tuple[Future[ExecutionResult | None], AbortController]:
+        self._refuse_reentry("resume")
         controller = _linked(signal)
 
         def work(job: _worker.Job) -> ExecutionResult | None:
@@ -163,21 +177,23 @@ class Session:
         emit = tj.emit
         try:
             if tj.controller.signal.aborted:
-                result = ExecutionResult(
-                    "", finish_reason="aborted", run_id=tj.run_id, session_id=self.id
-                )
-                self._settle(tj.inbox, result, None, requeue=True)
-                _emit(emit, RunDone(tj.run_id, "aborted", result))
-                return result
+                return self._skip_turn(tj)
             with self._turn_lock():
                 self._sync()
-                self._finish_pending(AbortController(), emit=None, link=tj.controller.signal)
+                earlier = self._finish_pending(
+                    AbortController(), emit=None, link=tj.controller.signal
+                )
+                if earlier is not None and earlier.finish_reason == "awaiting-approval":
+                    # the pending turn went on and paused again: it keeps its turn id, and
+                    # this input waits until that approval is resolved (never overwrites it)
+                    raise self._awaiting(earlier.approval_id, "send() again after resolving it")
                 self._maybe_compact()
+                turn_id = self._free_turn_id()
                 state = TurnState.start(
                     tj.messages,
                     history=self._cache,
                     session_id=self.id,
-                    turn_id=f"{self.id}.turn-{len(self._cache)}",
+                    turn_id=turn_id,
                     run_id=tj.run_id,
                 )
                 result = self._drive(
@@ -189,6 +205,34 @@ class Session:
             raise
         _emit(emit, RunDone(tj.run_id, result.finish_reason, result))
         return result
+
+    def _skip_turn(self, tj: _TurnJob) -> ExecutionResult:
+        """End a turn aborted before it started: nothing ran, nothing is saved."""
+        result = ExecutionResult("", finish_reason="aborted", run_id=tj.run_id, session_id=self.id)
+        self._settle(tj.inbox, result, None, requeue=True)
+        _emit(tj.emit, RunDone(tj.run_id, "aborted", result))
+        return result
+
+    def _stopper(self, job: _worker.Job) -> Stop:
+        """What stops a queued turn: a turn that has not started is taken out of the queue and
+        ends "aborted" at once (even behind a turn that never ends); a running one is aborted."""
+        tj: _TurnJob = job.state
+
+        def stop(reason: Any) -> None:
+            tj.controller.abort(reason)
+            if _worker.withdraw(self._key, job):
+                job.future.set_result(self._skip_turn(tj))
+
+        return stop
+
+    def _refuse_reentry(self, call: str) -> None:
+        """Refuse a call from this session's own turn (a tool or listener): it would wait for itself."""
+        if _worker.inside(self._key):
+            raise SessionBusyError(
+                f"session {self.id!r}: {call}() was called from inside this session's own work "
+                "(a tool or a listener); it would wait for itself forever. Return from the tool "
+                "or listener first, or use another session."
+            )
 
     def _drive(
         self,
@@ -216,18 +260,22 @@ class Session:
             model_name=agent.model_name,
             pricing=agent.pricing,
             approve=approve,
-            checkpoint=self._checkpointer(),
+            checkpoints=(checkpoints := self._checkpoints()),
             emit=emit,
             run_tools=agent._run_tools,
             tool_loop=agent._tool_loop,
             inbox=inbox,
         )
+        kept = self.checkpoint_store is not None or resumed  # a checkpoint may exist
         try:
             result = Turn(state, config).run()
+            if result.finish_reason not in ("aborted", "awaiting-approval"):
+                self._commit(list(state.new))
         except BaseException as exc:
+            permanent = is_permanent(exc)
             if inbox is not None:
                 left = inbox.close()
-                if left and self.checkpoint_store is not None:
+                if left and self.checkpoint_store is not None and not permanent:
                     state.queued.extend(
                         {
                             "input_id": t.input_id,
@@ -235,16 +283,18 @@ class Session:
                         }
                         for t in left
                     )
-                    self._save_checkpoint(state)
+                    checkpoints.save(state)
+            if permanent and kept:
+                # would fail the same way on every try: end the turn instead of keeping it
+                log.warning("turn %s ended by a permanent failure: %r", state.turn_id, exc)
+                self._forget_checkpoint(checkpoints, state)
             self._settle(inbox, None, exc)
             raise
         if result.finish_reason == "aborted":
-            if self.checkpoint_store is not None or resumed:
-                self._pauses.delete(state.turn_id or "")
-        elif result.finish_reason != "awaiting-approval":
-            self._commit(list(state.new))
-            if self.checkpoint_store is not None or resumed:
-                self._forget_checkpoint(state.turn_id or "")
+            if kept:
+                checkpoints.forget(state)
+        elif result.finish_reason != "awaiting-approval" and kept:
+            self._forget_checkpoint(checkpoints, state)
         self._settle(inbox, result, None, requeue=True)
         return result
 
@@ -306,28 +356,42 @@ class Session:
 
     # -- durable turns --------------------------------------------------------
 
-    def _checkpointer(self) -> Callable[[TurnState], None]:
-        durable = self.checkpoint_store is not None
+    def _checkpoints(self) -> TurnCheckpoints:
+        """Every checkpoint with a checkpoint store; else only a pause, in memory."""
+        return TurnCheckpoints(self._pauses, durable=self.checkpoint_store is not None)
 
-        def save(state: TurnState) -> None:
-            if durable or state.status == "awaiting-approval":
-                self._save_checkpoint(state)
-
-        return save
-
-    def _save_checkpoint(self, state: TurnState) -> None:
-        self._pauses.save(state.turn_id or "", state.to_checkpoint())
-
-    def _forget_checkpoint(self, turn_id: str) -> None:
+    def _forget_checkpoint(self, checkpoints: TurnCheckpoints, state: TurnState) -> None:
         """Delete a finished turn's checkpoint. The turn is saved already, so a failure here
         must not fail the call: the checkpoint's key is behind the transcript now and is
         never taken for a pending turn (``prune()`` and ``clear()`` remove it)."""
         try:
-            self._pauses.delete(turn_id)
+            checkpoints.forget(state)
         except Exception:
-            log.warning(
-                "could not delete the checkpoint of finished turn %s", turn_id, exc_info=True
+            log.warning("could not delete the checkpoint of turn %s", state.turn_id, exc_info=True)
+
+    def _awaiting(self, approval_id: str | None, then: str) -> SessionAwaitingApprovalError:
+        return SessionAwaitingApprovalError(
+            f"session {self.id!r} waits on approval {approval_id!r}; resolve it with "
+            f"agent.approvals.resolve() or drop the turn with discard_pending(), then {then}",
+            approval_id=approval_id,
+        )
+
+    def _free_turn_id(self) -> str:
+        """The id of a new turn: ``<session id>.turn-<n>``, refused while a turn holds it.
+
+        Called under the turn lock after the pending turn was finished, so the key is
+        free unless that turn could not end; a checkpoint is never overwritten by another turn.
+        """
+        turn_id = f"{self.id}.turn-{len(self._cache)}"
+        data = self._pauses.load(turn_id)
+        if data is not None:
+            if data.get("status") == "awaiting-approval":
+                raise self._awaiting(data.get("approval_id"), "send() again")
+            raise SessionBusyError(
+                f"session {self.id!r}: turn {turn_id!r} is still pending; "
+                "finish it with resume() or drop it with discard_pending()"
             )
+        return turn_id
 
     def _pending_state(self) -> TurnState | None:
         turn_id = f"{self.id}.turn-{len(self._cache)}"
@@ -340,11 +404,13 @@ class Session:
             self._pauses.delete(turn_id)
             return None
         try:
-            return TurnState.from_checkpoint(data, self._cache, source=f"checkpoint {turn_id!r}")
+            state = TurnState.from_checkpoint(data, self._cache, source=f"checkpoint {turn_id!r}")
+            self._checkpoints().merge_records(state)
         except (AttributeError, KeyError, TypeError) as exc:  # fields of the wrong type
             raise StoreCorruptError(
                 f"checkpoint {turn_id!r}: cannot read checkpoint: {exc!r}"
             ) from exc
+        return state
 
     def _finish_pending(
         self,
@@ -359,11 +425,7 @@ class Session:
         if state.status == "awaiting-approval":
             record = self.agent._approval_store.get(state.approval_id or "")
             if record is None or record.get("status") == "pending":
-                raise SessionAwaitingApprovalError(
-                    f"session {self.id!r} waits on approval {state.approval_id!r}; "
-                    "resolve it with agent.approvals.resolve() or drop the turn with discard_pending()",
-                    approval_id=state.approval_id,
-                )
+                raise self._awaiting(state.approval_id, "try again")
             state.status, state.approval_id = "running", None
         if link is not None:
             link.add_callback(lambda s: controller.abort(s.reason))
@@ -444,6 +506,7 @@ class Session:
         self._clear_future().result()
 
     def _clear_future(self) -> Future[None]:
+        self._refuse_reentry("clear")
         self._ensure_idle()
 
         def work(job: _worker.Job) -> None:
@@ -549,6 +612,7 @@ class Session:
         return lock(self.id) if lock is not None else contextlib.nullcontext()
 
     def _run_job(self, fn: Callable[[_worker.Job], Any], kind: str) -> Future[Any]:
+        self._refuse_reentry(kind)
         job = _worker.Job(fn, kind)
         _worker.submit(self._key, job, owner=self.store)
         return job.future
@@ -621,14 +685,23 @@ def _linked(signal: AbortSignal | None) -> AbortController:
     return controller
 
 
-def _wait(future: Future[Any], controller: AbortController | None, timeout: float | None) -> Any:
+def _wait(future: Future[Any], stop: Stop | None, timeout: float | None) -> Any:
+    """The turn's result. After ``timeout`` s: stop it and return what it ended with ("aborted",
+    or its result if it was saved first); ``TimeoutError`` if it does not stop within as long again."""
     try:
         return future.result(timeout)
     except FutureTimeout:
-        if controller is None:
+        if stop is None:
             raise TimeoutError(f"no result within {timeout} s") from None
-        controller.abort("timeout")
-        return future.result()
+    stop("timeout")
+    try:
+        return future.result(timeout)
+    except FutureTimeout:
+        raise TimeoutError(
+            f"no result within {timeout} s, and the turn did not stop within {timeout} s of being "
+            "aborted (a model call or tool that ignores its signal); it may still be saved: "
+            "see load() and pending()"
+        ) from None
 
 
 def _chain(source: Future[Any], target: Future[Any]) -> None:

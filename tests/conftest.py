@@ -1,9 +1,13 @@
+"""Fixtures shared by the test modules: stores by kind, and HTTP providers on a local server."""
+
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from provider_server import ProviderServer
+from provider_wires import WIRES, HttpProvider, Wire, provider_factory
 
 pytest.register_assert_rewrite("lousho_sessions.testing")
 
@@ -16,3 +20,23 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Kit]:
     kit = open_kit(request.param, tmp_path / "store")
     yield kit
     kit.close()
+
+
+@pytest.fixture
+def server() -> Iterator[ProviderServer]:
+    """A running loopback OpenAI/Anthropic server (tests/provider_server.py)."""
+    with ProviderServer() as running:
+        yield running
+
+
+@pytest.fixture(params=sorted(WIRES))
+def wire(request: pytest.FixtureRequest) -> Wire:
+    """Each wire format in turn: OpenAI, then Anthropic."""
+    return WIRES[request.param]
+
+
+@pytest.fixture
+def make(wire: Wire, server: ProviderServer) -> Iterator[Callable[..., HttpProvider]]:
+    """Makes providers of ``wire`` pointed at ``server``; closes them after the test."""
+    with provider_factory(wire, server) as factory:
+        yield factory

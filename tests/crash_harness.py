@@ -17,7 +17,10 @@ import os
 import signal
 import sys
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
+
+from storekit import open_kit
 
 from lousho_sessions import (
     FunctionProvider,
@@ -62,14 +65,9 @@ def die(how: str) -> None:
 
 
 def open_store(kind: str, path: str) -> AgentStore:
-    if kind == "files":
-        from lousho_sessions.stores.files import file_store
-
-        return file_store(path)
-    from lousho_sessions.sqlite import SqliteStore
-
-    store = SqliteStore(os.path.join(path, "agent.db"))
-    return AgentStore(store.sessions, store.checkpoints, store.approvals)
+    """The store of ``kind`` under the directory ``path``, as storekit builds it for every test."""
+    kit = open_kit(kind, Path(path))
+    return AgentStore(kit.sessions, kit.checkpoints, kit.approvals)
 
 
 def build(kind: str, path: str, logfile: str, point: str | None, how: str) -> Any:

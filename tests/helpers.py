@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from lousho_sessions import FunctionProvider, Message, ModelRequest, ToolCall, Usage
 
@@ -51,6 +51,18 @@ class Gate:
         with self._cond:
             self._cond.wait_for(lambda: self._open or request.signal.aborted, timeout=WAIT)
             return self._open and not request.signal.aborted
+
+
+def gated(gate: Gate) -> FunctionProvider:
+    """Streams "one ", waits on ``gate`` when the user said "block", then "two" (unless aborted)."""
+
+    def model(request: ModelRequest) -> Iterator[str]:
+        yield "one "
+        if request.messages[-1].text == "block" and not gate.wait_in(request):
+            return
+        yield "two"
+
+    return FunctionProvider(model)
 
 
 def scripted(fn: Callable[[ModelRequest, int], str | Message]) -> FunctionProvider:

@@ -1,27 +1,74 @@
-"""Every ```python block in README.md and docs/*.md runs, offline, as written.
+"""The one runner for the Python examples of README.md and docs/*.md.
 
-The blocks of one file run in order in one fresh module namespace, in a
-temporary working directory, with the model environment variables removed (so
-``create_agent()`` uses the offline ``DemoProvider``). A block whose first line
-is ``# doc: no-run`` is skipped. Line numbers in a failure's traceback are the
-Markdown file's own lines.
+Every page is covered once, by ``test_page_runs[<page>]``, under these rules:
+
+- **Which blocks.** Every fenced block whose info string is ``python`` (or ``py``);
+  fences may be indented, as inside an admonition. Other languages (``bash``,
+  ``json``, ``text``) are shown, never run.
+- **How a block opts out.** A block whose first line starts with ``# doc: no-run``
+  (say why after it) is compiled, so it stays valid Python, but not run. Keep them
+  for what cannot run here (a broker, top-level ``await``); a page has at most
+  ``MAX_NO_RUN`` of them.
+- **How a page runs.** Its runnable blocks run in order, in one module namespace,
+  in a fresh interpreter started with ``-W error``, whose working directory is a new
+  empty temporary directory (write files there), and whose environment lacks the
+  model variables (``MODEL_ENV``), so ``create_agent()`` gets the offline
+  ``DemoProvider``. A page is a script a reader follows top to bottom: a later block
+  may use what an earlier one defined.
+- **Setup a page needs** is named in the page by an HTML comment, invisible once
+  rendered: ``<!-- doc: setup NAME -->``. The names are the keys of ``SETUPS``;
+  ``model-server`` starts loopback OpenAI and Anthropic servers
+  (tests/provider_server.py), each answering every request with its ``text``
+  fixture, and sets ``OPENAI_BASE_URL``/``ANTHROPIC_BASE_URL`` and dummy keys for
+  the page.
+- **Failures** print the traceback with the Markdown file's own line numbers.
 """
 
 from __future__ import annotations
 
+import ast
+import json
+import os
 import re
+import subprocess
 import sys
-import traceback
-import types
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from pathlib import Path
 
 import attrs
 import pytest
+from provider_server import ProviderServer, SSEReply, sse_events
 
 ROOT = Path(__file__).resolve().parent.parent
 NO_RUN = "# doc: no-run"
-MODEL_ENV = ("LOUSHO_MODEL", "OPENAI_API_KEY", "ANTHROPIC_API_KEY", "OPENAI_BASE_URL")
+MAX_NO_RUN = 3
+MODEL_ENV = (
+    "LOUSHO_MODEL",
+    "OPENAI_API_KEY",
+    "OPENAI_BASE_URL",
+    "ANTHROPIC_API_KEY",
+    "ANTHROPIC_BASE_URL",
+    "OLLAMA_HOST",
+)
+PAGE_TIMEOUT = 120  # seconds; a page is a short script
 _FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})\s*(?P<info>[^\s`]*)[^`]*$")
+_SETUP = re.compile(r"^<!--\s*doc:\s*setup\s+(?P<name>[\w-]+)\s*-->\s*$", re.MULTILINE)
+
+# runs in the page's interpreter: the blocks, in order, in one fresh module
+_CHILD = """
+import json, sys, types
+page, blocks = sys.argv[1], json.load(sys.stdin)
+module = types.ModuleType("doc_page")
+module.__file__ = page
+sys.modules[module.__name__] = module
+for line, source in blocks:
+    try:
+        exec(compile(source, page, "exec"), module.__dict__)
+    except BaseException:
+        print(f"--- {page}: the python block at line {line} failed", file=sys.stderr)
+        raise
+"""
 
 
 @attrs.frozen
@@ -34,7 +81,12 @@ class Block:
     @property
     def runs(self) -> bool:
         first = self.code.lstrip("\n").split("\n", 1)[0].strip()
-        return first != NO_RUN
+        return not first.startswith(NO_RUN)
+
+    @property
+    def padded(self) -> str:
+        """The code moved down to its Markdown line, so tracebacks name that line."""
+        return "\n" * (self.line - 1) + self.code
 
 
 def doc_files() -> list[Path]:
@@ -74,10 +126,34 @@ def python_blocks(text: str) -> list[Block]:
     return blocks
 
 
+@contextmanager
+def model_server() -> Iterator[dict[str, str]]:
+    """Loopback OpenAI and Anthropic servers that answer every request with their text reply."""
+    with ProviderServer() as openai, ProviderServer() as anthropic:
+        openai.reply(*[SSEReply(sse_events("openai", "text")) for _ in range(50)])
+        anthropic.reply(*[SSEReply(sse_events("anthropic", "text")) for _ in range(50)])
+        yield {
+            "OPENAI_BASE_URL": openai.url + "/v1",
+            "OPENAI_API_KEY": "sk-doc-test",
+            "ANTHROPIC_BASE_URL": anthropic.url,
+            "ANTHROPIC_API_KEY": "sk-ant-doc-test",
+        }
+
+
+SETUPS: dict[str, Callable[[], AbstractContextManager[dict[str, str]]]] = {
+    "model-server": model_server,
+}
+
+
+def setups_of(text: str) -> list[str]:
+    return [match["name"] for match in _SETUP.finditer(text)]
+
+
 def test_the_extractor_finds_fenced_python_blocks() -> None:
     text = "\n".join(
         [
             "# Title",
+            "<!-- doc: setup model-server -->",
             "```python",
             "x = 1",
             "```",
@@ -86,16 +162,17 @@ def test_the_extractor_finds_fenced_python_blocks() -> None:
             "```",
             '!!! note "indented"',
             "    ```python",
-            "    # doc: no-run",
+            "    # doc: no-run (needs a broker)",
             "    y = 2",
             "    ```",
         ]
     )
     blocks = python_blocks(text)
     assert [(b.line, b.code, b.runs) for b in blocks] == [
-        (3, "x = 1", True),
-        (10, "# doc: no-run\ny = 2", False),
+        (4, "x = 1", True),
+        (11, "# doc: no-run (needs a broker)\ny = 2", False),
     ]
+    assert setups_of(text) == ["model-server"]
 
 
 def test_the_readme_and_the_docs_have_python_examples() -> None:
@@ -104,26 +181,31 @@ def test_the_readme_and_the_docs_have_python_examples() -> None:
 
 
 @pytest.mark.parametrize("path", doc_files(), ids=lambda p: str(p.relative_to(ROOT)))
-def test_doc_examples_run(path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in MODEL_ENV:
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.chdir(tmp_path)
-    relative = path.relative_to(ROOT)
-    module = types.ModuleType("doc_example_" + re.sub(r"\W", "_", path.stem))
-    module.__file__ = str(path)
-    monkeypatch.setitem(sys.modules, module.__name__, module)
-    for block in python_blocks(path.read_text(encoding="utf-8")):
-        if not block.runs:
-            continue
-        # pad so that tracebacks give the Markdown file's line numbers
-        source = "\n" * (block.line - 1) + block.code
-        failure: str | None = None
-        try:
-            exec(compile(source, str(path), "exec"), module.__dict__)
-        except Exception as exc:
-            failure = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-        if failure is not None:
-            pytest.fail(
-                f"{relative}: the python block at line {block.line} failed:\n{failure}",
-                pytrace=False,
-            )
+def test_page_runs(path: Path, tmp_path: Path) -> None:
+    relative = str(path.relative_to(ROOT))
+    text = path.read_text(encoding="utf-8")
+    blocks = python_blocks(text)
+    skipped = [block for block in blocks if not block.runs]
+    assert len(skipped) <= MAX_NO_RUN, f"{relative}: more than {MAX_NO_RUN} no-run blocks"
+    for block in skipped:
+        # compiled all the same, so a shown example stays valid Python
+        compile(block.padded, str(path), "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
+    runnable = [(block.line, block.padded) for block in blocks if block.runs]
+    if not runnable:
+        return
+    env = {name: value for name, value in os.environ.items() if name not in MODEL_ENV}
+    with ExitStack() as stack:
+        for name in setups_of(text):
+            assert name in SETUPS, f"{relative}: unknown setup {name!r}; known: {sorted(SETUPS)}"
+            env.update(stack.enter_context(SETUPS[name]()))
+        done = subprocess.run(
+            [sys.executable, "-W", "error", "-c", _CHILD, str(path)],
+            input=json.dumps(runnable),
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            env=env,
+            timeout=PAGE_TIMEOUT,
+        )
+    if done.returncode != 0:
+        pytest.fail(f"{relative} failed:\n{done.stderr[-6000:]}", pytrace=False)

@@ -82,7 +82,9 @@ def test_propagating_error_is_resumed_without_rerunning_finished_work() -> None:
     assert len(session.load()) == 2  # the transcript is as before
     pending = session.pending()
     assert pending is not None and pending.status == "running" and pending.turn_id == "d1.turn-2"
-    assert store.checkpoints is not None and store.checkpoints.list("d1.") == ["d1.turn-2"]
+    assert store.checkpoints is not None
+    # the turn's state, and the record holding the result of "first" (see _checkpoints)
+    assert store.checkpoints.list("d1.") == ["d1.turn-2", "d1.turn-2-r1-1"]
     model_calls = len(provider.calls)
 
     result = session.resume()
@@ -177,7 +179,8 @@ def test_agent_send_with_session_id_and_agent_resume() -> None:
     agent = create_agent(provider=provider, tools=[first, second], store=store)
     with pytest.raises(PropagatingToolError):
         agent.send("go", session_id="single")
-    assert store.checkpoints is not None and store.checkpoints.list() == ["single.send"]
+    assert store.checkpoints is not None
+    assert store.checkpoints.list() == ["single.send", "single.send-r1-1"]
     result = agent.resume("single")
     assert result is not None and result.text == "finished"
     assert runs.count("first") == 1

@@ -12,7 +12,7 @@ from collections.abc import Callable, Coroutine, Iterator
 from typing import Any, TypeVar
 
 import pytest
-from helpers import WAIT, Gate, calls
+from helpers import WAIT, Gate, calls, gated
 
 from lousho_sessions import (
     AbortController,
@@ -133,18 +133,6 @@ def api(request: pytest.FixtureRequest) -> Iterator[Driver]:
     driver.close()
 
 
-def chunks_then_gate(gate: Gate) -> FunctionProvider:
-    """Streams "one ", then waits on ``gate``, then "two" — unless aborted while waiting."""
-
-    def model(request: ModelRequest) -> Iterator[str]:
-        yield "one "
-        if request.messages[-1].text == "block" and not gate.wait_in(request):
-            return
-        yield "two"
-
-    return FunctionProvider(model)
-
-
 # -- send -------------------------------------------------------------------------
 
 
@@ -242,7 +230,7 @@ def test_enqueue_joins_the_running_turn(api: Driver) -> None:
 
 def test_abort_by_signal_returns_aborted_and_keeps_transcript(api: Driver) -> None:
     gate = Gate()
-    session = create_agent(provider=chunks_then_gate(gate)).session()
+    session = create_agent(provider=gated(gate)).session()
     api.send(session, "hello")
     before = api.load(session)
     controller = AbortController()
@@ -259,7 +247,7 @@ def test_abort_by_signal_returns_aborted_and_keeps_transcript(api: Driver) -> No
 
 def test_timeout_aborts_the_turn(api: Driver) -> None:
     gate = Gate()
-    session = create_agent(provider=chunks_then_gate(gate)).session()
+    session = create_agent(provider=gated(gate)).session()
     result = api.send(session, "block", timeout=0.05)
     assert result.finish_reason == "aborted"
     assert api.load(session) == ()
@@ -267,7 +255,7 @@ def test_timeout_aborts_the_turn(api: Driver) -> None:
 
 def test_leaving_the_stream_early_aborts(api: Driver) -> None:
     gate = Gate()
-    session = create_agent(provider=chunks_then_gate(gate)).session()
+    session = create_agent(provider=gated(gate)).session()
     api.send(session, "hello")
     before = api.load(session)
     events, result = api.stream(session, "block", lambda run, e: e.type == "text.delta")
@@ -278,7 +266,7 @@ def test_leaving_the_stream_early_aborts(api: Driver) -> None:
 
 def test_run_abort_mid_stream(api: Driver) -> None:
     gate = Gate()
-    session = create_agent(provider=chunks_then_gate(gate)).session()
+    session = create_agent(provider=gated(gate)).session()
 
     def stop(run: Any, event: Event) -> bool:
         if event.type == "text.delta":

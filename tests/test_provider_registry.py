@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 from provider_server import ProviderServer, SSEReply, sse_events
 
@@ -12,12 +10,6 @@ from lousho_sessions.providers.anthropic import AnthropicProvider
 from lousho_sessions.providers.base import ModelRequest
 from lousho_sessions.providers.openai import OpenAIProvider
 from lousho_sessions.providers.registry import UnknownModelError, provider_for
-
-
-@pytest.fixture
-def server() -> Iterator[ProviderServer]:
-    with ProviderServer() as running:
-        yield running
 
 
 def test_openai_models(monkeypatch: pytest.MonkeyPatch) -> None:

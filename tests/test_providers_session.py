@@ -42,12 +42,6 @@ def get_time(zone: str) -> str:
 
 
 @pytest.fixture
-def server() -> Iterator[ProviderServer]:
-    with ProviderServer() as running:
-        yield running
-
-
-@pytest.fixture
 def db(tmp_path: Path) -> Iterator[SqliteStore]:
     store = SqliteStore(tmp_path / "sessions.db")
     yield store

@@ -8,7 +8,7 @@ calls assembled, finish reasons and usage mapped, and the exact JSON sent
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 from provider_server import ProviderServer, SSEReply, sse_events
@@ -19,7 +19,6 @@ from provider_wires import (
     HttpProvider,
     Wire,
     fail,
-    provider_factory,
     request,
     run,
 )
@@ -37,24 +36,6 @@ from lousho_sessions.providers.base import (
 from lousho_sessions.providers.demo import DemoProvider
 from lousho_sessions.providers.function import FunctionProvider, ScriptedProvider
 from lousho_sessions.providers.openai import OpenAIProvider
-
-
-@pytest.fixture
-def server() -> Iterator[ProviderServer]:
-    with ProviderServer() as running:
-        yield running
-
-
-@pytest.fixture(params=sorted(WIRES))
-def wire(request: pytest.FixtureRequest) -> Wire:
-    return WIRES[request.param]
-
-
-@pytest.fixture
-def make(wire: Wire, server: ProviderServer) -> Iterator[Callable[..., HttpProvider]]:
-    with provider_factory(wire, server) as factory:
-        yield factory
-
 
 # --- results ------------------------------------------------------------------------
 

@@ -1,4 +1,7 @@
-"""Race tests (issue 4): 8 processes resolve one approval, 20 rounds: one winner, tool ran once."""
+"""Race tests (issue 4): 8 processes resolve one approval: one winner, the tool ran once.
+
+The slow-marked variant (``make soak``) runs 200 rounds instead of 20.
+"""
 
 from __future__ import annotations
 
@@ -13,11 +16,11 @@ sys.path.insert(0, str(Path(__file__).parent))
 import race_harness
 
 PROCESSES = 8
-ROUNDS = 20
 
 
+@pytest.mark.parametrize("rounds", [20, pytest.param(200, marks=pytest.mark.slow)])
 @pytest.mark.parametrize("kind", ["sqlite", "files"])
-def test_eight_processes_resolve_one_approval(kind: str, tmp_path: Path) -> None:
+def test_eight_processes_resolve_one_approval(kind: str, rounds: int, tmp_path: Path) -> None:
     ctx = multiprocessing.get_context("spawn")
     barrier = ctx.Barrier(PROCESSES + 1)
     ids = ctx.Queue()
@@ -26,14 +29,14 @@ def test_eight_processes_resolve_one_approval(kind: str, tmp_path: Path) -> None
     procs = [
         ctx.Process(
             target=race_harness.racer,
-            args=(kind, str(tmp_path), logfile, ROUNDS, barrier, ids, results),
+            args=(kind, str(tmp_path), logfile, rounds, barrier, ids, results),
         )
         for _ in range(PROCESSES)
     ]
     for p in procs:
         p.start()
     try:
-        for round_ in range(ROUNDS):
+        for round_ in range(rounds):
             approval_id = race_harness.pause(kind, str(tmp_path), logfile, round_)
             for _ in range(PROCESSES):
                 ids.put(approval_id)
@@ -48,5 +51,5 @@ def test_eight_processes_resolve_one_approval(kind: str, tmp_path: Path) -> None
                 p.kill()
     paid = Path(logfile).read_text().splitlines()
     assert sorted(int(line.split()[1]) for line in paid) == list(
-        range(ROUNDS)
+        range(rounds)
     )  # each tool ran once

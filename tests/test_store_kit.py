@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -92,3 +95,22 @@ def test_our_parts_subclass_the_bases_and_check_fences(store: Kit) -> None:
     assert store.sessions.lock_scope == scope
     parts = store_parts({"sessions": store.sessions, "checkpoints": store.checkpoints})
     assert parts.sessions is store.sessions and parts.checkpoints is store.checkpoints
+
+
+def test_the_docs_example_store_passes_the_kit(tmp_path: Path) -> None:
+    """docs/stores.md's custom store and its five-line kit usage, run by pytest as a user would."""
+    doc = Path(__file__).parent.parent / "docs" / "stores.md"
+    blocks = re.findall(r"```python\n(.*?)```", doc.read_text(encoding="utf-8"), flags=re.S)
+    (store,) = [b for b in blocks if "class JsonDictSessionStore(BaseSessionStore)" in b]
+    (kit,) = [b for b in blocks if "class TestJsonDictStore(StoreContractTests)" in b]
+    (tmp_path / "test_example_store.py").write_text(store + "\n\n" + kit)
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-W", "error", "-rs"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    summary = result.stdout.strip().splitlines()[-1]
+    assert "passed" in summary and "failed" not in summary, summary

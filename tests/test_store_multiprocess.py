@@ -16,11 +16,13 @@ from storekit import SHARED_KINDS, WAIT, open_kit
 from lousho_sessions.errors import SessionBusyError
 
 CTX = multiprocessing.get_context("spawn")
-PROCESSES, TURNS = 4, 25
 
 
+@pytest.mark.parametrize(
+    ("processes", "turns"), [(4, 25), pytest.param(8, 250, marks=pytest.mark.slow)]
+)
 @pytest.mark.parametrize("kind", SHARED_KINDS)
-def test_processes_lose_no_turn(kind: str, tmp_path: Path) -> None:
+def test_processes_lose_no_turn(kind: str, processes: int, turns: int, tmp_path: Path) -> None:
     location = tmp_path / "store"
     open_kit(kind, location).close()  # create the schema once, before the race
     go = CTX.Event()
@@ -28,14 +30,14 @@ def test_processes_lose_no_turn(kind: str, tmp_path: Path) -> None:
     workers = [
         CTX.Process(
             target=store_workers.run_turns,
-            args=(kind, str(location), "shared", n, TURNS, go, out),
+            args=(kind, str(location), "shared", n, turns, go, out),
         )
-        for n in range(PROCESSES)
+        for n in range(processes)
     ]
     for w in workers:
         w.start()
     go.set()
-    results = [out.get(timeout=WAIT * 2) for _ in workers]
+    results = [out.get(timeout=WAIT * 2 + turns) for _ in workers]
     for w in workers:
         w.join(WAIT)
     assert [r for r in results if r[0] != "ok"] == []
@@ -44,16 +46,16 @@ def test_processes_lose_no_turn(kind: str, tmp_path: Path) -> None:
     kit = open_kit(kind, location)
     messages = kit.sessions.load("shared") or []
     kit.close()
-    assert len(messages) == 2 * PROCESSES * TURNS
+    assert len(messages) == 2 * processes * turns
     tags = []
     for user, assistant in zip(messages[::2], messages[1::2], strict=True):
         assert (user.role, assistant.role) == ("user", "assistant")
         assert user.text == assistant.text
         tags.append(user.text)
-    assert sorted(tags) == sorted(f"w{w}-t{n}" for w in range(PROCESSES) for n in range(TURNS))
-    for n in range(PROCESSES):  # each process's turns are in its own order
+    assert sorted(tags) == sorted(f"w{w}-t{n}" for w in range(processes) for n in range(turns))
+    for n in range(processes):  # each process's turns are in its own order
         mine = [t for t in tags if t.startswith(f"w{n}-")]
-        assert mine == [f"w{n}-t{i}" for i in range(TURNS)]
+        assert mine == [f"w{n}-t{i}" for i in range(turns)]
 
 
 def kill(process: Any) -> None:
@@ -77,10 +79,9 @@ def test_killed_holder_does_not_block_the_next_turn(kind: str, tmp_path: Path) -
             pass
     finally:
         kill(holder)
-    started = time.monotonic()
-    with kit.sessions.turn_lock("s1", timeout=WAIT):
+    # the dead holder's lock is free: taken well before the test's usual WAIT
+    with kit.sessions.turn_lock("s1", timeout=WAIT / 3):
         kit.sessions.append("s1", [], 0)
-    assert time.monotonic() - started < 5
     kit.close()
 
 
@@ -98,6 +99,6 @@ def test_killed_writer_does_not_block_sqlite(tmp_path: Path) -> None:
         kill(writer)
     started = time.monotonic()
     kit.sessions.append("s1", [], 0)  # the dead process's write lock is gone
-    assert time.monotonic() - started < 5
+    assert time.monotonic() - started < WAIT / 3  # generous: it takes milliseconds
     assert kit.checkpoints.list() == []  # its uncommitted insert was rolled back
     kit.close()

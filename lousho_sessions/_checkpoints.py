@@ -1,0 +1,103 @@
+"""Where a turn's checkpoints go: its state under the turn id, tool results beside it.
+
+The state is saved whole after the input is taken, after each model response, at a
+pause and when queued input joins. A tool result is saved as it finishes, in a small
+*result record* ``<turn id>-r<step>-<k>`` that holds at most ``RESULTS_PER_RECORD``
+results of one step: recording a result costs the same however many calls came
+before it in the step (saving the whole state for each would cost O(n) per call,
+O(n²) per step). Loading a turn merges the records of its current step back in;
+the next whole save holds their results, so the records are deleted after it.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from .errors import StoreCorruptError
+from .serde import message_from_dict
+from .stores.base import CheckpointStore
+
+if TYPE_CHECKING:
+    from ._turn import TurnState
+
+__all__ = ["RESULTS_PER_RECORD", "TurnCheckpoints"]
+
+log = logging.getLogger("lousho_sessions.turn")
+
+#: Tool results per result record: bounds the bytes written per recorded result.
+RESULTS_PER_RECORD = 32
+RECORD_FORMAT = "lousho.turn-results"
+
+
+class TurnCheckpoints:
+    """Saves one turn's checkpoints in ``store``.
+
+    Not durable: only a turn paused on an approval is saved (so ``resolve()`` can go
+    on), and tool results are not. Durable: every checkpoint and every tool result.
+    """
+
+    def __init__(self, store: CheckpointStore, *, durable: bool) -> None:
+        self.store = store
+        self.durable = durable
+        self._record_key: str | None = None
+        self._record: dict[str, Any] = {}
+        self._counter = 0
+
+    def save(self, state: TurnState) -> None:
+        """Save the whole state (when durable, or paused), then drop the records it now holds."""
+        if not (self.durable or state.status == "awaiting-approval"):
+            return
+        self.store.save(state.turn_id or "", state.to_checkpoint())
+        self._record_key, self._record = None, {}
+        while state.records:
+            self.store.delete(state.records[-1])
+            state.records.pop()
+
+    def save_result(self, state: TurnState, call_id: str) -> None:
+        """Save the recorded result of ``call_id`` in the step's current result record."""
+        if not self.durable:
+            return
+        if self._record_key is None or len(self._record) >= RESULTS_PER_RECORD:
+            self._counter += 1
+            self._record_key = f"{state.turn_id}-r{state.steps}-{self._counter}"
+            self._record = {}
+            state.records.append(self._record_key)
+        self._record[call_id] = state.result_dict(call_id)
+        self.store.save(
+            self._record_key,
+            {
+                "format": RECORD_FORMAT,
+                "version": 1,
+                "run_id": state.run_id,
+                "step": state.steps,
+                "results": self._record,
+            },
+        )
+
+    def merge_records(self, state: TurnState) -> None:
+        """Add the results saved in records of ``state``'s current step (after a crash)."""
+        if not self.durable:
+            return
+        for key in self.store.list(f"{state.turn_id}-r"):
+            data = self.store.load(key)
+            if data is None:
+                continue
+            state.records.append(key)
+            if data.get("format") != RECORD_FORMAT:
+                raise StoreCorruptError(f"checkpoint {key!r}: not a lousho result record")
+            if data.get("run_id") != state.run_id or data.get("step") != state.steps:
+                continue  # left over from an earlier step: its results are in the state
+            try:
+                for call_id, message in dict(data["results"]).items():
+                    state.results.setdefault(str(call_id), message_from_dict(message))
+            except (KeyError, TypeError, ValueError) as exc:
+                raise StoreCorruptError(f"checkpoint {key!r}: cannot read results: {exc}") from exc
+        numbers = [k.rpartition("-")[2] for k in state.records]
+        self._counter = max([int(n) for n in numbers if n.isdigit()] + [self._counter])
+
+    def forget(self, state: TurnState) -> None:
+        """Delete the turn's checkpoint and its result records."""
+        for key in [*state.records, state.turn_id or ""]:
+            self.store.delete(key)
+        state.records.clear()

@@ -1,0 +1,86 @@
+"""Input that joins a running turn: ``enqueue``/``steer``, or a send under a queue/steer policy."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from typing import Any
+
+import attrs
+
+from .events import Event, InputQueued
+from .messages import Message
+
+__all__ = ["Inbox", "Ticket"]
+
+
+@attrs.define
+class Ticket:
+    """Input that joins a running turn (``enqueue``/``steer`` or a queue/steer send)."""
+
+    input_id: str
+    messages: tuple[Message, ...]
+    steer: bool = False
+    applied: bool = False
+    future: Future[Any] | None = None
+
+
+class Inbox:
+    """Queued input for one turn, shared between the turn and joining callers."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._waiting: list[Ticket] = []
+        self.tickets: list[Ticket] = []
+        self.closed = False
+        self._on_steer: Callable[[], None] | None = None
+        self.emit: Callable[[Event], None] | None = None
+        self.run_id = ""
+
+    def join(
+        self, messages: Sequence[Message], *, steer: bool, future: Future[Any] | None = None
+    ) -> Ticket | None:
+        """Add input to the turn; ``None`` when the turn no longer takes input."""
+        with self._lock:
+            if self.closed:
+                return None
+            ticket = Ticket("in-" + uuid.uuid4().hex, tuple(messages), steer, future=future)
+            self._waiting.append(ticket)
+            self.tickets.append(ticket)
+            on_steer = self._on_steer if steer else None
+            emit = self.emit
+        if emit is not None:
+            emit(InputQueued(self.run_id, ticket.input_id))
+        if on_steer is not None:
+            on_steer()
+        return ticket
+
+    def take(self) -> list[Ticket]:
+        with self._lock:
+            taken, self._waiting = self._waiting, []
+            return taken
+
+    def close_if_empty(self) -> bool:
+        """Close the inbox unless input is waiting; True when closed."""
+        with self._lock:
+            if self._waiting:
+                return False
+            self.closed = True
+            return True
+
+    def close(self) -> list[Ticket]:
+        """Close and return the input that was never applied."""
+        with self._lock:
+            self.closed = True
+            left, self._waiting = self._waiting, []
+            return left
+
+    def set_steer_hook(self, hook: Callable[[], None] | None) -> None:
+        with self._lock:
+            self._on_steer = hook
+
+    def has_steer(self) -> bool:
+        with self._lock:
+            return any(t.steer for t in self._waiting)
