@@ -218,13 +218,18 @@ def read_fence_file(path: Path) -> int | None:
 def bump_fence_file(path: Path) -> int:
     """Write a fence after the one in ``path`` and return it; the caller holds the turn lock.
 
-    The file is replaced atomically (readers see the old or the new fence) but not
-    fsynced: should a power loss undo the write, ``next_fence`` still grows with the clock.
+    The file (mode 0600) is replaced atomically (readers see the old or the new
+    fence) but not fsynced: should a power loss undo the write, ``next_fence`` still grows with the clock.
     """
     fence = next_fence(read_fence_file(path))
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0)
     try:
-        tmp.write_text(str(fence), encoding="ascii")
+        fd = os.open(tmp, flags, 0o600)  # private, as the store's other files
+        try:
+            os.write(fd, str(fence).encode("ascii"))
+        finally:
+            os.close(fd)
         os.replace(tmp, path)
     except OSError as exc:
         with suppress(OSError):
