@@ -4,7 +4,8 @@ Compares the file store (a full atomic rewrite per append; with and without its
 cache of the transcript's JSON) and SqliteStore (new rows only) at transcript
 lengths 10, 1,000 and 5,000, then prints the size of each after 1,000 messages.
 Every append is durable as configured: files fsync the file and the directory;
-SQLite runs WAL with ``synchronous=NORMAL`` (and ``FULL`` for comparison).
+SQLite runs WAL with ``synchronous=NORMAL`` (and ``FULL`` for comparison);
+"sqlite fenced" is NORMAL with each append carrying its lease's fence.
 
 Run: ``python benchmarks/store_raw.py`` (or ``make bench``).
 """
@@ -70,6 +71,16 @@ def bench_sqlite(root: Path, length: int, synchronous: str) -> float:
         return time_appends(lambda turn, n: store.sessions.append("bench", turn, n), length)
 
 
+def bench_sqlite_fenced(root: Path, length: int) -> float:
+    """As ``bench_sqlite`` NORMAL, each append under a lease carrying its fence (one more SELECT)."""
+    with SqliteStore(root / f"sqlite-{length}-fenced.db") as store:
+        store.sessions.save("bench", transcript(length))
+        with store.turn_lock("bench") as lease:
+            return time_appends(
+                lambda turn, n: store.sessions.append("bench", turn, n, fence=lease.fence), length
+            )
+
+
 def sizes(root: Path) -> dict[str, int]:
     messages = transcript(1_000)
     raw = sum(len(message_json(m)) for m in messages)
@@ -97,6 +108,7 @@ def main() -> None:
             "files": lambda n: bench_files(root, n, cache=True),
             "files, no cache": lambda n: bench_files(root, n, cache=False),
             "sqlite NORMAL": lambda n: bench_sqlite(root, n, "NORMAL"),
+            "sqlite fenced": lambda n: bench_sqlite_fenced(root, n),
             "sqlite FULL": lambda n: bench_sqlite(root, n, "FULL"),
         }
         results = {name: {n: run(n) for n in LENGTHS} for name, run in columns.items()}

@@ -13,6 +13,7 @@ from .errors import (
     ApprovalAlreadyResolvedError,
     ApprovalNotFoundError,
     InvalidSessionIdError,
+    LeaseLostError,
     LoushoError,
     PropagatingToolError,
     ProviderConfigError,
@@ -23,6 +24,7 @@ from .errors import (
     StoreClosedError,
     StoreConflictError,
     StoreCorruptError,
+    StoreError,
     ToolArgumentsError,
     ToolDefinitionError,
 )
@@ -37,8 +39,18 @@ from .providers.openai import OpenAIProvider
 from .results import CompactionResult, ExecutionResult, Limits, PendingTurn
 from .run import AgentRun
 from .session import Session
-from .stores.base import AgentStore, ApprovalStore, CheckpointStore, PruneResult, SessionStore
+from .stores.base import (
+    AgentStore,
+    ApprovalStore,
+    BaseApprovalStore,
+    BaseCheckpointStore,
+    BaseSessionStore,
+    CheckpointStore,
+    PruneResult,
+    SessionStore,
+)
 from .stores.files import FileApprovalStore, FileCheckpointStore, FileSessionStore, file_store
+from .stores.lease import Lease
 from .stores.memory import (
     MemoryApprovalStore,
     MemoryCheckpointStore,
@@ -63,6 +75,9 @@ __all__ = [
     "ApprovalRequest",
     "ApprovalStore",
     "Approvals",
+    "BaseApprovalStore",
+    "BaseCheckpointStore",
+    "BaseSessionStore",
     "CheckpointStore",
     "Compaction",
     "CompactionResult",
@@ -75,6 +90,8 @@ __all__ = [
     "FunctionProvider",
     "ImagePart",
     "InvalidSessionIdError",
+    "Lease",
+    "LeaseLostError",
     "Limits",
     "LoushoError",
     "MemoryApprovalStore",
@@ -102,6 +119,7 @@ __all__ = [
     "StoreClosedError",
     "StoreConflictError",
     "StoreCorruptError",
+    "StoreError",
     "TextPart",
     "Tool",
     "ToolArgumentsError",

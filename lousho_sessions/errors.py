@@ -10,7 +10,8 @@
     │   ├── StoreClosedError
     │   ├── SchemaVersionError
     │   ├── StoreCorruptError (ValueError)
-    │   └── StoreConflictError
+    │   ├── StoreConflictError
+    │   └── LeaseLostError                code LOUSHO_LEASE_LOST
     ├── PropagatingToolError
     ├── ToolDefinitionError (TypeError, ValueError)  a @tool that cannot be described
     ├── ToolArgumentsError (TypeError)     a model's arguments that do not fit a tool
@@ -28,6 +29,7 @@ __all__ = [
     "ApprovalAlreadyResolvedError",
     "ApprovalNotFoundError",
     "InvalidSessionIdError",
+    "LeaseLostError",
     "LoushoError",
     "PropagatingToolError",
     "ProviderConfigError",
@@ -100,6 +102,13 @@ class StoreConflictError(StoreError):
     """An append expected a transcript length the store no longer has."""
 
     code = "LOUSHO_STORE_CONFLICT"
+
+
+class LeaseLostError(StoreError):
+    """A write carried a fence that is no longer its session's current one: the turn's
+    lease was released, expired or taken over, so the write was refused and nothing changed."""
+
+    code = "LOUSHO_LEASE_LOST"
 
 
 class PropagatingToolError(LoushoError):

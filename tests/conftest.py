@@ -8,7 +8,10 @@ from pathlib import Path
 import pytest
 from provider_server import ProviderServer
 from provider_wires import WIRES, HttpProvider, Wire, provider_factory
-from storekit import KINDS, Kit, open_kit
+
+pytest.register_assert_rewrite("lousho_sessions.testing")
+
+from storekit import KINDS, Kit, open_kit  # noqa: E402 - after the rewrite hook
 
 
 @pytest.fixture(params=KINDS)

@@ -11,6 +11,7 @@ import attrs
 from lousho_sessions.sqlite import SqliteStore
 from lousho_sessions.stores.base import ApprovalStore, CheckpointStore
 from lousho_sessions.stores.files import FileApprovalStore, FileCheckpointStore, FileSessionStore
+from lousho_sessions.stores.lease import LocalLeases
 from lousho_sessions.stores.memory import (
     MemoryApprovalStore,
     MemoryCheckpointStore,
@@ -38,8 +39,13 @@ class Kit:
 def open_kit(kind: str, location: Path) -> Kit:
     """A new store of ``kind`` keeping its files (if any) under the directory ``location``."""
     if kind == "memory":
+        leases = LocalLeases()  # shared, as memory_store() does, so that writes check fences
         return Kit(
-            kind, MemorySessionStore(), MemoryCheckpointStore(), MemoryApprovalStore(), lambda: None
+            kind,
+            MemorySessionStore(leases=leases),
+            MemoryCheckpointStore(leases=leases),
+            MemoryApprovalStore(leases=leases),
+            lambda: None,
         )
     if kind == "files":
         return Kit(

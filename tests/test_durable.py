@@ -39,11 +39,11 @@ class FlakyCheckpoints(MemoryCheckpointStore):
         self.saves = 0
         self.fail_at = fail_at
 
-    def save(self, turn_id: str, checkpoint: Any) -> None:
+    def save(self, turn_id: str, checkpoint: Any, *, fence: int | None = None) -> None:
         self.saves += 1
         if self.saves == self.fail_at:
             raise OSError("disk full")
-        super().save(turn_id, checkpoint)
+        super().save(turn_id, checkpoint, fence=fence)
 
 
 def two_tool_turn() -> tuple[ScriptedProvider, list[str], Any, Any]:
@@ -242,7 +242,7 @@ def test_newer_checkpoint_version_is_refused() -> None:
 class UndeletableCheckpoints(MemoryCheckpointStore):
     """A real in-memory checkpoint store whose deletes fail."""
 
-    def delete(self, turn_id: str) -> None:
+    def delete(self, turn_id: str, *, fence: int | None = None) -> None:
         raise OSError("read-only")
 
 

@@ -370,10 +370,17 @@ class GatedCommits(MemorySessionStore):
         self.entered = threading.Event()
         self.release = threading.Event()
 
-    def append(self, id: str, messages: Sequence[Message], expected_length: int) -> None:
+    def append(
+        self,
+        id: str,
+        messages: Sequence[Message],
+        expected_length: int,
+        *,
+        fence: int | None = None,
+    ) -> None:
         self.entered.set()
         assert self.release.wait(WAIT)
-        super().append(id, messages, expected_length)
+        super().append(id, messages, expected_length, fence=fence)
 
 
 @pytest.mark.parametrize("how", ["sync-signal", "sync-timeout", "aio-cancel", "aio-timeout"])
@@ -497,9 +504,9 @@ class CountingCheckpoints(MemoryCheckpointStore):
         super().__init__()
         self.sizes: list[tuple[str, int]] = []
 
-    def save(self, turn_id: str, checkpoint: Any) -> None:
+    def save(self, turn_id: str, checkpoint: Any, *, fence: int | None = None) -> None:
         self.sizes.append((turn_id, len(json.dumps(checkpoint))))
-        super().save(turn_id, checkpoint)
+        super().save(turn_id, checkpoint, fence=fence)
 
 
 def checkpoint_bytes(n: int) -> CountingCheckpoints:

@@ -19,6 +19,7 @@ FunctionProvider ScriptedProvider DemoProvider OpenAIProvider AnthropicProvider
 ModelRequest ModelEvent ModelResponse Provider
 LoushoError SessionBusyError SessionAwaitingApprovalError InvalidSessionIdError
 StoreClosedError SchemaVersionError StoreCorruptError PropagatingToolError
+StoreError LeaseLostError Lease BaseSessionStore BaseCheckpointStore BaseApprovalStore
 ProviderError ApprovalNotFoundError ApprovalAlreadyResolvedError
 """.split()
 

@@ -14,7 +14,12 @@ from typing import Any
 
 import pytest
 
-from lousho_sessions.errors import SchemaVersionError, StoreClosedError, StoreCorruptError
+from lousho_sessions.errors import (
+    LeaseLostError,
+    SchemaVersionError,
+    StoreClosedError,
+    StoreCorruptError,
+)
 from lousho_sessions.messages import ImagePart, Message
 from lousho_sessions.sqlite import SCHEMA_VERSION, PruneResult, SqliteStore
 
@@ -74,6 +79,67 @@ def test_golden_v1_database(tmp_path: Path) -> None:
         assert len(store.sessions.load("user-42") or []) == 6
         # everything in the fixture is older than a day: prune removes it, not the new approval
         assert store.prune(timedelta(days=1)) == PruneResult(sessions=0, checkpoints=1, approvals=1)
+
+
+def schema(path: Path) -> list[tuple[str, str]]:
+    conn = raw(path)
+    try:
+        rows = conn.execute(
+            "SELECT name, sql FROM sqlite_master WHERE sql IS NOT NULL ORDER BY name"
+        ).fetchall()
+    finally:
+        conn.close()
+    return [(name, sql) for name, sql in rows]
+
+
+def test_golden_v1_database_migrates_to_v2_with_leases(tmp_path: Path) -> None:
+    path = tmp_path / "v1.db"
+    conn = raw(path)
+    conn.executescript((FIXTURES / "store_v1.sql").read_text())
+    conn.close()
+    with SqliteStore(path) as store:
+        with store.turn_lock("user-42") as first:
+            pass
+        with store.turn_lock("user-42") as second:
+            store.sessions.append("user-42", turn(5), 4, fence=second.fence)
+        assert second.fence > first.fence
+        with pytest.raises(LeaseLostError):
+            store.sessions.append("user-42", turn(6), 6, fence=first.fence)
+        with pytest.raises(LeaseLostError):
+            store.checkpoints.delete("user-42.turn-4", fence=first.fence)
+        assert len(store.sessions.load("user-42") or []) == 6
+        assert store.checkpoints.list("user-42.") == ["user-42.turn-4"]
+    conn = raw(path)
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
+    assert conn.execute("SELECT session_id, fence FROM leases").fetchall() == [
+        ("user-42", second.fence)
+    ]
+    conn.close()
+    fresh = tmp_path / "fresh.db"
+    SqliteStore(fresh).close()
+    assert schema(path) == schema(fresh)  # a migrated database is a new one
+
+
+def test_fences_are_checked_in_the_writes_transaction(tmp_path: Path) -> None:
+    # Another process (here: a raw connection) hands out a newer fence between our
+    # lease and our write: the write sees it, because it reads the fence in its own
+    # transaction, and changes nothing.
+    with SqliteStore(tmp_path / "a.db") as store:
+        with store.turn_lock("s1") as lease:
+            conn = raw(tmp_path / "a.db")
+            conn.execute("UPDATE leases SET fence = fence + 1 WHERE session_id = 's1'")
+            conn.close()
+            with pytest.raises(LeaseLostError):
+                store.sessions.append("s1", turn(1), 0, fence=lease.fence)
+            with pytest.raises(LeaseLostError):
+                store.checkpoints.save("s1.turn-0", {}, fence=lease.fence)
+            with pytest.raises(LeaseLostError):
+                store.approvals.create(
+                    {"id": "a1", "session_id": "s1", "status": "pending"}, fence=lease.fence
+                )
+        assert store.sessions.load("s1") is None
+        assert store.checkpoints.list() == []
+        assert store.approvals.list(status=None) == []
 
 
 def test_migrates_an_empty_database(tmp_path: Path) -> None:

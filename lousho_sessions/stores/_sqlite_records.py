@@ -6,28 +6,43 @@ import logging
 import sqlite3
 import time
 from collections.abc import Mapping
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ApprovalNotFoundError, StoreCorruptError
 from .base import (
+    BaseApprovalStore,
+    BaseCheckpointStore,
+    PruneResult,
     check_approval_record,
     decode_json_object,
     encode_json_object,
+    older_than_seconds,
     resolved_approval,
     validate_approval_id,
     validate_turn_id,
 )
+from .lease import fence_session_id
 
 if TYPE_CHECKING:
     from .sqlite import SqliteStore
 
-__all__ = ["Part", "SqliteApprovalStore", "SqliteCheckpointStore"]
+__all__ = [
+    "Part",
+    "SqliteApprovalStore",
+    "SqliteCheckpointStore",
+    "prune_approvals",
+    "prune_checkpoints",
+    "prune_sessions",
+]
 
 log = logging.getLogger("lousho_sessions.stores.sqlite")
 
 
 class Part:
     """A part of a ``SqliteStore``: its sessions, checkpoints or approvals."""
+
+    fenced_writes = True
 
     def __init__(self, store: SqliteStore) -> None:
         self.store = store
@@ -36,7 +51,7 @@ class Part:
         return f"{type(self).__name__}({self.store.path!r})"
 
 
-class SqliteCheckpointStore(Part):
+class SqliteCheckpointStore(Part, BaseCheckpointStore):
     """The checkpoints of a ``SqliteStore``, as opaque JSON per turn id."""
 
     def load(self, turn_id: str) -> dict[str, Any] | None:
@@ -49,10 +64,13 @@ class SqliteCheckpointStore(Part):
             return None
         return decode_json_object(row[0], source=f"{self.store.path}: checkpoint {turn_id!r}")
 
-    def save(self, turn_id: str, checkpoint: Mapping[str, Any]) -> None:
+    def save(
+        self, turn_id: str, checkpoint: Mapping[str, Any], *, fence: int | None = None
+    ) -> None:
         validate_turn_id(turn_id)
         text = encode_json_object(checkpoint, what=f"checkpoint {turn_id!r}")
         with self.store.transaction() as conn:
+            self.store.check_fence(conn, fence_session_id(turn_id), fence)
             conn.execute(
                 "INSERT INTO checkpoints (turn_id, json, updated_at) VALUES (?, ?, ?) "
                 "ON CONFLICT (turn_id) DO UPDATE SET json = excluded.json, "
@@ -60,9 +78,10 @@ class SqliteCheckpointStore(Part):
                 (turn_id, text, time.time()),
             )
 
-    def delete(self, turn_id: str) -> None:
+    def delete(self, turn_id: str, *, fence: int | None = None) -> None:
         validate_turn_id(turn_id)
         with self.store.transaction() as conn:
+            self.store.check_fence(conn, fence_session_id(turn_id), fence)
             conn.execute("DELETE FROM checkpoints WHERE turn_id = ?", (turn_id,))
 
     def list(self, prefix: str = "") -> list[str]:
@@ -74,12 +93,18 @@ class SqliteCheckpointStore(Part):
             ).fetchall()
         return [row[0] for row in rows]
 
+    def prune(self, older_than: timedelta | float) -> PruneResult:
+        """Delete the checkpoints not updated within ``older_than``."""
+        cutoff = time.time() - older_than_seconds(older_than)
+        with self.store.transaction() as conn:
+            return PruneResult(sessions=0, checkpoints=prune_checkpoints(conn, cutoff), approvals=0)
 
-class SqliteApprovalStore(Part):
+
+class SqliteApprovalStore(Part, BaseApprovalStore):
     """The approval records of a ``SqliteStore``; ``resolve`` is a compare-and-set in one
     transaction (``UPDATE ... WHERE status = 'pending'``), so across processes one caller wins."""
 
-    def create(self, record: Mapping[str, Any]) -> None:
+    def create(self, record: Mapping[str, Any], *, fence: int | None = None) -> None:
         """Store a new record; ``ValueError`` if one with its ``id`` exists or it is malformed."""
         approval_id = validate_approval_id(record.get("id"))
         check_approval_record(record, source=f"approval {approval_id!r}")
@@ -87,6 +112,8 @@ class SqliteApprovalStore(Part):
         status = record.get("status")
         session_id = record.get("session_id")
         with self.store.transaction() as conn:
+            if isinstance(session_id, str):
+                self.store.check_fence(conn, session_id, fence)
             try:
                 conn.execute(
                     "INSERT INTO approvals (id, session_id, status, created_key, json, resolved_at) "
@@ -176,8 +203,36 @@ class SqliteApprovalStore(Part):
         with self.store.transaction() as conn:
             conn.execute("DELETE FROM approvals WHERE id = ?", (id,))
 
+    def prune(self, older_than: timedelta | float) -> PruneResult:
+        """Delete the records resolved more than ``older_than`` ago; pending ones stay."""
+        cutoff = time.time() - older_than_seconds(older_than)
+        with self.store.transaction() as conn:
+            return PruneResult(sessions=0, checkpoints=0, approvals=prune_approvals(conn, cutoff))
+
     def _decode(self, id: str, text: str) -> dict[str, Any]:
         source = f"{self.store.path}: approval {id!r}"
         if not isinstance(text, str):
             raise StoreCorruptError(f"{source}: the json column holds {type(text).__name__}")
         return check_approval_record(decode_json_object(text, source=source), source=source)
+
+
+def prune_sessions(conn: sqlite3.Connection, cutoff: float) -> int:
+    """In a transaction: delete the sessions (and their messages, fences) written before ``cutoff``."""
+    old = "SELECT id FROM sessions WHERE updated_at < ?"
+    conn.execute(f"DELETE FROM messages WHERE session_id IN ({old})", (cutoff,))
+    conn.execute(f"DELETE FROM leases WHERE session_id IN ({old})", (cutoff,))
+    return int(conn.execute("DELETE FROM sessions WHERE updated_at < ?", (cutoff,)).rowcount)
+
+
+def prune_checkpoints(conn: sqlite3.Connection, cutoff: float) -> int:
+    """In a transaction: delete the checkpoints written before ``cutoff``."""
+    return int(conn.execute("DELETE FROM checkpoints WHERE updated_at < ?", (cutoff,)).rowcount)
+
+
+def prune_approvals(conn: sqlite3.Connection, cutoff: float) -> int:
+    """In a transaction: delete the approvals resolved before ``cutoff``; pending ones stay."""
+    return int(
+        conn.execute(
+            "DELETE FROM approvals WHERE status IS NOT 'pending' AND resolved_at < ?", (cutoff,)
+        ).rowcount
+    )

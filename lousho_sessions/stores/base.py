@@ -1,32 +1,45 @@
-"""Store Protocols, the ``AgentStore`` bundle, id checks and helpers shared by our stores.
+"""The store contract: Protocols for users, base classes for stores, the ``AgentStore`` bundle.
 
-A user's store needs only the Protocol's methods. Our stores also offer three
-optional capabilities the session uses when present (found with ``getattr``):
+A user's store needs only the small Protocol methods (``SessionStore``:
+``load``/``save``/``delete``); ``store_parts`` wraps such an object once in an
+adapter that supplies the rest of the contract with safe defaults. Stores that
+do more subclass the base classes (``BaseSessionStore``, ``BaseCheckpointStore``,
+``BaseApprovalStore``) and override what they can do better:
 
-* ``append(id, messages, expected_length)``: add a turn's new messages without
-  rewriting the transcript; raises ``StoreConflictError`` when the stored length
-  is not ``expected_length``.
+* ``append(id, messages, expected_length, *, fence=None)``: add a turn's new
+  messages; ``StoreConflictError`` when the stored length is not ``expected_length``.
 * ``revision(id)``: a cheap value that changes with every write of ``id``
   (``None`` when nothing is stored), so a session reloads only when another
   session object or process wrote.
-* ``turn_lock(id, timeout=None)``: a context manager that holds the session for
-  a whole turn, across threads and processes, and is freed if the holder dies.
+* ``turn_lock(id, *, timeout=None)``: a ``Lease`` holding the session for a whole
+  turn, with a fence its writes carry (``lousho_sessions.stores.lease``).
+  ``lock_scope`` says what it excludes: ``"process"``, ``"machine"`` or ``"cluster"``.
+* ``prune(older_than)``: delete what was not updated for that long.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import threading
+from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta, timezone
-from typing import Any, Protocol, runtime_checkable
+from types import TracebackType
+from typing import Any, Literal, Protocol, runtime_checkable
 
 import attrs
 
-from ..errors import ApprovalAlreadyResolvedError, InvalidSessionIdError, StoreCorruptError
+from ..errors import (
+    ApprovalAlreadyResolvedError,
+    InvalidSessionIdError,
+    StoreConflictError,
+    StoreCorruptError,
+)
 from ..messages import Message
 from ..serde import message_json as serde_message_json
 from ..serde import to_json
+from .lease import Lease, LocalLeases
 
 __all__ = [
     "APPROVAL_ID_PATTERN",
@@ -34,17 +47,26 @@ __all__ = [
     "TURN_ID_PATTERN",
     "AgentStore",
     "ApprovalStore",
+    "BaseApprovalStore",
+    "BaseCheckpointStore",
+    "BaseSessionStore",
     "CheckpointStore",
+    "Lease",
+    "LockScope",
     "PruneResult",
     "SessionStore",
     "approval_sort_key",
+    "approvals_contract",
     "check_approval_record",
+    "checkpoints_contract",
     "decode_json_object",
     "encode_json_object",
     "message_json",
     "older_than_seconds",
     "resolved_approval",
+    "sessions_contract",
     "shown",
+    "store_parts",
     "validate_approval_id",
     "validate_session_id",
     "validate_turn_id",
@@ -258,6 +280,186 @@ class ApprovalStore(Protocol):
     def delete(self, id: str) -> None: ...
 
 
+LockScope = Literal["process", "machine", "cluster"]
+
+_STATE_LOCK = threading.Lock()
+
+
+def _not_implemented(store: object, method: str) -> NotImplementedError:
+    return NotImplementedError(f"{type(store).__name__} does not implement {method}()")
+
+
+class _Closeable:
+    """``close()`` (a no-op by default) and the context manager that calls it."""
+
+    def close(self) -> None:
+        """Free what the store holds (connections, files); the default holds nothing."""
+
+    def __enter__(self) -> Any:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+class BaseSessionStore(_Closeable, ABC):
+    """The session store contract: ``load``/``save``/``delete`` required, the rest with safe defaults.
+
+    Defaults, each meant to be overridden by a store that can do better:
+
+    * ``append`` loads, compares the stored length with ``expected_length``
+      (``StoreConflictError``), checks the fence and saves the whole transcript,
+      under a lock of this object (atomic within this process only).
+    * ``revision`` returns a new object on every call, equal to nothing: "unknown",
+      so a caller that compares revisions reloads before every turn. ``None`` is kept
+      for "nothing is stored".
+    * ``turn_lock`` is a lease kept in this process (``LocalLeases``): it excludes
+      threads, not processes, so ``lock_scope`` is ``"process"``.
+    * ``prune`` raises ``NotImplementedError``; every store of ours implements it.
+
+    ``fenced_writes`` declares that writes given a ``fence`` refuse a stale one
+    with ``LeaseLostError`` (the conformance kit tests it when true).
+    """
+
+    #: What ``turn_lock`` excludes: threads of one process, processes of one machine, or all.
+    lock_scope: LockScope = "process"
+    #: Whether ``append(..., fence=)`` refuses a stale fence.
+    fenced_writes: bool = True
+
+    @abstractmethod
+    def load(self, id: str) -> list[Message] | None:
+        """The transcript of ``id``, or ``None`` when nothing is stored."""
+
+    @abstractmethod
+    def save(self, id: str, messages: Sequence[Message]) -> None:
+        """Replace the transcript of ``id``."""
+
+    @abstractmethod
+    def delete(self, id: str) -> None:
+        """Forget ``id``; deleting an unknown id does nothing."""
+
+    def append(
+        self,
+        id: str,
+        messages: Sequence[Message],
+        expected_length: int,
+        *,
+        fence: int | None = None,
+    ) -> None:
+        """Add ``messages`` if ``expected_length`` are stored, else ``StoreConflictError``.
+
+        ``LeaseLostError`` if ``fence`` is older than the session's newest fence.
+        """
+        leases = self._local_leases()
+        with leases.write_lock:
+            leases.check(id, fence, where=type(self).__name__)
+            stored = self.load(id) or []
+            if len(stored) != expected_length:
+                raise StoreConflictError(
+                    f"session {id!r}: expected {expected_length} stored messages, found {len(stored)}"
+                )
+            self.save(id, [*stored, *messages])
+
+    def revision(self, id: str) -> object | None:
+        """A value that changes with every write of ``id``; ``None`` when nothing is stored.
+
+        The default does not know: it returns a new object, equal to no other value.
+        """
+        return object()
+
+    def turn_lock(self, id: str, *, timeout: float | None = None) -> Lease:
+        """Hold session ``id`` for a turn; ``SessionBusyError`` if not acquired within ``timeout`` s."""
+        validate_session_id(id)
+        return self._local_leases().acquire(id, timeout)
+
+    def prune(self, older_than: timedelta | float) -> PruneResult:
+        """Delete the sessions not updated within ``older_than`` (seconds or a ``timedelta``)."""
+        raise _not_implemented(self, "prune")
+
+    def _local_leases(self) -> LocalLeases:
+        # Created on first use, so a subclass need not call ``super().__init__()``.
+        leases = self.__dict__.get("_leases")
+        if leases is None:
+            with _STATE_LOCK:
+                leases = self.__dict__.setdefault("_leases", LocalLeases())
+        assert isinstance(leases, LocalLeases)
+        return leases
+
+
+class BaseCheckpointStore(_Closeable, ABC):
+    """The checkpoint store contract. Checkpoints are opaque JSON objects keyed by turn id.
+
+    ``save`` and ``delete`` take the turn's ``fence``: a store that knows a newer
+    fence for the session (the turn id's part before the first ``"."``) refuses
+    the write with ``LeaseLostError``; ``fenced_writes`` declares that it does.
+    """
+
+    fenced_writes: bool = False
+
+    @abstractmethod
+    def load(self, turn_id: str) -> dict[str, Any] | None:
+        """The checkpoint, or ``None``."""
+
+    @abstractmethod
+    def save(
+        self, turn_id: str, checkpoint: Mapping[str, Any], *, fence: int | None = None
+    ) -> None:
+        """Store ``checkpoint`` unchanged, replacing an older one."""
+
+    @abstractmethod
+    def delete(self, turn_id: str, *, fence: int | None = None) -> None:
+        """Forget the checkpoint; deleting an unknown one does nothing."""
+
+    @abstractmethod
+    def list(self, prefix: str = "") -> list[str]:
+        """The stored turn ids that start with ``prefix``, sorted."""
+
+    def prune(self, older_than: timedelta | float) -> PruneResult:
+        """Delete the checkpoints not updated within ``older_than``."""
+        raise _not_implemented(self, "prune")
+
+
+class BaseApprovalStore(_Closeable, ABC):
+    """The approval store contract; ``resolve`` is an atomic compare-and-set from ``"pending"``.
+
+    ``create`` takes the turn's ``fence``, checked against the record's
+    ``session_id`` when ``fenced_writes`` is true.
+    """
+
+    fenced_writes: bool = False
+
+    @abstractmethod
+    def create(self, record: Mapping[str, Any], *, fence: int | None = None) -> None:
+        """Store a new record; ``ValueError`` if one with its ``id`` exists."""
+
+    @abstractmethod
+    def get(self, id: str) -> dict[str, Any] | None:
+        """The record, or ``None``."""
+
+    @abstractmethod
+    def resolve(self, id: str, *, approved: bool, reason: str | None = None) -> dict[str, Any]:
+        """Approve or deny a pending record; exactly one concurrent caller wins."""
+
+    @abstractmethod
+    def list(
+        self, session_id: str | None = None, status: str | None = "pending"
+    ) -> list[dict[str, Any]]:
+        """Records by creation time, filtered by session and status (``None``: any)."""
+
+    @abstractmethod
+    def delete(self, id: str) -> None:
+        """Forget the record; deleting an unknown one does nothing."""
+
+    def prune(self, older_than: timedelta | float) -> PruneResult:
+        """Delete the records resolved more than ``older_than`` ago; pending ones stay."""
+        raise _not_implemented(self, "prune")
+
+
 @attrs.define
 class AgentStore:
     """The three parts an agent keeps: transcripts, checkpoints, approvals (each optional)."""
@@ -268,28 +470,33 @@ class AgentStore:
 
 
 def store_parts(store: object) -> AgentStore:
-    """Read ``store`` as its parts: a ``SessionStore``, an object or mapping with
-    ``sessions``/``checkpoints``/``approvals``, or ``None``."""
-    if store is None:
-        return AgentStore()
-    if isinstance(store, AgentStore):
-        return store
-    if isinstance(store, Mapping):
-        unknown = set(store) - {"sessions", "checkpoints", "approvals"}
-        if unknown:
-            raise TypeError(
-                f"unknown store parts {sorted(unknown)}; expected sessions, checkpoints, approvals"
-            )
-        return AgentStore(store.get("sessions"), store.get("checkpoints"), store.get("approvals"))
-    if any(hasattr(store, name) for name in ("sessions", "checkpoints", "approvals")):
-        return AgentStore(
-            getattr(store, "sessions", None),
-            getattr(store, "checkpoints", None),
-            getattr(store, "approvals", None),
-        )
-    if all(callable(getattr(store, name, None)) for name in ("load", "save", "delete")):
-        return AgentStore(sessions=store)  # type: ignore[arg-type]
-    raise TypeError(
-        f"{type(store).__name__} is not a store: expected a SessionStore (load/save/delete) "
-        "or an object with sessions/checkpoints/approvals"
-    )
+    """Read ``store`` as its parts, each adapted to the contract (see ``sessions_contract``).
+
+    ``store`` is a ``SessionStore``, an ``AgentStore``, an object or mapping with
+    ``sessions``/``checkpoints``/``approvals``, or ``None``. An ``AgentStore`` whose
+    parts already follow the contract is returned as it is.
+    """
+    from .adapters import parts_of
+
+    return parts_of(store)
+
+
+def sessions_contract(store: SessionStore) -> BaseSessionStore:
+    """``store`` itself if it subclasses ``BaseSessionStore``, else an adapter giving it the defaults."""
+    from .adapters import adapt_sessions
+
+    return adapt_sessions(store)
+
+
+def checkpoints_contract(store: CheckpointStore) -> BaseCheckpointStore:
+    """``store`` itself if it subclasses ``BaseCheckpointStore``, else an adapter."""
+    from .adapters import adapt_checkpoints
+
+    return adapt_checkpoints(store)
+
+
+def approvals_contract(store: ApprovalStore) -> BaseApprovalStore:
+    """``store`` itself if it subclasses ``BaseApprovalStore``, else an adapter."""
+    from .adapters import adapt_approvals
+
+    return adapt_approvals(store)

@@ -5,6 +5,7 @@ The three stores of ``file_store(dir)`` share one directory::
     <id>.json                    a session (see below)
     <id>.json.lock               guards writes of that session across processes
     <id>.lock                    the session's turn lock (``turn_lock``)
+    <id>.fence                   the fence handed out last with that lock
     <turn id>.checkpoint.json    a durable turn's checkpoint (turn ids hold one dot)
     <approval id>.approval.json  an approval record
     .approvals.lock              guards approval writes
@@ -39,7 +40,7 @@ import uuid
 import weakref
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager, suppress
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -60,6 +61,10 @@ from . import _lockfile
 from ._directory import Directory
 from .base import (
     AgentStore,
+    BaseApprovalStore,
+    BaseCheckpointStore,
+    BaseSessionStore,
+    LockScope,
     PruneResult,
     approval_sort_key,
     check_approval_record,
@@ -72,6 +77,7 @@ from .base import (
     validate_session_id,
     validate_turn_id,
 )
+from .lease import Lease, bump_fence_file, check_fence, fence_session_id, read_fence_file
 
 __all__ = [
     "SESSION_FILE_VERSION",
@@ -100,6 +106,13 @@ _APPROVAL_SUFFIX = ".approval.json"
 _WRITE_LOCK_TIMEOUT = 60.0
 #: The append cache keeps at most this many characters of serialized transcripts.
 _CACHE_MAX_CHARS = 32 * 1024 * 1024
+
+
+def _check_fence(directory: Directory, session_id: str, fence: int | None) -> None:
+    """``LeaseLostError`` if ``fence`` is older than the one in ``<dir>/<id>.fence``."""
+    if fence is not None:
+        path = directory.path / f"{session_id}.fence"
+        check_fence(session_id, fence, read_fence_file(path), where=str(path))
 
 
 @attrs.frozen
@@ -146,15 +159,16 @@ def _message_jsons(id: str, messages: Sequence[Message]) -> list[str]:
     return [message_json(m) for m in messages]
 
 
-class FileSessionStore:
+class FileSessionStore(BaseSessionStore):
     """Transcripts as ``<dir>/<id>.json`` files, shared safely by threads and processes.
 
-    Also offers the optional capabilities ``append``, ``revision`` and
-    ``turn_lock`` (see ``lousho_sessions.stores.base``). ``append`` rewrites the
-    file (atomically) but does not serialize the old messages again: the JSON of
-    the transcripts this object last wrote or read is cached, checked against the
-    file's revision.
+    ``append`` rewrites the file (atomically) but does not serialize the old
+    messages again: the JSON of the transcripts this object last wrote or read is
+    cached, checked against the file's revision. ``turn_lock`` is an OS file lock
+    (``lock_scope`` ``"machine"``); its fence is kept in ``<dir>/<id>.fence``.
     """
+
+    lock_scope: LockScope = "machine"
 
     def __init__(self, dir: str | os.PathLike[str]) -> None:
         self._dir = Directory(dir)
@@ -201,11 +215,20 @@ class FileSessionStore:
         with self._write_lock(id, path):
             self._write(id, path, ",".join(parts), len(parts))
 
-    def append(self, id: str, messages: Sequence[Message], expected_length: int) -> None:
-        """Add ``messages`` if the file holds ``expected_length`` messages, else ``StoreConflictError``."""
+    def append(
+        self,
+        id: str,
+        messages: Sequence[Message],
+        expected_length: int,
+        *,
+        fence: int | None = None,
+    ) -> None:
+        """Add ``messages`` if the file holds ``expected_length`` messages, else ``StoreConflictError``;
+        ``LeaseLostError`` if ``fence`` is older than the session's newest."""
         path = self.path(id)
         parts = _message_jsons(id, messages)
         with self._write_lock(id, path):
+            _check_fence(self._dir, id, fence)
             current = self._current(id, path)
             length = current.length if current else 0
             if length != expected_length:
@@ -259,6 +282,12 @@ class FileSessionStore:
             id = name[: -len(".json.lock")] if name.endswith(".json.lock") else name[:-5]
             if _is_session_id(id) and not (self._dir.path / f"{id}.json").exists():
                 lock_files += _lockfile.remove_if_free(self._dir.path / name)
+        for name in self._dir.names(".fence"):
+            id = name[: -len(".fence")]
+            if _is_session_id(id) and not any(
+                (self._dir.path / f"{id}{suffix}").exists() for suffix in (".json", ".lock")
+            ):
+                self._remove_fence(id)
         temp_files = self._dir.sweep_temp_files()
         return PruneResult(sessions, 0, 0, lock_files=lock_files, temp_files=temp_files)
 
@@ -273,13 +302,13 @@ class FileSessionStore:
         except OSError as exc:
             raise StoreError(f"{path}: cannot read: {exc}") from exc
 
-    @contextmanager
-    def turn_lock(self, id: str, timeout: float | None = None) -> Iterator[None]:
+    def turn_lock(self, id: str, *, timeout: float | None = None) -> Lease:
         """Hold session ``id`` for a turn, across threads and processes (``<dir>/<id>.lock``).
 
         The lock is an OS file lock, so it is freed when the holding process dies.
         ``SessionBusyError`` when it is not acquired within ``timeout`` seconds
-        (``None``: wait as long as it takes).
+        (``None``: wait as long as it takes). The lease's fence is written to
+        ``<dir>/<id>.fence`` while the lock is held.
         """
         lock_path = self._dir.path / f"{validate_session_id(id)}.lock"
         self._dir.ensure()
@@ -290,9 +319,21 @@ class FileSessionStore:
                 f"session {id!r} is held by another turn: {lock_path} not acquired within {timeout} s"
             ) from exc
         try:
-            yield
-        finally:
+            fence = bump_fence_file(self._fence_path(id))
+        except BaseException:
             release()
+            raise
+        return Lease(id, fence, release)
+
+    def _fence_path(self, id: str) -> Path:
+        return self._dir.path / f"{id}.fence"
+
+    def _remove_fence(self, id: str) -> None:
+        # Only for a pruned session with no turn lock file, so no lease is held; a later
+        # lease's fence still grows (``next_fence`` takes the clock). ``delete`` keeps the
+        # fence, so a writer whose lease is older than the delete stays refused.
+        with suppress(OSError):
+            self._fence_path(id).unlink(missing_ok=True)
 
     def _turn_lock_path(self, id: str) -> Path:
         return self._dir.path / f"{id}.lock"
@@ -369,8 +410,13 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-class FileCheckpointStore:
-    """Checkpoints as ``<dir>/<turn id>.checkpoint.json``; each save replaces the file atomically."""
+class FileCheckpointStore(BaseCheckpointStore):
+    """Checkpoints as ``<dir>/<turn id>.checkpoint.json``; each save replaces the file atomically.
+
+    A write given a ``fence`` checks it against the session's ``<dir>/<id>.fence``.
+    """
+
+    fenced_writes = True
 
     def __init__(self, dir: str | os.PathLike[str]) -> None:
         self._dir = Directory(dir)
@@ -390,14 +436,19 @@ class FileCheckpointStore:
         raw = self._dir.read(path)
         return None if raw is None else decode_json_object(raw, source=str(path))
 
-    def save(self, turn_id: str, checkpoint: Mapping[str, Any]) -> None:
+    def save(
+        self, turn_id: str, checkpoint: Mapping[str, Any], *, fence: int | None = None
+    ) -> None:
         path = self.path(turn_id)
         text = encode_json_object(checkpoint, what=f"checkpoint {turn_id!r}")
+        _check_fence(self._dir, fence_session_id(turn_id), fence)
         self._dir.ensure()
         self._dir.write(path, text.encode("utf-8"))
 
-    def delete(self, turn_id: str) -> None:
-        self._dir.remove(self.path(turn_id))
+    def delete(self, turn_id: str, *, fence: int | None = None) -> None:
+        path = self.path(turn_id)
+        _check_fence(self._dir, fence_session_id(turn_id), fence)
+        self._dir.remove(path)
 
     def list(self, prefix: str = "") -> list[str]:
         """The stored turn ids that start with ``prefix``, sorted."""
@@ -432,13 +483,16 @@ def _is_session_id(value: str) -> bool:
     return True
 
 
-class FileApprovalStore:
+class FileApprovalStore(BaseApprovalStore):
     """Approval records as ``<dir>/<approval id>.approval.json``.
 
     ``create``, ``resolve`` and ``delete`` hold ``<dir>/.approvals.lock``, so
     ``resolve`` is a compare-and-set across threads and processes: exactly one
-    caller turns a pending approval into approved or denied.
+    caller turns a pending approval into approved or denied. ``create`` given a
+    ``fence`` checks it against the record's session's ``<dir>/<id>.fence``.
     """
+
+    fenced_writes = True
 
     def __init__(self, dir: str | os.PathLike[str]) -> None:
         self._dir = Directory(dir)
@@ -453,13 +507,16 @@ class FileApprovalStore:
     def path(self, id: str) -> Path:
         return self._dir.path / f"{validate_approval_id(id)}{_APPROVAL_SUFFIX}"
 
-    def create(self, record: Mapping[str, Any]) -> None:
+    def create(self, record: Mapping[str, Any], *, fence: int | None = None) -> None:
         """Store a new record; ``ValueError`` if one with its ``id`` exists or it is malformed."""
         approval_id = validate_approval_id(record.get("id"))
         path = self.path(approval_id)
         check_approval_record(record, source=f"approval {approval_id!r}")
         text = encode_json_object(record, what=f"approval {approval_id!r}")
+        session_id = record.get("session_id")
         with self._lock():
+            if fence is not None and isinstance(session_id, str):
+                _check_fence(self._dir, validate_session_id(session_id), fence)
             if path.exists():
                 raise ValueError(f"approval {approval_id!r} exists already ({path})")
             self._dir.write(path, text.encode("utf-8"))

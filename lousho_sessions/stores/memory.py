@@ -14,6 +14,9 @@ from ..errors import ApprovalAlreadyResolvedError, ApprovalNotFoundError, StoreC
 from ..messages import Message
 from .base import (
     AgentStore,
+    BaseApprovalStore,
+    BaseCheckpointStore,
+    BaseSessionStore,
     PruneResult,
     check_approval_record,
     decode_json_object,
@@ -24,6 +27,7 @@ from .base import (
     validate_session_id,
     validate_turn_id,
 )
+from .lease import LocalLeases, fence_session_id
 
 __all__ = [
     "MemoryApprovalStore",
@@ -45,10 +49,16 @@ def _check_messages(id: str, messages: Sequence[Message]) -> list[Message]:
     return new
 
 
-class MemorySessionStore:
-    """Transcripts in a dict; messages are frozen, so no copies of them are made."""
+class MemorySessionStore(BaseSessionStore):
+    """Transcripts in a dict; messages are frozen, so no copies of them are made.
 
-    def __init__(self) -> None:
+    ``turn_lock`` excludes the threads of this process (``lock_scope`` ``"process"``);
+    its fences live in ``leases``, which ``memory_store()`` shares with the
+    checkpoint and approval stores so that their writes check them too.
+    """
+
+    def __init__(self, *, leases: LocalLeases | None = None) -> None:
+        self._leases = leases or LocalLeases()
         self._lock = threading.Lock()
         self._data: dict[str, list[Message]] = {}
         self._revisions: dict[str, int] = {}
@@ -68,10 +78,18 @@ class MemorySessionStore:
             self._data[id] = new
             self._bump(id)
 
-    def append(self, id: str, messages: Sequence[Message], expected_length: int) -> None:
+    def append(
+        self,
+        id: str,
+        messages: Sequence[Message],
+        expected_length: int,
+        *,
+        fence: int | None = None,
+    ) -> None:
         validate_session_id(id)
         messages = _check_messages(id, messages)
         with self._lock:
+            self._leases.check(id, fence, where="memory store")
             current = self._data.get(id, [])
             if len(current) != expected_length:
                 raise StoreConflictError(
@@ -107,10 +125,15 @@ class MemorySessionStore:
         self._updated[id] = time.time()
 
 
-class MemoryCheckpointStore:
-    """Checkpoints kept as JSON text, so they behave exactly as a persistent store's."""
+class MemoryCheckpointStore(BaseCheckpointStore):
+    """Checkpoints kept as JSON text, so they behave exactly as a persistent store's.
 
-    def __init__(self) -> None:
+    Writes check fences when given the session store's ``leases`` (``memory_store()`` does).
+    """
+
+    def __init__(self, *, leases: LocalLeases | None = None) -> None:
+        self._leases = leases or LocalLeases()
+        self.fenced_writes = leases is not None
         self._lock = threading.Lock()
         self._data: dict[str, tuple[str, float]] = {}  # turn id -> (JSON text, time written)
 
@@ -121,15 +144,19 @@ class MemoryCheckpointStore:
             return None
         return decode_json_object(entry[0], source=f"checkpoint {turn_id!r}")
 
-    def save(self, turn_id: str, checkpoint: Mapping[str, Any]) -> None:
+    def save(
+        self, turn_id: str, checkpoint: Mapping[str, Any], *, fence: int | None = None
+    ) -> None:
         validate_turn_id(turn_id)
         text = encode_json_object(checkpoint, what=f"checkpoint {turn_id!r}")
         with self._lock:
+            self._leases.check(fence_session_id(turn_id), fence, where="memory store")
             self._data[turn_id] = (text, time.time())
 
-    def delete(self, turn_id: str) -> None:
+    def delete(self, turn_id: str, *, fence: int | None = None) -> None:
         validate_turn_id(turn_id)
         with self._lock:
+            self._leases.check(fence_session_id(turn_id), fence, where="memory store")
             self._data.pop(turn_id, None)
 
     def list(self, prefix: str = "") -> list[str]:
@@ -150,20 +177,28 @@ def _now_iso() -> str:
     return datetime.now(timezone.utc).isoformat()
 
 
-class MemoryApprovalStore:
-    """Approval records in a dict; ``resolve`` is a compare-and-set under a lock."""
+class MemoryApprovalStore(BaseApprovalStore):
+    """Approval records in a dict; ``resolve`` is a compare-and-set under a lock.
 
-    def __init__(self) -> None:
+    ``create`` checks fences when given the session store's ``leases``.
+    """
+
+    def __init__(self, *, leases: LocalLeases | None = None) -> None:
+        self._leases = leases or LocalLeases()
+        self.fenced_writes = leases is not None
         self._lock = threading.Lock()
         self._data: dict[str, str] = {}
         self._resolved: dict[str, float] = {}  # approval id -> when it was resolved
 
-    def create(self, record: Mapping[str, Any]) -> None:
+    def create(self, record: Mapping[str, Any], *, fence: int | None = None) -> None:
         """Store a new record; ``ValueError`` if one with its ``id`` exists or it is malformed."""
         approval_id = validate_approval_id(record.get("id"))
         check_approval_record(record, source=f"approval {approval_id!r}")
         text = encode_json_object(record, what=f"approval {approval_id!r}")
+        session_id = record.get("session_id")
         with self._lock:
+            if isinstance(session_id, str):
+                self._leases.check(session_id, fence, where="memory store")
             if approval_id in self._data:
                 raise ValueError(f"approval {approval_id!r} exists already")
             self._data[approval_id] = text
@@ -245,4 +280,9 @@ class MemoryStore(AgentStore):
 
 def memory_store() -> MemoryStore:
     """Sessions, checkpoints and approvals in memory, as one ``AgentStore``."""
-    return MemoryStore(MemorySessionStore(), MemoryCheckpointStore(), MemoryApprovalStore())
+    leases = LocalLeases()
+    return MemoryStore(
+        MemorySessionStore(leases=leases),
+        MemoryCheckpointStore(leases=leases),
+        MemoryApprovalStore(leases=leases),
+    )

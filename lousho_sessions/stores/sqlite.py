@@ -4,7 +4,9 @@ Import it as ``from lousho_sessions.sqlite import SqliteStore``: the root packag
 never imports ``sqlite3``. Messages are rows ``(session_id, seq, json)``, so an
 ``append`` writes only the new messages; a per-session row holds the length and
 a revision. The schema is versioned with ``PRAGMA user_version``: each entry of
-``MIGRATIONS`` takes the database one version up, applied on open.
+``MIGRATIONS`` takes the database one version up, applied on open. A ``leases``
+row keeps the fence handed out last with each session's turn lock; fenced writes
+compare with it in their own transaction.
 """
 
 from __future__ import annotations
@@ -16,8 +18,8 @@ import sqlite3
 import threading
 import time
 import weakref
-from collections.abc import Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -33,13 +35,23 @@ from ..errors import (
 from ..messages import Message
 from ..serde import messages_from_json
 from . import _lockfile
-from ._sqlite_records import Part, SqliteApprovalStore, SqliteCheckpointStore
+from ._sqlite_records import (
+    Part,
+    SqliteApprovalStore,
+    SqliteCheckpointStore,
+    prune_approvals,
+    prune_checkpoints,
+    prune_sessions,
+)
 from .base import (
+    BaseSessionStore,
+    LockScope,
     PruneResult,
     message_json,
     older_than_seconds,
     validate_session_id,
 )
+from .lease import Lease, check_fence, next_fence
 
 __all__ = [
     "MIGRATIONS",
@@ -86,6 +98,15 @@ MIGRATIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "CREATE INDEX checkpoints_updated ON checkpoints (updated_at)",
             "CREATE INDEX approvals_session ON approvals (session_id, status)",
             "CREATE INDEX approvals_resolved ON approvals (resolved_at)",
+        ),
+    ),
+    (
+        "2: leases: the fence handed out last with each session's turn lock",
+        (
+            """CREATE TABLE leases (
+                session_id TEXT PRIMARY KEY,
+                fence INTEGER NOT NULL
+            ) WITHOUT ROWID""",
         ),
     ),
 )
@@ -168,18 +189,9 @@ class SqliteStore:
         ``timedelta``) and approvals resolved that long ago; pending approvals are kept."""
         cutoff = time.time() - older_than_seconds(older_than)
         with self.transaction() as conn:
-            conn.execute(
-                "DELETE FROM messages WHERE session_id IN "
-                "(SELECT id FROM sessions WHERE updated_at < ?)",
-                (cutoff,),
-            )
-            sessions = conn.execute("DELETE FROM sessions WHERE updated_at < ?", (cutoff,)).rowcount
-            checkpoints = conn.execute(
-                "DELETE FROM checkpoints WHERE updated_at < ?", (cutoff,)
-            ).rowcount
-            approvals = conn.execute(
-                "DELETE FROM approvals WHERE status IS NOT 'pending' AND resolved_at < ?", (cutoff,)
-            ).rowcount
+            sessions = prune_sessions(conn, cutoff)
+            checkpoints = prune_checkpoints(conn, cutoff)
+            approvals = prune_approvals(conn, cutoff)
         lock_files = self._prune_lock_files()
         log.info(
             "%s: pruned %d sessions, %d checkpoints, %d approvals, %d lock files",
@@ -246,22 +258,47 @@ class SqliteStore:
                 raise
             conn.execute("COMMIT")
 
-    @contextmanager
-    def turn_lock(self, id: str, timeout: float | None = None) -> Iterator[None]:
+    def turn_lock(self, id: str, *, timeout: float | None = None) -> Lease:
         """Hold session ``id`` for a turn across threads and processes; see ``docs/stores.md``.
 
         A file database uses an OS file lock ``<db>.locks/<id>.lock`` (freed when
         the holding process dies); ``":memory:"`` a lock per id in this store.
-        ``SessionBusyError`` when not acquired within ``timeout`` seconds.
+        ``SessionBusyError`` when not acquired within ``timeout`` seconds. The
+        lease's fence is written to the ``leases`` table while the lock is held.
         """
         validate_session_id(id)
         with self._lock:
             if self._conn is None and not self._reopen:
                 raise StoreClosedError(f"{self.path}: the SQLite store was closed")
-        if self.path == _MEMORY:
-            with self._memory_turn(id, timeout):
-                yield
+        release = (
+            self._memory_turn(id, timeout) if self.path == _MEMORY else self._file_turn(id, timeout)
+        )
+        try:
+            with self.transaction() as conn:
+                row = conn.execute(
+                    "SELECT fence FROM leases WHERE session_id = ?", (id,)
+                ).fetchone()
+                fence = next_fence(None if row is None else int(row[0]))
+                conn.execute(
+                    "INSERT INTO leases (session_id, fence) VALUES (?, ?) "
+                    "ON CONFLICT (session_id) DO UPDATE SET fence = excluded.fence",
+                    (id, fence),
+                )
+        except BaseException:
+            release()
+            raise
+        return Lease(id, fence, release)
+
+    def check_fence(self, conn: sqlite3.Connection, session_id: str, fence: int | None) -> None:
+        """In a write transaction: ``LeaseLostError`` if ``fence`` is older than the session's."""
+        if fence is None:
             return
+        row = conn.execute(
+            "SELECT fence FROM leases WHERE session_id = ?", (session_id,)
+        ).fetchone()
+        check_fence(session_id, fence, None if row is None else int(row[0]), where=self.path)
+
+    def _file_turn(self, id: str, timeout: float | None) -> Callable[[], None]:
         lock_dir = self._lock_dir()
         try:
             lock_dir.mkdir(mode=0o700, exist_ok=True)
@@ -274,31 +311,31 @@ class SqliteStore:
             raise SessionBusyError(
                 f"session {id!r} is held by another turn: {lock_path} not acquired within {timeout} s"
             ) from exc
-        try:
-            yield
-        finally:
-            release()
+        return release
 
-    @contextmanager
-    def _memory_turn(self, id: str, timeout: float | None) -> Iterator[None]:
+    def _memory_turn(self, id: str, timeout: float | None) -> Callable[[], None]:
         with self._lock:
             entry = self._memory_turns.setdefault(id, [threading.Lock(), 0])
             entry[1] += 1
-        try:
-            lock: threading.Lock = entry[0]
-            if not lock.acquire(timeout=-1 if timeout is None else timeout):
-                raise SessionBusyError(
-                    f"session {id!r} is held by another turn (not acquired within {timeout} s)"
-                )
-            try:
-                yield
-            finally:
-                lock.release()
-        finally:
+        lock: threading.Lock = entry[0]
+
+        def leave() -> None:
             with self._lock:
                 entry[1] -= 1
                 if entry[1] == 0:
                     del self._memory_turns[id]
+
+        if not lock.acquire(timeout=-1 if timeout is None else timeout):
+            leave()
+            raise SessionBusyError(
+                f"session {id!r} is held by another turn (not acquired within {timeout} s)"
+            )
+
+        def release() -> None:
+            lock.release()
+            leave()
+
+        return release
 
     def _after_fork_in_child(self) -> None:
         # SQLite connections must not cross a fork (gunicorn --preload, multiprocessing
@@ -425,12 +462,17 @@ def _wrap(path: str, exc: sqlite3.Error) -> StoreError:
     return StoreError(f"{path}: {exc}")
 
 
-class SqliteSessionStore(Part):
+class SqliteSessionStore(Part, BaseSessionStore):
     """The transcripts of a ``SqliteStore``: one row per message.
 
-    Offers ``append`` (writes only the new rows), ``revision`` (one indexed
-    SELECT) and ``turn_lock`` besides the ``SessionStore`` methods.
+    ``append`` writes only the new rows, ``revision`` is one indexed SELECT, and
+    ``turn_lock`` spans processes (``lock_scope`` ``"machine"``) except for
+    ``":memory:"`` (``"process"``).
     """
+
+    def __init__(self, store: SqliteStore) -> None:
+        super().__init__(store)
+        self.lock_scope: LockScope = "process" if store.path == _MEMORY else "machine"
 
     def load(self, id: str) -> list[Message] | None:
         validate_session_id(id)
@@ -455,11 +497,20 @@ class SqliteSessionStore(Part):
             conn.executemany("INSERT INTO messages (session_id, seq, json) VALUES (?, ?, ?)", rows)
             _touch(conn, id, len(rows))
 
-    def append(self, id: str, messages: Sequence[Message], expected_length: int) -> None:
-        """Add ``messages`` if ``expected_length`` are stored, else ``StoreConflictError``."""
+    def append(
+        self,
+        id: str,
+        messages: Sequence[Message],
+        expected_length: int,
+        *,
+        fence: int | None = None,
+    ) -> None:
+        """Add ``messages`` if ``expected_length`` are stored, else ``StoreConflictError``;
+        ``LeaseLostError`` if ``fence`` is older than the session's newest."""
         validate_session_id(id)
         rows = _rows(id, messages, expected_length)
         with self.store.transaction() as conn:
+            self.store.check_fence(conn, id, fence)
             row = conn.execute("SELECT length FROM sessions WHERE id = ?", (id,)).fetchone()
             length = row[0] if row else 0
             if length != expected_length:
@@ -486,9 +537,15 @@ class SqliteSessionStore(Part):
             row = conn.execute("SELECT revision FROM sessions WHERE id = ?", (id,)).fetchone()
         return None if row is None else int(row[0])
 
-    def turn_lock(self, id: str, timeout: float | None = None) -> AbstractContextManager[None]:
+    def turn_lock(self, id: str, *, timeout: float | None = None) -> Lease:
         """Hold session ``id`` for a turn; see ``SqliteStore.turn_lock``."""
-        return self.store.turn_lock(id, timeout)
+        return self.store.turn_lock(id, timeout=timeout)
+
+    def prune(self, older_than: timedelta | float) -> PruneResult:
+        """Delete the sessions not updated within ``older_than`` (seconds or a ``timedelta``)."""
+        cutoff = time.time() - older_than_seconds(older_than)
+        with self.store.transaction() as conn:
+            return PruneResult(sessions=prune_sessions(conn, cutoff), checkpoints=0, approvals=0)
 
 
 def _rows(id: str, messages: Sequence[Message], start: int) -> list[tuple[str, int, str]]:

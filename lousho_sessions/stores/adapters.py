@@ -1,0 +1,283 @@
+"""Adapters giving a user's plain store the whole contract, with the base classes' defaults.
+
+A user may hand us any object with the Protocol's methods. ``store_parts`` wraps
+it here, once: what the object offers of its own (``append``, ``revision``,
+``turn_lock``, ``prune``, ``close``) is looked up at construction and used, the
+rest comes from the base class. The user's methods cannot check fences, so the
+adapters pass ``fence`` to nothing; ``fenced_writes`` says so.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections.abc import Callable, Mapping, Sequence
+from datetime import timedelta
+from typing import Any, TypeVar
+
+from ..messages import Message
+from .base import (
+    AgentStore,
+    ApprovalStore,
+    BaseApprovalStore,
+    BaseCheckpointStore,
+    BaseSessionStore,
+    CheckpointStore,
+    LockScope,
+    PruneResult,
+    SessionStore,
+    validate_session_id,
+)
+from .lease import Lease
+
+__all__ = ["adapt_approvals", "adapt_checkpoints", "adapt_sessions", "parts_of"]
+
+_PARTS = ("sessions", "checkpoints", "approvals")
+
+# One adapter per user object while it is in use, so that the session workers
+# keyed by the store's identity, and the process-local turn locks, are shared.
+_ADAPTERS: weakref.WeakValueDictionary[tuple[type, int], _Adapter] = weakref.WeakValueDictionary()
+_ADAPTERS_LOCK = threading.Lock()
+
+
+def _method(inner: object, name: str) -> Callable[..., Any] | None:
+    found = getattr(inner, name, None)
+    return found if callable(found) else None
+
+
+class _Adapter:
+    inner: object
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.inner!r})"
+
+
+class SessionStoreAdapter(_Adapter, BaseSessionStore):
+    """A plain ``SessionStore`` under the contract.
+
+    Its own ``append``, ``revision``, ``turn_lock`` (a context manager),
+    ``prune`` and ``close`` are used when it has them. Its own ``append`` cannot
+    check a fence, so with one ``fenced_writes`` is false; without one, the
+    default ``append`` checks fences handed out in this process.
+    ``lock_scope`` is the object's own if it declares one with its ``turn_lock``,
+    else ``"process"``.
+    """
+
+    inner: SessionStore
+
+    def __init__(self, inner: SessionStore) -> None:
+        super().__init__(inner)
+        self._append = _method(inner, "append")
+        self._revision = _method(inner, "revision")
+        self._turn_lock = _method(inner, "turn_lock")
+        self._prune = _method(inner, "prune")
+        self._close = _method(inner, "close")
+        scope = getattr(inner, "lock_scope", "process") if self._turn_lock else "process"
+        self.lock_scope: LockScope = (
+            "cluster" if scope == "cluster" else "machine" if scope == "machine" else "process"
+        )
+        self.fenced_writes = self._append is None
+
+    def load(self, id: str) -> list[Message] | None:
+        return self.inner.load(id)
+
+    def save(self, id: str, messages: Sequence[Message]) -> None:
+        self.inner.save(id, messages)
+
+    def delete(self, id: str) -> None:
+        self.inner.delete(id)
+
+    def append(
+        self,
+        id: str,
+        messages: Sequence[Message],
+        expected_length: int,
+        *,
+        fence: int | None = None,
+    ) -> None:
+        if self._append is None:
+            super().append(id, messages, expected_length, fence=fence)
+        else:
+            self._append(id, messages, expected_length)
+
+    def revision(self, id: str) -> object | None:
+        return super().revision(id) if self._revision is None else self._revision(id)
+
+    def turn_lock(self, id: str, *, timeout: float | None = None) -> Lease:
+        if self._turn_lock is None:
+            return super().turn_lock(id, timeout=timeout)
+        validate_session_id(id)
+        held = self._turn_lock(id, timeout=timeout)
+        held.__enter__()
+        leases = self._local_leases()
+        try:
+            fence = leases.issue(id)
+        except BaseException:
+            held.__exit__(None, None, None)
+            raise
+        return Lease(
+            id,
+            fence,
+            lambda: held.__exit__(None, None, None),
+            current=lambda: leases.current(id, fence),
+        )
+
+    def prune(self, older_than: timedelta | float) -> PruneResult:
+        if self._prune is None:
+            return super().prune(older_than)
+        result: PruneResult = self._prune(older_than)
+        return result
+
+    def close(self) -> None:
+        if self._close is not None:
+            self._close()
+
+
+class CheckpointStoreAdapter(_Adapter, BaseCheckpointStore):
+    """A plain ``CheckpointStore`` under the contract; ``fence`` is not checked."""
+
+    inner: CheckpointStore
+
+    def __init__(self, inner: CheckpointStore) -> None:
+        super().__init__(inner)
+        self._prune = _method(inner, "prune")
+        self._close = _method(inner, "close")
+
+    def load(self, turn_id: str) -> dict[str, Any] | None:
+        return self.inner.load(turn_id)
+
+    def save(
+        self, turn_id: str, checkpoint: Mapping[str, Any], *, fence: int | None = None
+    ) -> None:
+        self.inner.save(turn_id, checkpoint)
+
+    def delete(self, turn_id: str, *, fence: int | None = None) -> None:
+        self.inner.delete(turn_id)
+
+    def list(self, prefix: str = "") -> list[str]:
+        return self.inner.list(prefix)
+
+    def prune(self, older_than: timedelta | float) -> PruneResult:
+        if self._prune is None:
+            return super().prune(older_than)
+        result: PruneResult = self._prune(older_than)
+        return result
+
+    def close(self) -> None:
+        if self._close is not None:
+            self._close()
+
+
+class ApprovalStoreAdapter(_Adapter, BaseApprovalStore):
+    """A plain ``ApprovalStore`` under the contract; ``fence`` is not checked."""
+
+    inner: ApprovalStore
+
+    def __init__(self, inner: ApprovalStore) -> None:
+        super().__init__(inner)
+        self._prune = _method(inner, "prune")
+        self._close = _method(inner, "close")
+
+    def create(self, record: Mapping[str, Any], *, fence: int | None = None) -> None:
+        self.inner.create(record)
+
+    def get(self, id: str) -> dict[str, Any] | None:
+        return self.inner.get(id)
+
+    def resolve(self, id: str, *, approved: bool, reason: str | None = None) -> dict[str, Any]:
+        return self.inner.resolve(id, approved=approved, reason=reason)
+
+    def list(
+        self, session_id: str | None = None, status: str | None = "pending"
+    ) -> list[dict[str, Any]]:
+        return self.inner.list(session_id=session_id, status=status)
+
+    def delete(self, id: str) -> None:
+        self.inner.delete(id)
+
+    def prune(self, older_than: timedelta | float) -> PruneResult:
+        if self._prune is None:
+            return super().prune(older_than)
+        result: PruneResult = self._prune(older_than)
+        return result
+
+    def close(self) -> None:
+        if self._close is not None:
+            self._close()
+
+
+_A = TypeVar("_A", bound=_Adapter)
+
+
+def _cached(inner: object, kind: type[_A]) -> _A:
+    with _ADAPTERS_LOCK:
+        adapter = _ADAPTERS.get((kind, id(inner)))
+        # The adapter holds ``inner``, so while it lives the id cannot be reused.
+        if isinstance(adapter, kind) and adapter.inner is inner:
+            return adapter
+        made = kind(inner)
+        _ADAPTERS[(kind, id(inner))] = made
+        return made
+
+
+def adapt_sessions(store: object) -> BaseSessionStore:
+    """``store`` if it subclasses ``BaseSessionStore``, else its (one) adapter."""
+    if isinstance(store, BaseSessionStore):
+        return store
+    return _cached(store, SessionStoreAdapter)
+
+
+def adapt_checkpoints(store: object) -> BaseCheckpointStore:
+    """``store`` if it subclasses ``BaseCheckpointStore``, else its (one) adapter."""
+    if isinstance(store, BaseCheckpointStore):
+        return store
+    return _cached(store, CheckpointStoreAdapter)
+
+
+def adapt_approvals(store: object) -> BaseApprovalStore:
+    """``store`` if it subclasses ``BaseApprovalStore``, else its (one) adapter."""
+    if isinstance(store, BaseApprovalStore):
+        return store
+    return _cached(store, ApprovalStoreAdapter)
+
+
+def parts_of(store: object) -> AgentStore:
+    """``store_parts``: read ``store`` as its three parts, each adapted to the contract."""
+    if store is None:
+        return AgentStore()
+    if isinstance(store, AgentStore):
+        parts: tuple[Any, Any, Any] = (store.sessions, store.checkpoints, store.approvals)
+    elif isinstance(store, Mapping):
+        unknown = set(store) - set(_PARTS)
+        if unknown:
+            raise TypeError(
+                f"unknown store parts {sorted(unknown)}; expected sessions, checkpoints, approvals"
+            )
+        parts = (store.get("sessions"), store.get("checkpoints"), store.get("approvals"))
+    elif any(hasattr(store, name) for name in _PARTS):
+        parts = (
+            getattr(store, "sessions", None),
+            getattr(store, "checkpoints", None),
+            getattr(store, "approvals", None),
+        )
+    elif all(callable(getattr(store, name, None)) for name in ("load", "save", "delete")):
+        parts = (store, None, None)
+    else:
+        raise TypeError(
+            f"{type(store).__name__} is not a store: expected a SessionStore (load/save/delete) "
+            "or an object with sessions/checkpoints/approvals"
+        )
+    sessions, checkpoints, approvals = parts
+    adapted = AgentStore(
+        None if sessions is None else adapt_sessions(sessions),
+        None if checkpoints is None else adapt_checkpoints(checkpoints),
+        None if approvals is None else adapt_approvals(approvals),
+    )
+    if isinstance(store, AgentStore) and all(
+        getattr(store, n) is getattr(adapted, n) for n in _PARTS
+    ):
+        return store
+    return adapted

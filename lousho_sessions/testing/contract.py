@@ -1,0 +1,25 @@
+"""``StoreContractTests``: every test of the store contract, for pytest to collect from a subclass."""
+
+from __future__ import annotations
+
+from ._leases import LeaseTests
+from ._records import ApprovalTests, CheckpointTests
+from ._sessions import SessionTests
+from ._support import WAIT
+
+__all__ = ["WAIT", "StoreContractTests"]
+
+
+class StoreContractTests(SessionTests, LeaseTests, CheckpointTests, ApprovalTests):
+    """The store contract as tests. Subclass it as ``Test…`` and define ``make_store``.
+
+    ``make_store(self, tmp_path)`` returns a new, empty store (anything
+    ``store_parts()`` accepts). Define ``reopen_store(self, tmp_path)`` too, returning
+    the same store opened again, to test persistence and, for a store whose
+    ``lock_scope`` is ``"machine"`` or ``"cluster"``, other processes: they open it
+    through ``reopen_store`` in a process of their own, so the class must be defined
+    at the top level of an importable module. Parts the store lacks, powers it does
+    not declare (``fenced_writes``, ``prune``, revisions) and the cross-process tests of a
+    ``"process"``-scoped lock are skipped, each saying why. The tests check behaviour
+    and error types, never the wording of messages.
+    """

@@ -1,0 +1,272 @@
+"""Hypothesis state machines: random sequences of store calls checked against a dict model.
+
+Imports Hypothesis (``pip install hypothesis``). Build one with
+``lousho_sessions.testing.session_store_machine(factory)`` (or the checkpoint and
+approval variants), where ``factory(tmp_dir)`` makes a new, empty store, and let
+pytest collect its ``TestCase``.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from ..errors import (
+    ApprovalAlreadyResolvedError,
+    ApprovalNotFoundError,
+    LeaseLostError,
+    StoreConflictError,
+)
+from ..messages import Message
+from ._support import WAIT, Parts, opened, skip, tracks_revisions
+
+__all__ = ["SETTINGS", "approval_machine", "checkpoint_machine", "session_machine"]
+
+SESSION_IDS = st.sampled_from(["s1", "s2", "s-3"])
+TURN_IDS = st.sampled_from(["s1.turn-0", "s1.turn-2", "s2.turn-0", "s2.send"])
+APPROVAL_IDS = st.sampled_from(["a1", "a2", "a.3"])
+TEXTS = st.text(st.characters(codec="utf-8"), max_size=8)
+MESSAGES = st.lists(
+    st.builds(Message.user, TEXTS) | st.builds(Message.assistant, TEXTS), max_size=3
+)
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**40), 2**40) | TEXTS,
+    lambda inner: st.lists(inner, max_size=2) | st.dictionaries(TEXTS, inner, max_size=2),
+    max_leaves=5,
+)
+#: The settings the machines' ``TestCase`` runs with.
+SETTINGS = settings(
+    max_examples=30,
+    stateful_step_count=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+
+
+class _StoreMachine(RuleBasedStateMachine):
+    """Opens ``factory(tmp_dir)`` for one run; closes it and removes the directory after."""
+
+    factory: Callable[[Path], Any]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tmp = Path(tempfile.mkdtemp(prefix="lousho-kit-"))
+        self._context = opened(type(self).factory, self.tmp / "store")
+        self.parts: Parts = self._context.__enter__()
+
+    def teardown(self) -> None:
+        try:
+            self._context.__exit__(None, None, None)
+        finally:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def _machine(base: type[_StoreMachine], factory: Callable[[Path], Any]) -> type[Any]:
+    machine: type[_StoreMachine] = type(
+        base.__name__.lstrip("_"), (base,), {"factory": staticmethod(factory)}
+    )
+    machine.TestCase.settings = SETTINGS
+    return machine
+
+
+class _SessionMachine(_StoreMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        sessions = self.parts.sessions
+        if sessions is None:
+            self.teardown()
+            skip("the store has no sessions part")
+        self.sessions = sessions
+        self.revisions_known = tracks_revisions(sessions)
+        self.model: dict[str, list[Message]] = {}
+        self.revisions: dict[str, object] = {}
+        self.fences: dict[str, list[int]] = {}
+
+    def _wrote(self, id: str) -> None:
+        if not self.revisions_known:
+            return
+        revision = self.sessions.revision(id)
+        assert revision is not None
+        assert revision != self.revisions.get(id)
+        self.revisions[id] = revision
+
+    @rule(id=SESSION_IDS, messages=MESSAGES)
+    def save(self, id: str, messages: list[Message]) -> None:
+        self.sessions.save(id, messages)
+        self.model[id] = list(messages)
+        self._wrote(id)
+
+    @rule(id=SESSION_IDS, messages=MESSAGES)
+    def append(self, id: str, messages: list[Message]) -> None:
+        fence = self.fences[id][-1] if self.fences.get(id) else None
+        self.sessions.append(id, messages, len(self.model.get(id, [])), fence=fence)
+        self.model[id] = self.model.get(id, []) + messages
+        self._wrote(id)
+
+    @precondition(lambda self: self.model)
+    @rule(data=st.data(), off_by=st.sampled_from([-1, 1, 5]), messages=MESSAGES)
+    def append_conflict(self, data: st.DataObject, off_by: int, messages: list[Message]) -> None:
+        id = data.draw(st.sampled_from(sorted(self.model)))
+        expected = len(self.model[id]) + off_by
+        try:
+            self.sessions.append(id, messages, expected)
+        except StoreConflictError:
+            pass
+        else:
+            raise AssertionError(f"append with expected_length {expected} succeeded")
+        if self.revisions_known:
+            assert self.sessions.revision(id) == self.revisions[id]
+
+    @rule(id=SESSION_IDS)
+    def take_lease(self, id: str) -> None:
+        with self.sessions.turn_lock(id, timeout=WAIT) as lease:
+            assert not lease.lost
+        assert lease.lost
+        seen = self.fences.setdefault(id, [])
+        assert not seen or lease.fence > seen[-1], (seen, lease.fence)
+        seen.append(lease.fence)
+
+    @precondition(lambda self: any(len(f) >= 2 for f in self.fences.values()))
+    @rule(data=st.data(), messages=MESSAGES)
+    def append_with_stale_fence(self, data: st.DataObject, messages: list[Message]) -> None:
+        if not self.sessions.fenced_writes:
+            return
+        id = data.draw(st.sampled_from(sorted(i for i, f in self.fences.items() if len(f) >= 2)))
+        stale = data.draw(st.sampled_from(self.fences[id][:-1]))
+        try:
+            self.sessions.append(id, messages, len(self.model.get(id, [])), fence=stale)
+        except LeaseLostError:
+            pass
+        else:
+            raise AssertionError(f"append with stale fence {stale} succeeded")
+        assert self.sessions.load(id) == self.model.get(id)
+
+    @rule(id=SESSION_IDS)
+    def delete(self, id: str) -> None:
+        self.sessions.delete(id)
+        self.model.pop(id, None)
+        self.revisions.pop(id, None)
+
+    @rule(id=SESSION_IDS)
+    def load(self, id: str) -> None:
+        assert self.sessions.load(id) == self.model.get(id)
+
+    @invariant()
+    def known_ids_have_revisions(self) -> None:
+        if self.revisions_known:
+            for id in ("s1", "s2", "s-3"):
+                assert (self.sessions.revision(id) is None) == (id not in self.model)
+
+
+class _CheckpointMachine(_StoreMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        checkpoints = self.parts.checkpoints
+        if checkpoints is None:
+            self.teardown()
+            skip("the store has no checkpoints part")
+        self.checkpoints = checkpoints
+        self.model: dict[str, dict[str, Any]] = {}
+
+    @rule(turn_id=TURN_IDS, checkpoint=st.dictionaries(TEXTS, JSON, max_size=3))
+    def save(self, turn_id: str, checkpoint: dict[str, Any]) -> None:
+        self.checkpoints.save(turn_id, checkpoint)
+        self.model[turn_id] = checkpoint
+
+    @rule(turn_id=TURN_IDS)
+    def delete(self, turn_id: str) -> None:
+        self.checkpoints.delete(turn_id)
+        self.model.pop(turn_id, None)
+
+    @rule(prefix=st.sampled_from(["", "s1", "s1.", "s2.s", "x"]))
+    def list_checkpoints(self, prefix: str) -> None:
+        expected = sorted(k for k in self.model if k.startswith(prefix))
+        assert self.checkpoints.list(prefix) == expected
+
+    @invariant()
+    def checkpoints_match(self) -> None:
+        for turn_id, checkpoint in self.model.items():
+            assert self.checkpoints.load(turn_id) == checkpoint
+
+
+class _ApprovalMachine(_StoreMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        approvals = self.parts.approvals
+        if approvals is None:
+            self.teardown()
+            skip("the store has no approvals part")
+        self.approvals = approvals
+        self.model: dict[str, dict[str, Any]] = {}
+
+    @rule(id=APPROVAL_IDS, session_id=SESSION_IDS, extra=JSON)
+    def create(self, id: str, session_id: str, extra: object) -> None:
+        record = {"id": id, "session_id": session_id, "status": "pending", "extra": extra}
+        if id in self.model:
+            try:
+                self.approvals.create(record)
+            except ValueError:
+                return
+            raise AssertionError(f"created approval {id!r} twice")
+        self.approvals.create(record)
+        self.model[id] = record
+
+    @rule(id=APPROVAL_IDS, approved=st.booleans())
+    def resolve(self, id: str, approved: bool) -> None:
+        record = self.model.get(id)
+        try:
+            resolved = self.approvals.resolve(id, approved=approved, reason="why")
+        except ApprovalNotFoundError:
+            assert record is None
+        except ApprovalAlreadyResolvedError:
+            assert record is not None
+            assert record["status"] != "pending"
+        else:
+            assert record is not None
+            assert record["status"] == "pending"
+            assert resolved["status"] == ("approved" if approved else "denied")
+            assert resolved["extra"] == record["extra"]
+            self.model[id] = resolved
+
+    @rule(id=APPROVAL_IDS)
+    def delete(self, id: str) -> None:
+        self.approvals.delete(id)
+        self.model.pop(id, None)
+
+    @rule(session_id=st.none() | SESSION_IDS, status=st.sampled_from([None, "pending", "approved"]))
+    def list_approvals(self, session_id: str | None, status: str | None) -> None:
+        expected = sorted(
+            id
+            for id, r in self.model.items()
+            if (session_id is None or r["session_id"] == session_id)
+            and (status is None or r["status"] == status)
+        )
+        found = self.approvals.list(session_id=session_id, status=status)
+        assert sorted(r["id"] for r in found) == expected
+
+    @invariant()
+    def approvals_match(self) -> None:
+        for id, record in self.model.items():
+            assert self.approvals.get(id) == record
+
+
+def session_machine(factory: Callable[[Path], Any]) -> type[RuleBasedStateMachine]:
+    """The sessions part of ``factory(tmp_dir)`` against a dict, with leases and stale fences."""
+    return _machine(_SessionMachine, factory)
+
+
+def checkpoint_machine(factory: Callable[[Path], Any]) -> type[RuleBasedStateMachine]:
+    """The checkpoints part of ``factory(tmp_dir)`` against a dict."""
+    return _machine(_CheckpointMachine, factory)
+
+
+def approval_machine(factory: Callable[[Path], Any]) -> type[RuleBasedStateMachine]:
+    """The approvals part of ``factory(tmp_dir)`` against a dict."""
+    return _machine(_ApprovalMachine, factory)

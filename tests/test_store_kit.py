@@ -1,0 +1,116 @@
+"""The conformance kit (``lousho_sessions.testing``) run over every store of ours."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from storekit import Kit
+
+from lousho_sessions import (
+    BaseApprovalStore,
+    BaseCheckpointStore,
+    BaseSessionStore,
+    file_store,
+    memory_store,
+)
+from lousho_sessions.sqlite import SqliteStore
+from lousho_sessions.stores.base import sessions_contract, store_parts
+from lousho_sessions.testing import (
+    StoreContractTests,
+    approval_store_machine,
+    checkpoint_store_machine,
+    session_store_machine,
+)
+
+
+class TestMemoryStore(StoreContractTests):
+    def make_store(self, tmp_path: Path) -> Any:
+        return memory_store()
+
+
+class TestFileStore(StoreContractTests):
+    def make_store(self, tmp_path: Path) -> Any:
+        return file_store(tmp_path / "store")
+
+    def reopen_store(self, tmp_path: Path) -> Any:
+        return file_store(tmp_path / "store")
+
+
+class TestSqliteStore(StoreContractTests):
+    def make_store(self, tmp_path: Path) -> Any:
+        return SqliteStore(tmp_path / "store.db")
+
+    def reopen_store(self, tmp_path: Path) -> Any:
+        return SqliteStore(tmp_path / "store.db")
+
+
+class TestSqliteMemoryStore(StoreContractTests):
+    def make_store(self, tmp_path: Path) -> Any:
+        return SqliteStore(":memory:")
+
+
+def memory(path: Path) -> Any:
+    return memory_store()
+
+
+def files(path: Path) -> Any:
+    return file_store(path)
+
+
+def sqlite(path: Path) -> Any:
+    return SqliteStore(path / "store.db")
+
+
+def sqlite_memory(path: Path) -> Any:
+    return SqliteStore(":memory:")
+
+
+TestMemorySessions = session_store_machine(memory).TestCase
+TestMemoryCheckpoints = checkpoint_store_machine(memory).TestCase
+TestMemoryApprovals = approval_store_machine(memory).TestCase
+TestFileSessions = session_store_machine(files).TestCase
+TestFileCheckpoints = checkpoint_store_machine(files).TestCase
+TestFileApprovals = approval_store_machine(files).TestCase
+TestSqliteSessions = session_store_machine(sqlite).TestCase
+TestSqliteCheckpoints = checkpoint_store_machine(sqlite).TestCase
+TestSqliteApprovals = approval_store_machine(sqlite).TestCase
+TestSqliteMemorySessions = session_store_machine(sqlite_memory).TestCase
+TestSqliteMemoryCheckpoints = checkpoint_store_machine(sqlite_memory).TestCase
+TestSqliteMemoryApprovals = approval_store_machine(sqlite_memory).TestCase
+
+
+def test_our_parts_subclass_the_bases_and_check_fences(store: Kit) -> None:
+    """Our stores are not adapted: they subclass the bases, check fences, and say their scope."""
+    assert isinstance(store.sessions, BaseSessionStore)
+    assert isinstance(store.checkpoints, BaseCheckpointStore)
+    assert isinstance(store.approvals, BaseApprovalStore)
+    assert sessions_contract(store.sessions) is store.sessions
+    for part in (store.sessions, store.checkpoints, store.approvals):
+        assert part.fenced_writes, part
+    scope = "process" if store.kind in ("memory", "sqlite-memory") else "machine"
+    assert store.sessions.lock_scope == scope
+    parts = store_parts({"sessions": store.sessions, "checkpoints": store.checkpoints})
+    assert parts.sessions is store.sessions and parts.checkpoints is store.checkpoints
+
+
+def test_the_docs_example_store_passes_the_kit(tmp_path: Path) -> None:
+    """docs/stores.md's custom store and its five-line kit usage, run by pytest as a user would."""
+    doc = Path(__file__).parent.parent / "docs" / "stores.md"
+    blocks = re.findall(r"```python\n(.*?)```", doc.read_text(encoding="utf-8"), flags=re.S)
+    (store,) = [b for b in blocks if "class JsonDictSessionStore(BaseSessionStore)" in b]
+    (kit,) = [b for b in blocks if "class TestJsonDictStore(StoreContractTests)" in b]
+    (tmp_path / "test_example_store.py").write_text(store + "\n\n" + kit)
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-W", "error", "-rs"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    summary = result.stdout.strip().splitlines()[-1]
+    assert "passed" in summary and "failed" not in summary, summary
