@@ -23,9 +23,9 @@ from typing import Any, ParamSpec, TypeVar
 
 from . import _worker
 from .abort import AbortSignal
-from .agent import Agent, Approvals
+from .agent import Agent
 from .agent import create_agent as _create_agent
-from .approvals import ApprovalRequest
+from .approvals import ApprovalRequest, Approvals
 from .events import Event, RunDone, SessionEvent
 from .messages import Message
 from .results import CompactionResult, ExecutionResult, PendingTurn
