@@ -173,7 +173,9 @@ class TurnRunner:
         if turn.kind == "session":
             last = history[-1].id if history else None
             if data.get("base_last_id") != last or data.get("base_length") != len(history):
-                log.warning("dropping stale checkpoint %s: the transcript changed under it", turn_id)
+                log.warning(
+                    "dropping stale checkpoint %s: the transcript changed under it", turn_id
+                )
                 checkpoints.store.delete(turn_id)
                 return None
         try:

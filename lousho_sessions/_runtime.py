@@ -77,6 +77,8 @@ class Runtime:
             pool.shutdown(wait=finished)
         left = None if deadline is None else max(0.0, deadline - time.monotonic())
         self.tool_loop.close(left if finished else 0)
-        if not finished:
-            log.warning("agent.close(): threads still running after %s s", timeout)
+        if not finished and timeout is not None:
+            log.warning(
+                "agent.close(): threads still busy after %s s end when their work is done", timeout
+            )
         return finished

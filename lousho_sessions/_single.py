@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Hashable
-from typing import Any
 from concurrent.futures import Future
+from typing import Any
 
 from ._calls import Stop, linked
 from ._checkpoints import TurnCheckpoints

@@ -63,6 +63,7 @@ class TurnKey:
         session_id = record.get("session_id")
         return cls("session", session_id) if isinstance(session_id, str) else None
 
+
 _NAMESPACE = uuid.UUID("6f1d2c8e-6a57-4c1e-9a61-4c2b8f6c7d10")
 
 
