@@ -13,8 +13,9 @@ import logging
 from collections.abc import Callable
 
 from ._checkpoints import TurnCheckpoints
+from ._config import Approve
 from ._inbox import Inbox, Ticket
-from ._runner import Approve, TurnRunner
+from ._runner import TurnRunner
 from ._transcript import Transcript
 from ._turn import TurnState
 from .abort import AbortController, AbortSignal

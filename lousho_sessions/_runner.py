@@ -12,57 +12,26 @@ pending turn and runs it to an end.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
-
-import attrs
+from collections.abc import Callable, Sequence
 
 from ._checkpoints import TurnCheckpoints
+from ._config import AgentConfig, Approve
 from ._inbox import Inbox, Ticket
 from ._runtime import Runtime
 from ._turn import Turn, TurnConfig, TurnState
 from .abort import AbortController
-from .approvals import ApprovalRequest, TurnKey
-from .compaction import Compaction
+from .approvals import TurnKey
 from .errors import StoreCorruptError
 from .events import Event
 from .failures import is_permanent
 from .messages import Message, Usage
-from .pricing import Pricing
-from .providers.base import Provider
 from .results import ExecutionResult, Limits
 from .serde import message_to_dict
-from .stores.base import AgentStore, ApprovalStore
-from .tools import Tool
+from .stores.base import ApprovalStore
 
-__all__ = ["AgentConfig", "Approve", "TurnRunner", "settle"]
+__all__ = ["TurnRunner", "settle"]
 
 log = logging.getLogger("lousho_sessions.turn")
-
-#: Decides a tool call that needs approval: True/False, or None to pause the turn.
-Approve = Callable[[ApprovalRequest], "bool | None"]
-
-
-@attrs.frozen
-class AgentConfig:
-    """What an agent is: its model, instructions, tools, limits and stores. ``agent.config``."""
-
-    provider: Provider
-    #: the system prompt: the instructions, then the project instructions (AGENTS.md)
-    system: str | None
-    tools: Mapping[str, Tool]
-    #: the agent's stores, part by part; a session's ``store=`` wins over them
-    store: AgentStore
-    #: where approval records live: the store's, else the runtime's memory
-    approvals: ApprovalStore
-    instructions: str | None = None
-    model_name: str | None = None
-    limits: Limits | None = None
-    approve: Approve | None = None
-    compaction: Compaction | None = None
-    pricing: Mapping[str, Pricing] | None = None
-    max_steps: int = 20
-    settings: Mapping[str, Any] = attrs.field(factory=dict)
 
 
 class TurnRunner:

@@ -1,4 +1,4 @@
-"""Single turns: ``agent.send``/``stream``/``resume`` from an empty history.
+"""Single turns: ``agent.send``/``stream``/``resume`` from an empty history; ``AgentExecutor``.
 
 A single turn runs as a job on the agent's workers, in a lane of its own: keyed by
 its session id when it is durable (so two sends with one id run one after the
@@ -9,24 +9,33 @@ other), else by its run id. A durable one is checkpointed under
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Sequence
 from concurrent.futures import Future
-from typing import Any
+from typing import Any, Protocol
 
 from ._calls import Stop, linked
 from ._checkpoints import TurnCheckpoints
-from ._runner import Approve, TurnRunner
+from ._config import Approve
+from ._runner import TurnRunner
 from ._turn import TurnState
 from ._worker import Job, inside
 from .abort import AbortController, AbortSignal
 from .approvals import TurnKey
 from .errors import SessionAwaitingApprovalError, SessionBusyError
 from .events import ErrorEvent, Event, RunDone
+from .inputs import to_messages
 from .messages import Message
 from .results import ExecutionResult
-from .stores.base import CheckpointStore, validate_session_id
+from .stores.base import ApprovalStore, CheckpointStore, validate_session_id
 
-__all__ = ["SingleTurns"]
+__all__ = ["AgentExecutor", "HasRunner", "SingleTurns"]
+
+
+class HasRunner(Protocol):
+    """What ``AgentExecutor`` needs of an agent: its turn runner."""
+
+    @property
+    def runner(self) -> TurnRunner: ...
 
 
 class SingleTurns:
@@ -145,3 +154,37 @@ def _waiting(turn: TurnKey, approval_id: str | None) -> SessionAwaitingApprovalE
         f"run {turn.turn_id!r} waits on approval {approval_id!r}; resolve it first",
         approval_id=approval_id,
     )
+
+
+class AgentExecutor:
+    """Runs one turn directly, on the calling thread, with explicit stores."""
+
+    @staticmethod
+    def execute(
+        agent: HasRunner,
+        input: Any,
+        *,
+        session_id: str | None = None,
+        history: Sequence[Message] = (),
+        checkpoint_store: CheckpointStore | None = None,
+        approval_store: ApprovalStore | None = None,
+        signal: AbortSignal | None = None,
+        emit: Callable[[Event], None] | None = None,
+    ) -> ExecutionResult:
+        """One turn of ``agent`` after ``history``; checkpointed under ``<session_id>.send`` when a
+        checkpoint store is given. The transcript is yours to keep: see ``result.messages``."""
+        key = (
+            validate_session_id(session_id) if session_id is not None else "run-" + uuid.uuid4().hex
+        )
+        turn = TurnKey("single", key)
+        state = TurnState.start(
+            to_messages(input), history=history, session_id=session_id, turn_id=turn.turn_id
+        )
+        runner = agent.runner
+        store = checkpoint_store or runner.runtime.pauses
+        writer = TurnCheckpoints(store, durable=checkpoint_store is not None)
+        approve: Approve | None = runner.config.approve
+        return runner.run(
+            state, linked(signal), writer, turn=turn, emit=emit, approve=approve,
+            approvals=approval_store,
+        )  # fmt: skip

@@ -12,30 +12,26 @@ import uuid
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
-from pathlib import Path
 from typing import Any
 
 from ._calls import Stop, linked, wait
-from ._checkpoints import TurnCheckpoints
-from ._runner import AgentConfig, Approve, TurnRunner
+from ._config import AgentConfig
+from ._runner import TurnRunner
 from ._runtime import Runtime
-from ._single import SingleTurns
-from ._turn import TurnState
+from ._single import AgentExecutor, SingleTurns
 from ._worker import Steps, drive
 from .abort import AbortSignal
 from .approvals import ApprovalRequest, Approvals, TurnKey
 from .compaction import Compaction
-from .events import Event
 from .inputs import to_messages
-from .messages import Message
 from .pricing import Pricing
 from .providers.base import Provider, ProviderBase
 from .results import ExecutionResult, Limits
 from .run import AgentRun
 from .session import Session, TurnPolicy
-from .stores.base import ApprovalStore, CheckpointStore, store_parts, validate_session_id
-from .stores.memory import MemoryApprovalStore, MemorySessionStore
-from .tools import Tool, as_tool
+from .stores.base import CheckpointStore, store_parts, validate_session_id
+from .stores.memory import MemorySessionStore
+from .tools import Tool
 
 __all__ = ["Agent", "AgentConfig", "AgentExecutor", "Approvals", "create_agent"]
 
@@ -71,32 +67,6 @@ def create_agent(
     )
 
 
-def resolve_provider(model: str, pricing: Mapping[str, Pricing] | None = None) -> Provider:
-    """The provider a model string names ("demo", "openai/…", "anthropic/…", "ollama/…")."""
-    from .providers import registry
-
-    return registry.provider_for(model, pricing=pricing)
-
-
-def find_project_instructions(
-    value: bool | str | os.PathLike[str], start: Path | None = None
-) -> str | None:
-    """The text of ``AGENTS.md``: the given file, or the nearest one upward from ``start``/cwd."""
-    if value is False:
-        return None
-    if value is True:
-        here = (start or Path.cwd()).resolve()
-        for folder in (here, *here.parents):
-            candidate = folder / "AGENTS.md"
-            if candidate.is_file():
-                return candidate.read_text(encoding="utf-8")
-        return None
-    path = Path(value)
-    if not path.is_file():
-        raise FileNotFoundError(f"project_instructions: no file at {str(path)!r}")
-    return path.read_text(encoding="utf-8")
-
-
 class Agent:
     """Instructions, a model, tools and stores; makes sessions and runs single turns.
 
@@ -121,34 +91,19 @@ class Agent:
         max_steps: int = 20,
         settings: Mapping[str, Any] | None = None,
     ) -> None:
-        if max_steps < 1:
-            raise ValueError(f"max_steps must be at least 1, got {max_steps}")
-        if provider is None:
-            model = model or os.environ.get("LOUSHO_MODEL") or "demo"
-            provider = resolve_provider(model, pricing)
-        project = find_project_instructions(project_instructions)
-        parts = [p for p in (instructions, project) if p]
-        built: dict[str, Tool] = {}
-        for t in tools:
-            one = as_tool(t)
-            if one.name in built:
-                raise ValueError(f"two tools are named {one.name!r}")
-            built[one.name] = one
-        stores = store_parts(store)
-        self.config = AgentConfig(
-            provider=provider,
-            system="\n\n".join(parts) if parts else None,
-            tools=built,
-            store=stores,
-            approvals=stores.approvals or MemoryApprovalStore(),
+        self.config = AgentConfig.build(
             instructions=instructions,
-            model_name=getattr(provider, "model", None) or model,
+            provider=provider,
+            model=model,
+            tools=tools,
+            store=store,
+            project_instructions=project_instructions,
+            pricing=pricing,
+            max_steps=max_steps,
+            settings=settings,
             limits=limits,
             approve=approve,
             compaction=compaction,
-            pricing=pricing,
-            max_steps=max_steps,
-            settings=dict(settings or {}),
         )
         self.runtime = Runtime()
         self.runner = TurnRunner(self.config, self.runtime)
@@ -289,36 +244,3 @@ class Agent:
 
     def __repr__(self) -> str:
         return f"<Agent provider={self.provider.name!r} tools={sorted(self.tools)}>"
-
-
-class AgentExecutor:
-    """Runs one turn directly, on the calling thread, with explicit stores."""
-
-    @staticmethod
-    def execute(
-        agent: Agent,
-        input: Any,
-        *,
-        session_id: str | None = None,
-        history: Sequence[Message] = (),
-        checkpoint_store: CheckpointStore | None = None,
-        approval_store: ApprovalStore | None = None,
-        signal: AbortSignal | None = None,
-        emit: Callable[[Event], None] | None = None,
-    ) -> ExecutionResult:
-        """One turn of ``agent`` after ``history``; checkpointed under ``<session_id>.send`` when a
-        checkpoint store is given. The transcript is yours to keep: see ``result.messages``."""
-        key = (
-            validate_session_id(session_id) if session_id is not None else "run-" + uuid.uuid4().hex
-        )
-        turn = TurnKey("single", key)
-        state = TurnState.start(
-            to_messages(input), history=history, session_id=session_id, turn_id=turn.turn_id
-        )
-        store = checkpoint_store or agent.runtime.pauses
-        writer = TurnCheckpoints(store, durable=checkpoint_store is not None)
-        approve: Approve | None = agent.config.approve
-        return agent.runner.run(
-            state, linked(signal), writer, turn=turn, emit=emit, approve=approve,
-            approvals=approval_store,
-        )  # fmt: skip

@@ -19,9 +19,10 @@ from concurrent.futures import Future
 from typing import Any, Literal
 
 from ._calls import Stop, chain, emit_to, joined_run, linked, wait
+from ._config import Approve
 from ._durable import SessionTurns
 from ._inbox import Inbox, Ticket
-from ._runner import Approve, TurnRunner, settle
+from ._runner import TurnRunner, settle
 from ._transcript import Transcript
 from ._turn import TurnState
 from ._worker import Job, inside
