@@ -119,7 +119,7 @@ def create_app(agent: AsyncAgent | None = None) -> Starlette:
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         yield
-        agent.close()
+        await agent.aclose()
 
     return Starlette(
         routes=[

@@ -6,8 +6,8 @@ awaits the same work. ``import lousho_sessions`` never imports sqlite3.
 
 from ._turn import CHECKPOINT_VERSION
 from .abort import AbortController, AbortSignal
-from .agent import Agent, AgentExecutor, Approvals, create_agent
-from .approvals import ApprovalRequest
+from .agent import Agent, AgentExecutor, create_agent
+from .approvals import ApprovalRequest, Approvals
 from .compaction import Compaction
 from .errors import (
     ApprovalAlreadyResolvedError,

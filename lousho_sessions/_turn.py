@@ -26,7 +26,7 @@ import attrs
 from ._checkpoints import TurnCheckpoints
 from ._inbox import Inbox
 from .abort import AbortController, AbortedError, AbortSignal
-from .approvals import ApprovalRequest, approval_id_for, new_record
+from .approvals import ApprovalRequest, TurnKey, approval_id_for, new_record
 from .errors import (
     LoushoError,
     PropagatingToolError,
@@ -108,6 +108,8 @@ class TurnConfig:
     inbox: Inbox | None = None
     #: where async tools run; None: a new event loop per call
     tool_loop: ToolLoop | None = None
+    #: which turn this is, for the approval records it makes
+    turn: TurnKey | None = None
 
 
 def _now_iso() -> str:
@@ -481,6 +483,7 @@ class Turn:
                 turn_id=state.turn_id,
                 run_id=state.run_id,
                 call=call,
+                turn=config.turn,
             )
             config.approvals.create(record)
         state.status = "awaiting-approval"

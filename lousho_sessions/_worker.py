@@ -1,9 +1,18 @@
-"""The session worker: one thread per live (store, session id), fed by a queue.
+"""The worker threads of one agent: each key's jobs in order, on threads it owns.
 
-Jobs run one after another in submission order. A worker whose queue stays
-empty for ``IDLE_SECONDS`` removes itself from the registry and its thread ends,
-so 10,000 sessions that are not in use hold no threads. The next submission
-starts a new one.
+A *lane* is the queue of one key (a session in a store, or one single send).
+Its jobs run one after another in submission order, never two at once. Threads
+are not tied to lanes: a thread takes a lane that has work, runs its jobs until
+the queue is empty, then takes the next lane or waits; a thread that waits
+``IDLE_SECONDS`` with nothing to do ends. So 10,000 quiet sessions hold no
+threads, a stream of single sends reuses the same few threads, and a burst of
+new sessions starts threads as they are needed.
+
+Threads are started by a *starter* thread, never by the caller: ``Thread.start()``
+waits until the new thread runs, which under load (thousands of live threads
+contending for the GIL) takes milliseconds, and an asyncio loop that queued a
+turn would wait with it. ``Workers.close()`` lets queued work finish, then
+joins every thread; a later ``submit`` starts threads again.
 """
 
 from __future__ import annotations
@@ -12,21 +21,12 @@ import collections
 import contextvars
 import logging
 import threading
+import time
 from collections.abc import Callable, Generator, Hashable
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
-__all__ = [
-    "IDLE_SECONDS",
-    "Job",
-    "Steps",
-    "Worker",
-    "drive",
-    "inside",
-    "submit",
-    "withdraw",
-    "worker_for",
-]
+__all__ = ["IDLE_SECONDS", "Job", "Lane", "Steps", "Workers", "drive", "inside"]
 
 T = TypeVar("T")
 
@@ -40,16 +40,14 @@ log = logging.getLogger("lousho_sessions.worker")
 #: How long an idle worker thread waits for more work before it ends.
 IDLE_SECONDS = 2.0
 
-_registry: dict[Hashable, Worker] = {}
-_registry_lock = threading.Lock()
-#: The keys of the workers whose job this code runs in (tools on pool threads inherit it).
+#: The keys of the lanes whose job this code runs in (tools on pool threads inherit it).
 _inside: contextvars.ContextVar[frozenset[Hashable]] = contextvars.ContextVar(
     "lousho_worker_keys", default=frozenset()
 )
 
 
 class Job:
-    """A unit of work for a worker; ``future`` gets its result or error."""
+    """A unit of work for a lane; ``future`` gets its result or error."""
 
     __slots__ = ("fn", "future", "kind", "state")
 
@@ -73,121 +71,221 @@ class Job:
             _inside.reset(token)
 
 
-class Worker:
-    """Runs the jobs of one session in order on its own thread."""
+class Lane:
+    """The queue of one key. Guarded by its ``Workers``' lock."""
 
-    def __init__(self, key: Hashable, owner: Any = None) -> None:
+    __slots__ = ("current", "key", "owner", "queue", "retire", "scheduled", "thread")
+
+    def __init__(self, key: Hashable, owner: Any) -> None:
         self.key = key
-        self.owner = owner  # keeps the store alive while its key is registered
-        self._cond = threading.Condition()
-        self._queue: collections.deque[Job] = collections.deque()
-        self._thread: threading.Thread | None = None
+        self.owner = owner  # keeps the store alive while its key has work
+        self.queue: collections.deque[Job] = collections.deque()
         self.current: Job | None = None
-        self._stop = False
+        self.thread: threading.Thread | None = None  # the thread running its jobs now
+        self.scheduled = False  # waiting for a thread, or being run by one
+        self.retire = False  # the thread that runs it ends when it is done (Session.close)
 
-    @property
-    def thread(self) -> threading.Thread | None:
-        return self._thread
 
-    def busy(self) -> bool:
-        with self._cond:
-            # a job whose result is out is done, though its thread may not have cleared ``current`` yet
-            running = self.current is not None and not self.current.future.done()
-            return running or bool(self._queue)
+class Workers:
+    """Runs the jobs of each key in order on threads this object starts, owns and joins."""
 
-    def jobs(self) -> list[Job]:
-        """The running job (first) and the waiting ones, in order."""
-        with self._cond:
-            return ([self.current] if self.current is not None else []) + list(self._queue)
+    def __init__(self, name: str = "lousho-session") -> None:
+        self._name = name
+        self._lock = threading.Lock()
+        self._work = threading.Condition(self._lock)  # threads wait here for a lane
+        self._spawn = threading.Condition(self._lock)  # the starter waits here
+        self._lanes: dict[Hashable, Lane] = {}
+        self._ready: collections.deque[Lane] = collections.deque()
+        self._idle = 0  # threads waiting for a lane
+        self._coming = 0  # threads asked for and not yet waiting or working
+        self._to_start = 0  # threads the starter has still to start
+        self._threads: set[threading.Thread] = set()
+        self._starter: threading.Thread | None = None
+        self._generation = 0  # close() ends the threads of earlier generations once idle
 
-    def _submit(self, job: Job) -> None:
-        with self._cond:
-            self._queue.append(job)
-            if self._thread is None:
-                self._thread = threading.Thread(
-                    target=self._loop, name=f"lousho-session-{self.key!r}"[:60], daemon=True
-                )
-                self._thread.start()
-            else:
-                self._cond.notify()
+    # -- callers ----------------------------------------------------------------
 
-    def stop_when_idle(self) -> None:
-        with self._cond:
-            self._stop = True
-            self._cond.notify()
+    def submit(self, key: Hashable, job: Job, owner: Any = None) -> None:
+        """Queue ``job`` on the lane of ``key``; never starts a thread on this thread."""
+        start_starter = False
+        with self._lock:
+            lane = self._lanes.get(key)
+            if lane is None:
+                lane = self._lanes[key] = Lane(key, owner)
+            lane.queue.append(job)
+            if not lane.scheduled:
+                lane.scheduled = True
+                self._ready.append(lane)
+                if len(self._ready) > self._idle + self._coming:
+                    self._coming += 1
+                    self._to_start += 1
+                    if self._starter is None:
+                        self._starter = threading.Thread(
+                            target=self._start_threads, name=f"{self._name}-starter", daemon=True
+                        )
+                        start_starter = True
+                    else:
+                        self._spawn.notify()
+                else:
+                    self._work.notify()
+            starter = self._starter
+        if start_starter:
+            assert starter is not None
+            starter.start()  # once per burst, outside the lock
 
-    def _loop(self) -> None:
+    def withdraw(self, key: Hashable, job: Job) -> bool:
+        """Take ``job`` out of its lane if it has not started; True if it was taken.
+
+        A withdrawn job never runs; its caller settles ``job.future`` itself.
+        """
+        with self._lock:
+            lane = self._lanes.get(key)
+            if lane is None:
+                return False
+            try:
+                lane.queue.remove(job)
+            except ValueError:
+                return False
+            return True
+
+    def jobs(self, key: Hashable) -> list[Job]:
+        """The running job of ``key`` (first) and the waiting ones, in order."""
+        with self._lock:
+            lane = self._lanes.get(key)
+            if lane is None:
+                return []
+            return ([lane.current] if lane.current is not None else []) + list(lane.queue)
+
+    def busy(self, key: Hashable) -> bool:
+        """True while ``key`` has a job running or waiting, unless called from that job."""
+        with self._lock:
+            lane = self._lanes.get(key)
+            if lane is None or lane.thread is threading.current_thread():
+                return False
+            # a job whose result is out is done, though its thread may not have cleared ``current``
+            running = lane.current is not None and not lane.current.future.done()
+            return running or bool(lane.queue)
+
+    def thread_of(self, key: Hashable) -> threading.Thread | None:
+        """The thread running the jobs of ``key`` now, if any."""
+        with self._lock:
+            lane = self._lanes.get(key)
+            return lane.thread if lane is not None else None
+
+    def retire(self, key: Hashable) -> None:
+        """Let the thread running ``key`` end once its queue is empty, instead of waiting for more."""
+        with self._lock:
+            lane = self._lanes.get(key)
+            if lane is not None:
+                lane.retire = True
+
+    def threads(self) -> list[threading.Thread]:
+        """The threads alive now (for tests and diagnostics)."""
+        with self._lock:
+            return [t for t in (*self._threads, self._starter) if t is not None]
+
+    def close(self, timeout: float | None = None) -> bool:
+        """Let queued work finish, end every thread and join them; False if ``timeout`` ran out.
+
+        Called from one of these threads (a tool), it does not wait for them. A later
+        ``submit`` starts threads again.
+        """
+        with self._lock:
+            self._generation += 1
+            self._work.notify_all()
+            self._spawn.notify_all()
+        if _inside.get():  # one of our jobs: joining would wait for itself
+            return False
+        deadline = None if timeout is None else time.monotonic() + timeout
+        me = threading.current_thread()
         while True:
-            with self._cond:
-                if not self._queue:
-                    self._cond.wait(0 if self._stop else IDLE_SECONDS)
-                if not self._queue:
-                    if self._retire():
+            threads = [t for t in self.threads() if t is not me and t.is_alive()]
+            if not threads:
+                return True
+            for thread in threads:
+                left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                thread.join(left)
+                if thread.is_alive():
+                    return False
+
+    # -- threads ----------------------------------------------------------------
+
+    def _start_threads(self) -> None:
+        """The starter: start the threads asked for; end after ``IDLE_SECONDS`` with none asked."""
+        generation = self._generation
+        with self._lock:
+            while True:
+                if not self._to_start:
+                    idle = generation != self._generation or not self._spawn.wait(IDLE_SECONDS)
+                    if idle and not self._to_start:
+                        self._starter = None
                         return
                     continue
-                job = self._queue.popleft()
-                self.current = job
-            try:
-                job.run(self.key)
-            except BaseException:  # job.run stores errors in the future; this is a bug guard
-                log.exception("session worker job failed")
-            finally:
-                with self._cond:
-                    self.current = None
+                self._to_start -= 1
+                thread = threading.Thread(target=self._run, name=self._name, daemon=True)
+                self._threads.add(thread)
+                self._lock.release()
+                try:
+                    thread.start()
+                except BaseException:
+                    log.exception("could not start a worker thread")
+                    self._lock.acquire()
+                    self._threads.discard(thread)
+                    self._coming -= 1
+                    continue
+                self._lock.acquire()
 
-    def _retire(self) -> bool:
-        """Leave the registry if still idle (called holding ``_cond``)."""
-        self._cond.release()
-        try:
-            with _registry_lock, self._cond:
-                if self._queue:
-                    return False
-                if _registry.get(self.key) is self:
-                    del _registry[self.key]
-                self._thread = None
-                return True
-        finally:
-            self._cond.acquire()
+    def _run(self) -> None:
+        """A worker thread: run ready lanes; end when idle too long or after ``close()``."""
+        me = threading.current_thread()
+        generation = self._generation
+        with self._lock:
+            self._coming -= 1
+            try:
+                while True:
+                    if self._ready:
+                        lane = self._ready.popleft()
+                        if self._drain(lane, me):
+                            return
+                        continue
+                    if generation != self._generation:
+                        return
+                    self._idle += 1
+                    woken = self._work.wait(IDLE_SECONDS)
+                    self._idle -= 1
+                    if not woken and not self._ready:
+                        return
+            finally:
+                self._threads.discard(me)
+
+    def _drain(self, lane: Lane, me: threading.Thread) -> bool:
+        """Run ``lane``'s jobs until its queue is empty (called holding the lock, which it
+        releases around each job); True if this thread should end (``Session.close``)."""
+        lane.thread = me
+        me.name = f"{self._name}-{lane.key!r}"[:60]
+        while lane.queue:
+            job = lane.current = lane.queue.popleft()
+            self._lock.release()
+            try:
+                job.run(lane.key)
+            except BaseException:  # job.run stores errors in the future; this is a bug guard
+                log.exception("worker job failed")
+            finally:
+                self._lock.acquire()
+                lane.current = None
+        lane.thread, lane.scheduled = None, False
+        me.name = self._name
+        if self._lanes.get(lane.key) is lane:
+            del self._lanes[lane.key]
+        return lane.retire
 
 
 def inside(key: Hashable) -> bool:
-    """True when called from a job of the worker for ``key`` (or a tool thread it started).
+    """True when called from a job of the lane ``key`` (or a tool thread it started).
 
-    Such a caller must not wait for another job of that worker: it would wait for itself.
+    Such a caller must not wait for another job of that lane: it would wait for itself.
     """
     return key in _inside.get()
-
-
-def withdraw(key: Hashable, job: Job) -> bool:
-    """Take ``job`` out of its worker's queue if it has not started; True if it was taken.
-
-    A withdrawn job never runs; its caller settles ``job.future`` itself.
-    """
-    worker = worker_for(key)
-    if worker is None:
-        return False
-    with worker._cond:
-        try:
-            worker._queue.remove(job)
-        except ValueError:
-            return False
-        return True
-
-
-def worker_for(key: Hashable) -> Worker | None:
-    """The live worker for ``key``, if any."""
-    with _registry_lock:
-        return _registry.get(key)
-
-
-def submit(key: Hashable, job: Job, owner: Any = None) -> Worker:
-    """Queue ``job`` on the worker for ``key``, starting one if needed."""
-    with _registry_lock:
-        worker = _registry.get(key)
-        if worker is None:
-            worker = _registry[key] = Worker(key, owner)
-        worker._submit(job)
-    return worker
 
 
 def drive(steps: Steps[T]) -> T:
@@ -204,9 +302,3 @@ def drive(steps: Steps[T]) -> T:
             value, error = (step.result() if isinstance(step, Future) else step()), None
         except BaseException as exc:
             value, error = None, exc
-
-
-def live_workers() -> int:
-    """How many workers hold a thread now (for tests and diagnostics)."""
-    with _registry_lock:
-        return sum(1 for w in _registry.values() if w.thread is not None)

@@ -1,38 +1,39 @@
-"""``create_agent`` and ``Agent``: instructions, a model, tools and stores."""
+"""``create_agent`` and ``Agent``: instructions, a model, tools and stores.
+
+An ``Agent`` is configuration (``agent.config``, an ``AgentConfig``) and the runtime
+that owns its threads (``agent.runtime``); every turn runs through its
+``TurnRunner``. ``close()`` stops and joins the threads and closes the provider.
+"""
 
 from __future__ import annotations
 
-import contextvars
 import os
-import threading
 import uuid
 import weakref
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor, as_completed
-from pathlib import Path
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future
 from typing import Any
 
-from . import _worker
-from ._checkpoints import TurnCheckpoints
-from ._turn import ToolOutcome, Turn, TurnConfig, TurnState
-from .abort import AbortController, AbortSignal
-from .approvals import ApprovalRequest
+from ._calls import Stop, linked, wait
+from ._config import AgentConfig
+from ._runner import TurnRunner
+from ._runtime import Runtime
+from ._single import AgentExecutor, SingleTurns
+from ._worker import Steps, drive
+from .abort import AbortSignal
+from .approvals import ApprovalRequest, Approvals, TurnKey
 from .compaction import Compaction
-from .errors import ApprovalNotFoundError, SessionAwaitingApprovalError, SessionBusyError
-from .events import ErrorEvent, Event, RunDone
-from .failures import is_permanent
 from .inputs import to_messages
-from .messages import Message
 from .pricing import Pricing
-from .providers.base import Provider
+from .providers.base import Provider, ProviderBase
 from .results import ExecutionResult, Limits
 from .run import AgentRun
-from .session import Session, Stop, TurnPolicy, _linked, _wait
-from .stores.base import ApprovalStore, CheckpointStore, store_parts, validate_session_id
-from .stores.memory import MemoryApprovalStore, MemoryCheckpointStore, MemorySessionStore
-from .tools import Tool, ToolLoop, as_tool
+from .session import Session, TurnPolicy
+from .stores.base import CheckpointStore, store_parts, validate_session_id
+from .stores.memory import MemorySessionStore
+from .tools import Tool
 
-__all__ = ["Agent", "AgentExecutor", "Approvals", "create_agent"]
+__all__ = ["Agent", "AgentConfig", "AgentExecutor", "Approvals", "create_agent"]
 
 
 def create_agent(
@@ -66,34 +67,13 @@ def create_agent(
     )
 
 
-def resolve_provider(model: str, pricing: Mapping[str, Pricing] | None = None) -> Provider:
-    """The provider a model string names ("demo", "openai/…", "anthropic/…", "ollama/…")."""
-    from .providers import registry
-
-    return registry.provider_for(model, pricing=pricing)
-
-
-def find_project_instructions(
-    value: bool | str | os.PathLike[str], start: Path | None = None
-) -> str | None:
-    """The text of ``AGENTS.md``: the given file, or the nearest one upward from ``start``/cwd."""
-    if value is False:
-        return None
-    if value is True:
-        here = (start or Path.cwd()).resolve()
-        for folder in (here, *here.parents):
-            candidate = folder / "AGENTS.md"
-            if candidate.is_file():
-                return candidate.read_text(encoding="utf-8")
-        return None
-    path = Path(value)
-    if not path.is_file():
-        raise FileNotFoundError(f"project_instructions: no file at {str(path)!r}")
-    return path.read_text(encoding="utf-8")
-
-
 class Agent:
-    """Instructions, a model, tools and stores; makes sessions and runs single turns."""
+    """Instructions, a model, tools and stores; makes sessions and runs single turns.
+
+    Its configuration is ``agent.config`` (``provider``, ``system``, ``tools``, ``store``
+    and ``model_name`` are also attributes). It owns threads: ``close()`` (or leaving
+    ``with``) stops and joins them.
+    """
 
     def __init__(
         self,
@@ -111,38 +91,47 @@ class Agent:
         max_steps: int = 20,
         settings: Mapping[str, Any] | None = None,
     ) -> None:
-        if max_steps < 1:
-            raise ValueError(f"max_steps must be at least 1, got {max_steps}")
-        if provider is None:
-            model = model or os.environ.get("LOUSHO_MODEL") or "demo"
-            provider = resolve_provider(model, pricing)
-        self.provider = provider
-        self.model_name: str | None = getattr(provider, "model", None) or model
-        self.instructions = instructions
-        project = find_project_instructions(project_instructions)
-        parts = [p for p in (instructions, project) if p]
-        self.system: str | None = "\n\n".join(parts) if parts else None
-        self.tools: dict[str, Tool] = {}
-        for t in tools:
-            built = as_tool(t)
-            if built.name in self.tools:
-                raise ValueError(f"two tools are named {built.name!r}")
-            self.tools[built.name] = built
-        self.store = store_parts(store)
-        self.limits = limits
-        self.approve = approve
-        self.compaction = compaction
-        self.pricing = pricing
-        self.max_steps = max_steps
-        self.settings: Mapping[str, Any] = dict(settings or {})
-        self._approval_store: ApprovalStore = self.store.approvals or MemoryApprovalStore()
-        self._pause_store: CheckpointStore = MemoryCheckpointStore()
+        self.config = AgentConfig.build(
+            instructions=instructions,
+            provider=provider,
+            model=model,
+            tools=tools,
+            store=store,
+            project_instructions=project_instructions,
+            pricing=pricing,
+            max_steps=max_steps,
+            settings=settings,
+            limits=limits,
+            approve=approve,
+            compaction=compaction,
+        )
+        self.runtime = Runtime()
+        self.runner = TurnRunner(self.config, self.runtime)
+        self.approvals = Approvals(self.config.approvals, self._resume_turn)
+        self._singles = SingleTurns(self.runner)
         self._sessions: weakref.WeakValueDictionary[str, Session] = weakref.WeakValueDictionary()
-        self._pool: ThreadPoolExecutor | None = None
-        self._pool_lock = threading.Lock()
-        self._tool_loop = ToolLoop()  # async tools; started on first use
-        weakref.finalize(self, self._tool_loop.close, 0)
-        self.approvals = Approvals(self)
+        # a forgotten agent: its worker threads end when idle, its tool loop stops now
+        weakref.finalize(self, self.runtime.tool_loop.close, 0)
+
+    @property
+    def provider(self) -> Provider:
+        return self.config.provider
+
+    @property
+    def tools(self) -> Mapping[str, Tool]:
+        return self.config.tools
+
+    @property
+    def system(self) -> str | None:
+        return self.config.system
+
+    @property
+    def store(self) -> Any:
+        return self.config.store
+
+    @property
+    def model_name(self) -> str | None:
+        return self.config.model_name
 
     # -- sessions -------------------------------------------------------------
 
@@ -158,18 +147,21 @@ class Agent:
         """A session; ``id`` generated (a uuid4) when omitted. ``store`` wins over the agent's, part by part."""
         session_id = validate_session_id(id) if id is not None else str(uuid.uuid4())
         parts = store_parts(store)
-        sessions = parts.sessions or self.store.sessions or MemorySessionStore()
-        checkpoints = checkpoint_store or parts.checkpoints or self.store.checkpoints
+        own = self.config.store
         session = Session(
-            self,
+            self.runner,
             session_id,
-            store=sessions,
-            checkpoint_store=checkpoints,
+            store=parts.sessions or own.sessions or MemorySessionStore(),
+            checkpoint_store=checkpoint_store or parts.checkpoints or own.checkpoints,
             turn_policy=turn_policy,
             limits=limits,
         )
         self._sessions[session_id] = session
         return session
+
+    def _session_for(self, session_id: str) -> Session:
+        live = self._sessions.get(session_id)
+        return live if live is not None else self.session(session_id)
 
     # -- single turns ---------------------------------------------------------
 
@@ -182,186 +174,67 @@ class Agent:
         timeout: float | None = None,
     ) -> ExecutionResult:
         """One turn from an empty history. With ``session_id`` and a checkpoint store it is durable."""
-        result: ExecutionResult = _wait(*self._send_future(input, signal, session_id), timeout)
+        result: ExecutionResult = wait(*self._send_future(input, signal, session_id), timeout)
         return result
 
     def _send_future(
         self, input: Any, signal: AbortSignal | None, session_id: str | None
     ) -> tuple[Future[ExecutionResult], Stop]:
-        controller = _linked(signal)
-        job, stop = self._single(
-            to_messages(input), controller, session_id, emit=None, approve=self.approve
+        return self._singles.submit(
+            to_messages(input), linked(signal), session_id, emit=None, approve=self.config.approve
         )
-        _worker.submit(job.state, job)
-        return job.future, stop
 
     def stream(self, input: Any, *, signal: AbortSignal | None = None) -> AgentRun:
         """One turn from an empty history, streamed."""
-        controller = _linked(signal)
+        controller = linked(signal)
         holder: list[AgentRun] = []
         run_id = "run-" + uuid.uuid4().hex
-        job, stop = self._single(
+
+        def wire(future: Future[Any], stop: Stop) -> None:
+            holder.append(AgentRun(run_id, future, controller, stop=stop))  # before any event
+
+        self._singles.submit(
             to_messages(input),
             controller,
             None,
             emit=lambda e: holder[0]._push(e),
             approve=None,
             run_id=run_id,
+            wire=wire,
         )
-        run = AgentRun(run_id, job.future, controller, stop=stop)
-        holder.append(run)
-        _worker.submit(job.state, job)
-        return run
+        return holder[0]
 
     def resume(self, id: str) -> ExecutionResult | None:
         """Finish a run started with ``send(..., session_id=id)``, then the session's pending turn."""
-        return _worker.drive(self._resume_steps(id))
+        return drive(self._resume_steps(id))
 
-    def _resume_steps(self, id: str) -> _worker.Steps[ExecutionResult | None]:
+    def _resume_steps(self, id: str) -> Steps[ExecutionResult | None]:
         validate_session_id(id)
-        first: ExecutionResult | None = yield self._resume_single_future(id)
+        first: ExecutionResult | None = yield self._singles.resume(id)
         second: ExecutionResult | None = yield self._session_for(id)._resume_future(None)[0]
         return second if second is not None else first
 
-    def _session_for(self, session_id: str) -> Session:
-        live = self._sessions.get(session_id)
-        return live if live is not None else self.session(session_id)
+    def _resume_turn(self, turn: TurnKey) -> Future[ExecutionResult | None]:
+        """Continue ``turn`` after its approval was resolved (``agent.approvals``)."""
+        if turn.kind == "single":
+            return self._singles.resume(turn.key)
+        return self._session_for(turn.key)._resume_future(None)[0]
 
-    def _single(
-        self,
-        messages: list[Message],
-        controller: AbortController,
-        session_id: str | None,
-        *,
-        emit: Callable[[Event], None] | None,
-        approve: Any,
-        run_id: str | None = None,
-    ) -> tuple[_worker.Job, Stop]:
-        """The job of one single turn (not yet submitted; ``job.state`` is its worker key)
-        and what stops it (a queued job is withdrawn, a running one aborted)."""
-        run_id = run_id or "run-" + uuid.uuid4().hex
-        if session_id is not None:
-            validate_session_id(session_id)
-        durable = session_id is not None and self.store.checkpoints is not None
-        key = session_id or run_id
-        checkpoints = self.store.checkpoints if durable else self._pause_store
-        assert checkpoints is not None
-        worker_key = ("single", id(checkpoints), key)
-        if _worker.inside(worker_key):
-            raise SessionBusyError(
-                f"agent.send(session_id={key!r}) was called from inside that run's own tool; "
-                "it would wait for itself forever"
-            )
+    # -- lifecycle ------------------------------------------------------------
 
-        def work(job: _worker.Job) -> ExecutionResult:
-            try:
-                if session_id is not None:
-                    # finish (or refuse to overwrite) the run this id left unfinished
-                    earlier = self._finish_single(key, checkpoints, None)
-                    if earlier is not None and earlier.finish_reason == "awaiting-approval":
-                        raise SessionAwaitingApprovalError(
-                            f"run {key + '.send'!r} waits on approval {earlier.approval_id!r}; "
-                            "resolve it first",
-                            approval_id=earlier.approval_id,
-                        )
-                state = TurnState.start(
-                    messages, session_id=session_id, turn_id=f"{key}.send", run_id=run_id
-                )
-                result = AgentExecutor.run_state(
-                    self,
-                    state,
-                    controller,
-                    checkpoints,
-                    durable=durable,
-                    emit=emit,
-                    approve=approve,
-                )
-            except BaseException as exc:
-                if emit is not None:
-                    emit(ErrorEvent(run_id, exc))
-                    emit(RunDone(run_id, "error", None))
-                raise
-            if emit is not None:
-                emit(RunDone(run_id, result.finish_reason, result))
-            return result
+    def close(self, timeout: float | None = None) -> None:
+        """Let queued turns finish, then stop and join this agent's threads and close its provider.
 
-        job = _worker.Job(work, "single", worker_key)
-
-        def stop(reason: Any) -> None:
-            controller.abort(reason)
-            if _worker.withdraw(worker_key, job):
-                result = ExecutionResult(
-                    "", finish_reason="aborted", run_id=run_id, session_id=session_id
-                )
-                if emit is not None:
-                    emit(RunDone(run_id, "aborted", result))
-                job.future.set_result(result)
-
-        return job, stop
-
-    def _resume_single_future(self, key: str) -> Future[ExecutionResult | None]:
-        checkpoints = self.store.checkpoints or self._pause_store
-        if _worker.inside(("single", id(checkpoints), key)):
-            raise SessionBusyError(f"run {key!r}: resume() was called from inside its own tool")
-        job = _worker.Job(lambda j: self._finish_single(key, checkpoints, None), "single")
-        _worker.submit(("single", id(checkpoints), key), job, owner=checkpoints)
-        return job.future
-
-    def _finish_single(
-        self, key: str, checkpoints: CheckpointStore, signal: AbortSignal | None
-    ) -> ExecutionResult | None:
-        turn_id = f"{key}.send"
-        data = checkpoints.load(turn_id)
-        if data is None:
-            return None
-        state = TurnState.from_checkpoint(data, (), source=f"checkpoint {turn_id!r}")
-        TurnCheckpoints(checkpoints, durable=True).merge_records(state)
-        if state.status == "awaiting-approval":
-            record = self._approval_store.get(state.approval_id or "")
-            if record is None or record.get("status") == "pending":
-                raise SessionAwaitingApprovalError(
-                    f"run {turn_id!r} waits on approval {state.approval_id!r}",
-                    approval_id=state.approval_id,
-                )
-            state.status, state.approval_id = "running", None
-        return AgentExecutor.run_state(
-            self, state, _linked(signal), checkpoints, durable=True, emit=None, approve=self.approve
-        )
-
-    # -- tools ----------------------------------------------------------------
-
-    def _run_tools(
-        self, fns: Sequence[Callable[[], ToolOutcome]]
-    ) -> Iterator[tuple[int, ToolOutcome | BaseException]]:
-        """Run a step's tools: one inline, several on a thread pool; yields as each ends."""
-        if len(fns) == 1:
-            try:
-                outcome: ToolOutcome | BaseException = fns[0]()
-            except Exception as exc:
-                outcome = exc
-            yield 0, outcome
-            return
-        with self._pool_lock:
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="lousho-tool")
-            pool = self._pool
-        # each tool in a copy of this context: it knows whose turn it runs in (_worker.inside)
-        futures = {
-            pool.submit(contextvars.copy_context().run, fn): index for index, fn in enumerate(fns)
-        }
-        for f in as_completed(futures):  # not wait(FIRST_COMPLETED) in a loop: O(n) per call
-            error = f.exception()
-            yield futures[f], (error if error is not None else f.result())
-
-    def close(self) -> None:
-        """Stop idle workers of this agent's sessions; user-owned stores stay open."""
-        for session in list(self._sessions.values()):
-            session.close()
-        with self._pool_lock:
-            if self._pool is not None:
-                self._pool.shutdown(wait=False)
-                self._pool = None
-        self._tool_loop.close()
+        The threads are the session workers, the tool pool and the loop of async tools.
+        The provider is closed if it derives from ``ProviderBase`` (the built-in ones do);
+        stores are never closed. With ``timeout`` it waits at most that long; threads
+        still busy then end by themselves when their work is done. The agent stays
+        usable: its next call starts threads again.
+        """
+        self.runtime.close(timeout)
+        provider = self.config.provider
+        if isinstance(provider, ProviderBase):
+            provider.close()
 
     def __enter__(self) -> Agent:
         return self
@@ -371,118 +244,3 @@ class Agent:
 
     def __repr__(self) -> str:
         return f"<Agent provider={self.provider.name!r} tools={sorted(self.tools)}>"
-
-
-class AgentExecutor:
-    """Runs one turn directly, on the calling thread, with explicit stores."""
-
-    @staticmethod
-    def execute(
-        agent: Agent,
-        input: Any,
-        *,
-        session_id: str | None = None,
-        history: Sequence[Message] = (),
-        checkpoint_store: CheckpointStore | None = None,
-        approval_store: ApprovalStore | None = None,
-        signal: AbortSignal | None = None,
-        emit: Callable[[Event], None] | None = None,
-    ) -> ExecutionResult:
-        """One turn of ``agent`` after ``history``; checkpointed under ``<session_id>.send`` when a
-        checkpoint store is given. The transcript is yours to keep: see ``result.messages``."""
-        key = (
-            validate_session_id(session_id) if session_id is not None else "run-" + uuid.uuid4().hex
-        )
-        state = TurnState.start(
-            to_messages(input), history=history, session_id=session_id, turn_id=f"{key}.send"
-        )
-        store = checkpoint_store or agent._pause_store
-        return AgentExecutor.run_state(
-            agent, state, _linked(signal), store, durable=checkpoint_store is not None, emit=emit,
-            approve=agent.approve, approvals=approval_store,
-        )  # fmt: skip
-
-    @staticmethod
-    def run_state(
-        agent: Agent,
-        state: TurnState,
-        controller: AbortController,
-        checkpoints: CheckpointStore,
-        *,
-        durable: bool,
-        emit: Callable[[Event], None] | None,
-        approve: Any,
-        approvals: ApprovalStore | None = None,
-    ) -> ExecutionResult:
-        writer = TurnCheckpoints(checkpoints, durable=durable)
-        config = TurnConfig(
-            provider=agent.provider,
-            system=agent.system,
-            tools=agent.tools,
-            signal=controller.signal,
-            approvals=approvals or agent._approval_store,
-            settings=agent.settings,
-            max_steps=agent.max_steps,
-            limits=agent.limits,
-            model_name=agent.model_name,
-            pricing=agent.pricing,
-            approve=approve,
-            checkpoints=writer,
-            emit=emit,
-            run_tools=agent._run_tools,
-            tool_loop=agent._tool_loop,
-        )
-        try:
-            result = Turn(state, config).run()
-        except Exception as exc:
-            if is_permanent(exc):  # would fail again on every resume: end the run
-                writer.forget(state)
-            raise
-        if result.finish_reason != "awaiting-approval":
-            writer.forget(state)
-        return result
-
-
-class Approvals:
-    """``agent.approvals``: look up and resolve tool calls waiting for a human."""
-
-    def __init__(self, agent: Agent) -> None:
-        self._agent = agent
-
-    def get(self, id: str) -> ApprovalRequest:
-        record = self._agent._approval_store.get(id)
-        if record is None:
-            raise ApprovalNotFoundError(f"no approval with id {id!r}")
-        return ApprovalRequest.from_record(record)
-
-    def list(
-        self, session_id: str | None = None, status: str | None = "pending"
-    ) -> list[ApprovalRequest]:
-        records = self._agent._approval_store.list(session_id=session_id, status=status)
-        return [ApprovalRequest.from_record(r) for r in records]
-
-    def resolve(
-        self, *, id: str, approved: bool, reason: str | None = None
-    ) -> ExecutionResult | None:
-        """Decide, then continue the paused turn as the session's next turn and return its result.
-
-        Exactly one ``resolve()`` of an approval wins, across processes; the others
-        raise ``ApprovalAlreadyResolvedError``.
-        """
-        return _worker.drive(self._resolve_steps(id, approved, reason))
-
-    def _resolve_steps(
-        self, id: str, approved: bool, reason: str | None
-    ) -> _worker.Steps[ExecutionResult | None]:
-        agent = self._agent
-        record = yield lambda: agent._approval_store.resolve(id, approved=approved, reason=reason)
-        turn_id = str(record.get("turn_id") or "")
-        key, _, kind = turn_id.rpartition(".")
-        if kind == "send":
-            result: ExecutionResult | None = yield agent._resume_single_future(key)
-            return result
-        session_id = record.get("session_id")
-        if not session_id:
-            return None
-        result = yield agent._session_for(str(session_id))._resume_future(None)[0]
-        return result

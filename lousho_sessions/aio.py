@@ -23,9 +23,9 @@ from typing import Any, ParamSpec, TypeVar
 
 from . import _worker
 from .abort import AbortSignal
-from .agent import Agent, Approvals
+from .agent import Agent
 from .agent import create_agent as _create_agent
-from .approvals import ApprovalRequest
+from .approvals import ApprovalRequest, Approvals
 from .events import Event, RunDone, SessionEvent
 from .messages import Message
 from .results import CompactionResult, ExecutionResult, PendingTurn
@@ -297,14 +297,19 @@ class AsyncAgent:
     async def resume(self, id: str) -> ExecutionResult | None:
         return await _drive(self.sync._resume_steps(id))
 
-    def close(self) -> None:
-        self.sync.close()
+    def close(self, timeout: float | None = None) -> None:
+        """``Agent.close``: blocks until the agent's threads are joined; in a coroutine use ``aclose``."""
+        self.sync.close(timeout)
+
+    async def aclose(self, timeout: float | None = None) -> None:
+        """``Agent.close``, awaited: the threads are joined off the event loop."""
+        await asyncio.to_thread(self.sync.close, timeout)
 
     async def __aenter__(self) -> AsyncAgent:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        self.close()
+        await self.aclose()
 
     def __repr__(self) -> str:
         return f"<AsyncAgent {self.sync!r}>"

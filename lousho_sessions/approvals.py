@@ -1,18 +1,68 @@
-"""Approval records and ``ApprovalRequest``, the typed view of one."""
+"""Approval records, ``ApprovalRequest`` (the typed view of one), ``TurnKey`` and ``Approvals``.
+
+An approval record names the turn that waits on it twice: ``turn_id`` (the key of its
+checkpoint, shown to users) and ``turn`` (``TurnKey.to_record()``: whether it is a session
+turn or a single send, and whose). Records written before ``turn`` existed have only
+``turn_id``; ``TurnKey.of_record`` reads both.
+"""
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future
 from datetime import datetime, timezone
 from typing import Any, Literal
 
 import attrs
 
-from .errors import StoreCorruptError
+from . import _worker
+from .errors import ApprovalNotFoundError, StoreCorruptError
 from .messages import ToolCall
+from .results import ExecutionResult
+from .stores.base import ApprovalStore
 
-__all__ = ["ApprovalRequest", "approval_id_for", "new_record"]
+__all__ = ["ApprovalRequest", "Approvals", "TurnKey", "approval_id_for", "new_record"]
+
+
+@attrs.frozen
+class TurnKey:
+    """Which turn: turn ``n`` of session ``key``, or the single send keyed ``key``.
+
+    A durable single send (``agent.send(..., session_id=id)``) is keyed by its session
+    id, a stateless one by its run id. ``turn_id`` is the key of the turn's checkpoint.
+    """
+
+    kind: Literal["session", "single"]
+    key: str
+    n: int | None = None
+
+    @property
+    def turn_id(self) -> str:
+        return f"{self.key}.turn-{self.n}" if self.kind == "session" else f"{self.key}.send"
+
+    def to_record(self) -> dict[str, Any]:
+        return {"kind": self.kind, "key": self.key, "n": self.n}
+
+    @classmethod
+    def of_record(cls, record: Mapping[str, Any]) -> TurnKey | None:
+        """The turn an approval record belongs to; None if it names none."""
+        turn = record.get("turn")
+        if isinstance(turn, Mapping):
+            kind, key, n = turn.get("kind"), turn.get("key"), turn.get("n")
+            if kind in ("session", "single") and isinstance(key, str):
+                return cls(kind, key, n if isinstance(n, int) else None)
+        # a record from before "turn" was written: the turn id says which kind
+        turn_id = record.get("turn_id")
+        if isinstance(turn_id, str):
+            key, _, tail = turn_id.rpartition(".")
+            if tail == "send" and key:
+                return cls("single", key)
+            if tail.startswith("turn-") and tail[5:].isdigit() and key:
+                return cls("session", key, int(tail[5:]))
+        session_id = record.get("session_id")
+        return cls("session", session_id) if isinstance(session_id, str) else None
+
 
 _NAMESPACE = uuid.UUID("6f1d2c8e-6a57-4c1e-9a61-4c2b8f6c7d10")
 
@@ -70,12 +120,19 @@ class ApprovalRequest:
 
 
 def new_record(
-    approval_id: str, *, session_id: str | None, turn_id: str | None, run_id: str, call: ToolCall
+    approval_id: str,
+    *,
+    session_id: str | None,
+    turn_id: str | None,
+    run_id: str,
+    call: ToolCall,
+    turn: TurnKey | None = None,
 ) -> dict[str, Any]:
     return {
         "id": approval_id,
         "session_id": session_id,
         "turn_id": turn_id,
+        "turn": turn.to_record() if turn is not None else None,
         "run_id": run_id,
         "call": {"id": call.id, "name": call.name, "arguments": dict(call.arguments)},
         "tool": call.name,
@@ -84,3 +141,47 @@ def new_record(
         "created_at": datetime.now(timezone.utc).isoformat(),
         "resolved_at": None,
     }
+
+
+#: Continues the turn an approval was resolved for; its result, None if none was pending.
+Resume = Callable[[TurnKey], "Future[ExecutionResult | None]"]
+
+
+class Approvals:
+    """``agent.approvals``: look up and resolve tool calls waiting for a human."""
+
+    def __init__(self, store: ApprovalStore, resume: Resume) -> None:
+        self._store = store
+        self._resume = resume
+
+    def get(self, id: str) -> ApprovalRequest:
+        record = self._store.get(id)
+        if record is None:
+            raise ApprovalNotFoundError(f"no approval with id {id!r}")
+        return ApprovalRequest.from_record(record)
+
+    def list(
+        self, session_id: str | None = None, status: str | None = "pending"
+    ) -> list[ApprovalRequest]:
+        records = self._store.list(session_id=session_id, status=status)
+        return [ApprovalRequest.from_record(r) for r in records]
+
+    def resolve(
+        self, *, id: str, approved: bool, reason: str | None = None
+    ) -> ExecutionResult | None:
+        """Decide, then continue the paused turn as the session's next turn and return its result.
+
+        Exactly one ``resolve()`` of an approval wins, across processes; the others
+        raise ``ApprovalAlreadyResolvedError``.
+        """
+        return _worker.drive(self._resolve_steps(id, approved, reason))
+
+    def _resolve_steps(
+        self, id: str, approved: bool, reason: str | None
+    ) -> _worker.Steps[ExecutionResult | None]:
+        record = yield lambda: self._store.resolve(id, approved=approved, reason=reason)
+        turn = TurnKey.of_record(record)
+        if turn is None:
+            return None
+        result: ExecutionResult | None = yield self._resume(turn)
+        return result

@@ -19,6 +19,7 @@ from lousho_sessions import (
     memory_store,
     tool,
 )
+from lousho_sessions.approvals import TurnKey
 from lousho_sessions.events import ApprovalRequested
 
 ran: list[str] = []
@@ -256,3 +257,38 @@ def test_two_calls_needing_approval_pause_twice() -> None:
     final = agent.approvals.resolve(id=second.approval_id, approved=False)
     assert final is not None and final.text == "both"
     assert ran == ["a"]
+
+
+@pytest.mark.parametrize("kind", ["session", "single"])
+def test_records_name_their_turn_and_old_records_with_only_a_turn_id_still_resolve(
+    kind: str,
+) -> None:
+    store = memory_store()
+    agent = create_agent(provider=script(), tools=[delete_file], store=store)
+    if kind == "session":
+        paused = agent.session("s-1").send("delete")
+        turn = {"kind": "session", "key": "s-1", "n": 0}
+    else:
+        paused = agent.send("delete", session_id="s-1")
+        turn = {"kind": "single", "key": "s-1", "n": None}
+    assert paused.approval_id and store.approvals is not None
+    record = store.approvals.get(paused.approval_id)
+    assert record is not None and record["turn"] == turn
+    expected = TurnKey("session", "s-1", 0) if kind == "session" else TurnKey("single", "s-1")
+    assert TurnKey.of_record(record) == expected
+    # a record written before "turn" existed: the turn id alone says which turn it is
+    del record["turn"]
+    store.approvals.delete(paused.approval_id)
+    store.approvals.create(record)
+    final = agent.approvals.resolve(id=paused.approval_id, approved=True)
+    assert final is not None and final.text == "Done." and ran == ["/tmp/x"]
+
+
+def test_turn_keys_of_records() -> None:
+    assert TurnKey("session", "a", 3).turn_id == "a.turn-3"
+    assert TurnKey("single", "a").turn_id == "a.send"
+    assert TurnKey.of_record({"turn_id": "a.turn-3"}) == TurnKey("session", "a", 3)
+    assert TurnKey.of_record({"turn_id": "a.send"}) == TurnKey("single", "a")
+    assert TurnKey.of_record({"turn_id": None, "session_id": "a"}) == TurnKey("session", "a")
+    assert TurnKey.of_record({"turn": {"kind": "single", "key": "k"}}) == TurnKey("single", "k")
+    assert TurnKey.of_record({"turn": "junk", "turn_id": None}) is None

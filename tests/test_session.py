@@ -7,7 +7,7 @@ import threading
 from typing import Any
 
 import pytest
-from helpers import WAIT, Gate, calls, echo_provider
+from helpers import WAIT, Gate, calls, echo_provider, gated
 
 from lousho_sessions import (
     AbortController,
@@ -279,26 +279,27 @@ def test_idle_workers_exit(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_worker, "IDLE_SECONDS", 0.01)
     agent = create_agent(provider=echo_provider())
     sessions = [agent.session() for _ in range(50)]
-    threads = []
+    threads: set[threading.Thread] = set()
     for s in sessions:
         s.send("hi")
-        worker = _worker.worker_for(s._key)
-        if worker is not None and worker.thread is not None:
-            threads.append(worker.thread)
+        threads.update(agent.runtime.workers.threads())
     for t in threads:
         t.join(WAIT)
-    assert not any(t.is_alive() for t in threads)
-    assert all(_worker.worker_for(s._key) is None for s in sessions)
+    assert threads and not any(t.is_alive() for t in threads)
+    assert agent.runtime.workers.threads() == []
     assert sessions[0].send("back").text == "3:back"  # a new worker starts on demand
 
 
-def test_close_stops_worker() -> None:
-    session = create_agent(provider=echo_provider()).session()
-    session.send("x")
-    worker = _worker.worker_for(session._key)
-    assert worker is not None and worker.thread is not None
-    thread = worker.thread
+def test_close_ends_the_thread_running_the_session_once_its_work_is_done() -> None:
+    gate = Gate()
+    session = create_agent(provider=gated(gate)).session()
+    future, _ = session._send_future("block", None)
+    assert gate.entered.wait(WAIT)
+    thread = session._workers.thread_of(session._key)
+    assert thread is not None and thread.is_alive()
     session.close()
+    gate.open()
+    assert future.result(WAIT) is not None
     thread.join(WAIT)
     assert not thread.is_alive()
 

@@ -1,0 +1,117 @@
+"""``AgentConfig``: what an agent is, built once from ``create_agent``'s arguments."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from .approvals import ApprovalRequest
+from .compaction import Compaction
+from .pricing import Pricing
+from .providers.base import Provider
+from .results import Limits
+from .stores.base import AgentStore, ApprovalStore, store_parts
+from .stores.memory import MemoryApprovalStore
+from .tools import Tool, as_tool
+
+__all__ = ["AgentConfig", "Approve", "find_project_instructions", "resolve_provider"]
+
+
+#: Decides a tool call that needs approval: True/False, or None to pause the turn.
+Approve = Callable[[ApprovalRequest], "bool | None"]
+
+
+@attrs.frozen
+class AgentConfig:
+    """What an agent is: its model, instructions, tools, limits and stores. ``agent.config``."""
+
+    provider: Provider
+    #: the system prompt: the instructions, then the project instructions (AGENTS.md)
+    system: str | None
+    tools: Mapping[str, Tool]
+    #: the agent's stores, part by part; a session's ``store=`` wins over them
+    store: AgentStore
+    #: where approval records live: the store's, else the runtime's memory
+    approvals: ApprovalStore
+    instructions: str | None = None
+    model_name: str | None = None
+    limits: Limits | None = None
+    approve: Approve | None = None
+    compaction: Compaction | None = None
+    pricing: Mapping[str, Pricing] | None = None
+    max_steps: int = 20
+    settings: Mapping[str, Any] = attrs.field(factory=dict)
+
+    @classmethod
+    def build(
+        cls,
+        *,
+        instructions: str | None,
+        provider: Provider | None,
+        model: str | None,
+        tools: Sequence[Tool | Callable[..., Any]],
+        store: Any,
+        project_instructions: bool | str | os.PathLike[str],
+        pricing: Mapping[str, Pricing] | None,
+        max_steps: int,
+        settings: Mapping[str, Any] | None,
+        **rest: Any,
+    ) -> AgentConfig:
+        """Check the arguments, resolve the provider, read AGENTS.md, make the tools."""
+        if max_steps < 1:
+            raise ValueError(f"max_steps must be at least 1, got {max_steps}")
+        if provider is None:
+            model = model or os.environ.get("LOUSHO_MODEL") or "demo"
+            provider = resolve_provider(model, pricing)
+        project = find_project_instructions(project_instructions)
+        parts = [p for p in (instructions, project) if p]
+        built: dict[str, Tool] = {}
+        for t in tools:
+            one = as_tool(t)
+            if one.name in built:
+                raise ValueError(f"two tools are named {one.name!r}")
+            built[one.name] = one
+        stores = store_parts(store)
+        return cls(
+            provider=provider,
+            system="\n\n".join(parts) if parts else None,
+            tools=built,
+            store=stores,
+            approvals=stores.approvals or MemoryApprovalStore(),
+            instructions=instructions,
+            model_name=getattr(provider, "model", None) or model,
+            pricing=pricing,
+            max_steps=max_steps,
+            settings=dict(settings or {}),
+            **rest,
+        )
+
+
+def resolve_provider(model: str, pricing: Mapping[str, Pricing] | None = None) -> Provider:
+    """The provider a model string names ("demo", "openai/…", "anthropic/…", "ollama/…")."""
+    from .providers import registry
+
+    return registry.provider_for(model, pricing=pricing)
+
+
+def find_project_instructions(
+    value: bool | str | os.PathLike[str], start: Path | None = None
+) -> str | None:
+    """The text of ``AGENTS.md``: the given file, or the nearest one upward from ``start``/cwd."""
+    if value is False:
+        return None
+    if value is True:
+        here = (start or Path.cwd()).resolve()
+        for folder in (here, *here.parents):
+            candidate = folder / "AGENTS.md"
+            if candidate.is_file():
+                return candidate.read_text(encoding="utf-8")
+        return None
+    path = Path(value)
+    if not path.is_file():
+        raise FileNotFoundError(f"project_instructions: no file at {str(path)!r}")
+    return path.read_text(encoding="utf-8")

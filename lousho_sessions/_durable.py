@@ -1,0 +1,166 @@
+"""A session's durable turns: the id a new turn takes, the pending turn, and running one.
+
+Turn ``n`` of session ``id`` is checkpointed under ``TurnKey("session", id, n).turn_id``
+(``f"{id}.turn-{n}"``), ``n`` being the transcript's length when it started, so a new
+process finds the pending turn from the transcript alone. Without a checkpoint store
+only a turn paused on an approval is kept, in the agent's memory. Everything here runs
+on the session's worker thread, under the store's turn lock.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from ._checkpoints import TurnCheckpoints
+from ._config import Approve
+from ._inbox import Inbox, Ticket
+from ._runner import TurnRunner
+from ._transcript import Transcript
+from ._turn import TurnState
+from .abort import AbortController, AbortSignal
+from .approvals import TurnKey
+from .errors import SessionAwaitingApprovalError, SessionBusyError, StoreCorruptError
+from .events import Event
+from .results import ExecutionResult, Limits
+from .stores.base import CheckpointStore
+
+__all__ = ["SessionTurns"]
+
+log = logging.getLogger("lousho_sessions.session")
+
+
+class SessionTurns:
+    """Runs, finds, finishes and drops the durable turns of one session."""
+
+    def __init__(
+        self,
+        runner: TurnRunner,
+        transcript: Transcript,
+        checkpoint_store: CheckpointStore | None,
+        limits: Limits | None,
+    ) -> None:
+        self.runner = runner
+        self.transcript = transcript
+        self.id = transcript.id
+        self.durable = checkpoint_store is not None
+        # without a checkpoint store, only a turn paused on an approval is kept, in memory
+        self.pauses: CheckpointStore = checkpoint_store or runner.runtime.pauses
+        self.limits = limits
+
+    def run(
+        self,
+        state: TurnState,
+        turn: TurnKey,
+        controller: AbortController,
+        *,
+        emit: Callable[[Event], None] | None,
+        approve: Approve | None,
+        inbox: Inbox | None,
+        requeue: Callable[[Ticket], None] | None,
+        resumed: bool = False,
+    ) -> ExecutionResult:
+        """Run ``state`` to an end; a finished turn is appended to the transcript."""
+        return self.runner.run(
+            state,
+            controller,
+            self.checkpoints(),
+            turn=turn,
+            emit=emit,
+            approve=approve,
+            inbox=inbox,
+            resumed=resumed,
+            session_limits=self.limits,
+            session_spent=self.transcript.spent,
+            commit=self.transcript.commit,
+            requeue=requeue,
+        )
+
+    def checkpoints(self) -> TurnCheckpoints:
+        """Every checkpoint with a checkpoint store; else only a pause, in memory."""
+        return TurnCheckpoints(self.pauses, durable=self.durable)
+
+    def next_turn(self) -> TurnKey:
+        return TurnKey("session", self.id, len(self.transcript.messages))
+
+    def awaiting(self, approval_id: str | None, then: str) -> SessionAwaitingApprovalError:
+        return SessionAwaitingApprovalError(
+            f"session {self.id!r} waits on approval {approval_id!r}; resolve it with "
+            f"agent.approvals.resolve() or drop the turn with discard_pending(), then {then}",
+            approval_id=approval_id,
+        )
+
+    def free_turn(self) -> TurnKey:
+        """The key of a new turn, refused while a turn holds it.
+
+        Called under the turn lock after the pending turn was finished, so the key is
+        free unless that turn could not end; a checkpoint is never overwritten by another turn.
+        """
+        turn = self.next_turn()
+        data = self.pauses.load(turn.turn_id)
+        if data is not None:
+            if data.get("status") == "awaiting-approval":
+                raise self.awaiting(data.get("approval_id"), "send() again")
+            raise SessionBusyError(
+                f"session {self.id!r}: turn {turn.turn_id!r} is still pending; "
+                "finish it with resume() or drop it with discard_pending()"
+            )
+        return turn
+
+    def pending(self) -> TurnState | None:
+        """The pending turn at the end of the transcript, if any."""
+        return self.runner.load(self.checkpoints(), self.next_turn(), self.transcript.messages)
+
+    def finish_pending(
+        self, controller: AbortController, *, link: AbortSignal | None = None
+    ) -> ExecutionResult | None:
+        """Run the pending turn to an end (it becomes part of the transcript); None if none."""
+        state = self.pending()
+        if state is None:
+            return None
+        self.runner.release(state, lambda approval_id: self.awaiting(approval_id, "try again"))
+        if link is not None:
+            link.add_callback(lambda s: controller.abort(s.reason))
+        return self.run(
+            state,
+            self.next_turn(),
+            controller,
+            emit=None,
+            approve=self.runner.config.approve,
+            inbox=None,
+            requeue=None,
+            resumed=True,
+        )
+
+    def refuse_clear(self) -> None:
+        """Raise while the pending turn waits on an approval (``clear()`` would drop it)."""
+        try:
+            state = self.pending()
+        except StoreCorruptError as exc:  # clear() deletes it without reading it
+            log.warning("clear() of session %r drops an unreadable checkpoint: %s", self.id, exc)
+            return
+        if state is not None:
+            self.runner.release(
+                state,
+                lambda approval_id: SessionAwaitingApprovalError(
+                    f"session {self.id!r} waits on approval {approval_id!r}; "
+                    "resolve it or call discard_pending() before clear()",
+                    approval_id=approval_id,
+                ),
+            )
+
+    def drop_pending(self) -> None:
+        """Delete every checkpoint of this session, and the approvals they wait on."""
+        approvals = self.runner.config.approvals
+        for turn_id in self.pauses.list(f"{self.id}.turn-"):
+            try:
+                data = self.pauses.load(turn_id)
+            except StoreCorruptError as exc:  # unreadable: delete it and the approvals it made
+                log.warning("deleting unreadable checkpoint %s: %s", turn_id, exc)
+                for record in approvals.list(session_id=self.id, status=None):
+                    if record.get("turn_id") == turn_id:
+                        approvals.delete(str(record.get("id")))
+                data = None
+            if data and isinstance(data.get("approval_id"), str):
+                approvals.delete(data["approval_id"])
+            self.pauses.delete(turn_id)

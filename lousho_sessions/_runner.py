@@ -1,0 +1,187 @@
+"""The turn runner: every turn — session, single send, ``AgentExecutor`` — runs through here.
+
+``TurnRunner.run`` builds the turn's ``TurnConfig`` from the agent's configuration,
+drives ``Turn``, and settles what the turn leaves: it commits a finished turn (through
+the caller's ``commit``), deletes the checkpoint of a turn that ended (finished,
+aborted, or failed for good — ``failures.is_permanent``) and keeps the one of a turn
+that paused or may succeed when tried again, and answers the callers that joined the
+turn. ``TurnRunner.release`` is the one "waits on approval" gate, ``finish`` loads a
+pending turn and runs it to an end.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+
+from ._checkpoints import TurnCheckpoints
+from ._config import AgentConfig, Approve
+from ._inbox import Inbox, Ticket
+from ._runtime import Runtime
+from ._turn import Turn, TurnConfig, TurnState
+from .abort import AbortController
+from .approvals import TurnKey
+from .errors import StoreCorruptError
+from .events import Event
+from .failures import is_permanent
+from .messages import Message, Usage
+from .results import ExecutionResult, Limits
+from .serde import message_to_dict
+from .stores.base import ApprovalStore
+
+__all__ = ["TurnRunner", "settle"]
+
+log = logging.getLogger("lousho_sessions.turn")
+
+
+class TurnRunner:
+    """Runs the turns of one agent with its configuration, on its runtime."""
+
+    def __init__(self, config: AgentConfig, runtime: Runtime) -> None:
+        self.config = config
+        self.runtime = runtime
+
+    def run(
+        self,
+        state: TurnState,
+        controller: AbortController,
+        checkpoints: TurnCheckpoints,
+        *,
+        turn: TurnKey | None,
+        emit: Callable[[Event], None] | None = None,
+        approve: Approve | None = None,
+        inbox: Inbox | None = None,
+        resumed: bool = False,
+        session_limits: Limits | None = None,
+        session_spent: tuple[Usage, int, int] = (Usage(), 0, 0),
+        commit: Callable[[list[Message]], None] | None = None,
+        requeue: Callable[[Ticket], None] | None = None,
+        approvals: ApprovalStore | None = None,
+    ) -> ExecutionResult:
+        """Run ``state`` to an end and settle it; raises the turn's error.
+
+        ``commit`` saves a finished turn's messages (a session's transcript); then a
+        failure to delete its checkpoint is only logged: its key is behind the
+        transcript now. ``requeue`` runs input the turn never took as the next turn.
+        """
+        c = self.config
+        config = TurnConfig(
+            provider=c.provider,
+            system=c.system,
+            tools=c.tools,
+            signal=controller.signal,
+            approvals=approvals or c.approvals,
+            settings=c.settings,
+            max_steps=c.max_steps,
+            limits=c.limits,
+            session_limits=session_limits,
+            session_spent=session_spent,
+            model_name=c.model_name,
+            pricing=c.pricing,
+            approve=approve,
+            checkpoints=checkpoints,
+            emit=emit,
+            run_tools=self.runtime.run_tools,
+            tool_loop=self.runtime.tool_loop,
+            inbox=inbox,
+            turn=turn,
+        )
+        kept = checkpoints.durable or resumed  # a checkpoint may exist
+        try:
+            result = Turn(state, config).run()
+            if commit is not None and result.finish_reason not in ("aborted", "awaiting-approval"):
+                commit(list(state.new))
+        except BaseException as exc:
+            permanent = is_permanent(exc)
+            left = inbox.close() if inbox is not None else []
+            if left and checkpoints.durable and not permanent:
+                state.queued.extend(
+                    {"input_id": t.input_id, "messages": [message_to_dict(m) for m in t.messages]}
+                    for t in left
+                )
+                checkpoints.save(state)
+            if permanent and kept:
+                # would fail the same way on every try: end the turn instead of keeping it
+                log.warning("turn %s ended by a permanent failure: %r", state.turn_id, exc)
+                _forget_quietly(checkpoints, state)
+            settle(inbox, None, exc, requeue)
+            raise
+        reason = result.finish_reason
+        if kept and reason != "awaiting-approval":
+            if commit is not None and reason != "aborted":
+                _forget_quietly(checkpoints, state)
+            else:
+                checkpoints.forget(state)
+        settle(inbox, result, None, requeue)
+        return result
+
+    def release(self, state: TurnState, waiting: Callable[[str | None], Exception]) -> None:
+        """The approval gate: let a turn paused on an approval go on once it is decided.
+
+        Raises ``waiting(approval_id)`` while the approval is pending (or its record is gone).
+        """
+        if state.status != "awaiting-approval":
+            return
+        record = self.config.approvals.get(state.approval_id or "")
+        if record is None or record.get("status") == "pending":
+            raise waiting(state.approval_id)
+        state.status, state.approval_id = "running", None
+
+    def load(
+        self, checkpoints: TurnCheckpoints, turn: TurnKey, history: Sequence[Message] = ()
+    ) -> TurnState | None:
+        """The pending turn saved under ``turn``, its recorded tool results merged; None if none.
+
+        A session turn's checkpoint that no longer matches ``history`` (the transcript
+        changed under it) is deleted with a warning and not returned.
+        """
+        turn_id = turn.turn_id
+        data = checkpoints.store.load(turn_id)
+        if data is None:
+            return None
+        if turn.kind == "session":
+            last = history[-1].id if history else None
+            if data.get("base_last_id") != last or data.get("base_length") != len(history):
+                log.warning(
+                    "dropping stale checkpoint %s: the transcript changed under it", turn_id
+                )
+                checkpoints.store.delete(turn_id)
+                return None
+        try:
+            state = TurnState.from_checkpoint(data, history, source=f"checkpoint {turn_id!r}")
+            checkpoints.merge_records(state)
+        except (AttributeError, KeyError, TypeError) as exc:  # fields of the wrong type
+            raise StoreCorruptError(
+                f"checkpoint {turn_id!r}: cannot read checkpoint: {exc!r}"
+            ) from exc
+        return state
+
+
+def _forget_quietly(checkpoints: TurnCheckpoints, state: TurnState) -> None:
+    """Delete an ended turn's checkpoint; a failure is logged, not raised (the turn is over:
+    ``prune()``, ``clear()`` or ``discard_pending()`` remove what is left)."""
+    try:
+        checkpoints.forget(state)
+    except Exception:
+        log.warning("could not delete the checkpoint of turn %s", state.turn_id, exc_info=True)
+
+
+def settle(
+    inbox: Inbox | None,
+    result: ExecutionResult | None,
+    error: BaseException | None,
+    requeue: Callable[[Ticket], None] | None,
+) -> None:
+    """Answer the callers that joined this turn; input it never took runs as the next turn."""
+    if inbox is None:
+        return
+    left = inbox.close()
+    for ticket in inbox.tickets:
+        if ticket.future is None or ticket.future.done():
+            continue
+        if error is not None:
+            ticket.future.set_exception(error)
+        elif ticket in left and requeue is not None:
+            requeue(ticket)
+        elif result is not None:
+            ticket.future.set_result(result)

@@ -1,0 +1,190 @@
+"""Single turns: ``agent.send``/``stream``/``resume`` from an empty history; ``AgentExecutor``.
+
+A single turn runs as a job on the agent's workers, in a lane of its own: keyed by
+its session id when it is durable (so two sends with one id run one after the
+other), else by its run id. A durable one is checkpointed under
+``TurnKey("single", id).turn_id`` (``f"{id}.send"``).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Hashable, Sequence
+from concurrent.futures import Future
+from typing import Any, Protocol
+
+from ._calls import Stop, linked
+from ._checkpoints import TurnCheckpoints
+from ._config import Approve
+from ._runner import TurnRunner
+from ._turn import TurnState
+from ._worker import Job, inside
+from .abort import AbortController, AbortSignal
+from .approvals import TurnKey
+from .errors import SessionAwaitingApprovalError, SessionBusyError
+from .events import ErrorEvent, Event, RunDone
+from .inputs import to_messages
+from .messages import Message
+from .results import ExecutionResult
+from .stores.base import ApprovalStore, CheckpointStore, validate_session_id
+
+__all__ = ["AgentExecutor", "HasRunner", "SingleTurns"]
+
+
+class HasRunner(Protocol):
+    """What ``AgentExecutor`` needs of an agent: its turn runner."""
+
+    @property
+    def runner(self) -> TurnRunner: ...
+
+
+class SingleTurns:
+    """Queues, stops and resumes the single turns of one agent."""
+
+    def __init__(self, runner: TurnRunner) -> None:
+        self.runner = runner
+
+    def submit(
+        self,
+        messages: list[Message],
+        controller: AbortController,
+        session_id: str | None,
+        *,
+        emit: Callable[[Event], None] | None,
+        approve: Approve | None,
+        run_id: str | None = None,
+        wire: Callable[[Future[Any], Stop], None] | None = None,
+    ) -> tuple[Future[ExecutionResult], Stop]:
+        """Queue one single turn; its Future and what stops it (a queued turn is withdrawn,
+        a running one aborted). ``wire`` gets both before the turn is queued."""
+        run_id = run_id or "run-" + uuid.uuid4().hex
+        if session_id is not None:
+            validate_session_id(session_id)
+        durable = session_id is not None and self.runner.config.store.checkpoints is not None
+        turn = TurnKey("single", session_id or run_id)
+        checkpoints = self._store(durable)
+        lane = _lane(checkpoints, turn.key)
+        if inside(lane):
+            raise SessionBusyError(
+                f"agent.send(session_id={turn.key!r}) was called from inside that run's own tool; "
+                "it would wait for itself forever"
+            )
+
+        def work(job: Job) -> ExecutionResult:
+            try:
+                if session_id is not None:
+                    # finish (or refuse to overwrite) the run this id left unfinished
+                    earlier = self.finish(turn, checkpoints, None)
+                    if earlier is not None and earlier.finish_reason == "awaiting-approval":
+                        raise _waiting(turn, earlier.approval_id)
+                state = TurnState.start(
+                    messages, session_id=session_id, turn_id=turn.turn_id, run_id=run_id
+                )
+                writer = TurnCheckpoints(checkpoints, durable=durable)
+                result = self.runner.run(
+                    state, controller, writer, turn=turn, emit=emit, approve=approve
+                )
+            except BaseException as exc:
+                if emit is not None:
+                    emit(ErrorEvent(run_id, exc))
+                    emit(RunDone(run_id, "error", None))
+                raise
+            if emit is not None:
+                emit(RunDone(run_id, result.finish_reason, result))
+            return result
+
+        job = Job(work, "single")
+        workers = self.runner.runtime.workers
+
+        def stop(reason: object) -> None:
+            controller.abort(reason)
+            if workers.withdraw(lane, job):
+                result = ExecutionResult(
+                    "", finish_reason="aborted", run_id=run_id, session_id=session_id
+                )
+                if emit is not None:
+                    emit(RunDone(run_id, "aborted", result))
+                job.future.set_result(result)
+
+        if wire is not None:
+            wire(job.future, stop)
+        workers.submit(lane, job, owner=checkpoints)
+        return job.future, stop
+
+    def resume(self, key: str) -> Future[ExecutionResult | None]:
+        """Finish the durable single turn of ``key``, if one is pending."""
+        checkpoints = self._store(self.runner.config.store.checkpoints is not None)
+        lane = _lane(checkpoints, key)
+        if inside(lane):
+            raise SessionBusyError(f"run {key!r}: resume() was called from inside its own tool")
+        job = Job(lambda j: self.finish(TurnKey("single", key), checkpoints, None), "single")
+        self.runner.runtime.workers.submit(lane, job, owner=checkpoints)
+        return job.future
+
+    def finish(
+        self, turn: TurnKey, checkpoints: CheckpointStore, signal: AbortSignal | None
+    ) -> ExecutionResult | None:
+        """Run the pending single turn ``turn`` to an end; None if none is pending."""
+        writer = TurnCheckpoints(checkpoints, durable=True)
+        state = self.runner.load(writer, turn)
+        if state is None:
+            return None
+        self.runner.release(state, lambda approval_id: _waiting(turn, approval_id))
+        return self.runner.run(
+            state,
+            linked(signal),
+            writer,
+            turn=turn,
+            approve=self.runner.config.approve,
+            resumed=True,
+        )
+
+    def _store(self, durable: bool) -> CheckpointStore:
+        """The agent's checkpoint store when durable; else paused turns in memory."""
+        store = self.runner.config.store.checkpoints
+        return store if durable and store is not None else self.runner.runtime.pauses
+
+
+def _lane(checkpoints: CheckpointStore, key: str) -> Hashable:
+    return ("single", id(checkpoints), key)
+
+
+def _waiting(turn: TurnKey, approval_id: str | None) -> SessionAwaitingApprovalError:
+    return SessionAwaitingApprovalError(
+        f"run {turn.turn_id!r} waits on approval {approval_id!r}; resolve it first",
+        approval_id=approval_id,
+    )
+
+
+class AgentExecutor:
+    """Runs one turn directly, on the calling thread, with explicit stores."""
+
+    @staticmethod
+    def execute(
+        agent: HasRunner,
+        input: Any,
+        *,
+        session_id: str | None = None,
+        history: Sequence[Message] = (),
+        checkpoint_store: CheckpointStore | None = None,
+        approval_store: ApprovalStore | None = None,
+        signal: AbortSignal | None = None,
+        emit: Callable[[Event], None] | None = None,
+    ) -> ExecutionResult:
+        """One turn of ``agent`` after ``history``; checkpointed under ``<session_id>.send`` when a
+        checkpoint store is given. The transcript is yours to keep: see ``result.messages``."""
+        key = (
+            validate_session_id(session_id) if session_id is not None else "run-" + uuid.uuid4().hex
+        )
+        turn = TurnKey("single", key)
+        state = TurnState.start(
+            to_messages(input), history=history, session_id=session_id, turn_id=turn.turn_id
+        )
+        runner = agent.runner
+        store = checkpoint_store or runner.runtime.pauses
+        writer = TurnCheckpoints(store, durable=checkpoint_store is not None)
+        approve: Approve | None = runner.config.approve
+        return runner.run(
+            state, linked(signal), writer, turn=turn, emit=emit, approve=approve,
+            approvals=approval_store,
+        )  # fmt: skip
