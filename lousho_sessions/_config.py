@@ -14,7 +14,8 @@ from .compaction import Compaction
 from .pricing import Pricing
 from .providers.base import Provider
 from .results import Limits
-from .stores.base import AgentStore, ApprovalStore, store_parts
+from .stores.adapters import store_parts
+from .stores.base import AgentStore, ApprovalStore
 from .stores.memory import MemoryApprovalStore
 from .tools import Tool, as_tool
 

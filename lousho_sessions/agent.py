@@ -29,7 +29,8 @@ from .providers.base import Provider, ProviderBase
 from .results import ExecutionResult, Limits
 from .run import AgentRun
 from .session import Session, TurnPolicy
-from .stores.base import CheckpointStore, store_parts, validate_session_id
+from .stores.adapters import store_parts
+from .stores.base import CheckpointStore, validate_session_id
 from .stores.memory import MemorySessionStore
 from .tools import Tool
 

@@ -18,7 +18,7 @@ from lousho_sessions import (
     memory_store,
 )
 from lousho_sessions.sqlite import SqliteStore
-from lousho_sessions.stores.base import sessions_contract, store_parts
+from lousho_sessions.stores.adapters import sessions_contract, store_parts
 from lousho_sessions.testing import (
     StoreContractTests,
     approval_store_machine,

@@ -30,7 +30,16 @@ from .base import (
 )
 from .lease import Lease
 
-__all__ = ["adapt_approvals", "adapt_checkpoints", "adapt_sessions", "parts_of"]
+__all__ = [
+    "adapt_approvals",
+    "adapt_checkpoints",
+    "adapt_sessions",
+    "approvals_contract",
+    "checkpoints_contract",
+    "parts_of",
+    "sessions_contract",
+    "store_parts",
+]
 
 _PARTS = ("sessions", "checkpoints", "approvals")
 
@@ -281,3 +290,28 @@ def parts_of(store: object) -> AgentStore:
     ):
         return store
     return adapted
+
+
+def store_parts(store: object) -> AgentStore:
+    """Read ``store`` as its parts, each adapted to the contract (see ``sessions_contract``).
+
+    ``store`` is a ``SessionStore``, an ``AgentStore``, an object or mapping with
+    ``sessions``/``checkpoints``/``approvals``, or ``None``. An ``AgentStore`` whose
+    parts already follow the contract is returned as it is.
+    """
+    return parts_of(store)
+
+
+def sessions_contract(store: SessionStore) -> BaseSessionStore:
+    """``store`` itself if it subclasses ``BaseSessionStore``, else an adapter giving it the defaults."""
+    return adapt_sessions(store)
+
+
+def checkpoints_contract(store: CheckpointStore) -> BaseCheckpointStore:
+    """``store`` itself if it subclasses ``BaseCheckpointStore``, else an adapter."""
+    return adapt_checkpoints(store)
+
+
+def approvals_contract(store: ApprovalStore) -> BaseApprovalStore:
+    """``store`` itself if it subclasses ``BaseApprovalStore``, else an adapter."""
+    return adapt_approvals(store)

@@ -56,17 +56,13 @@ __all__ = [
     "PruneResult",
     "SessionStore",
     "approval_sort_key",
-    "approvals_contract",
     "check_approval_record",
-    "checkpoints_contract",
     "decode_json_object",
     "encode_json_object",
     "message_json",
     "older_than_seconds",
     "resolved_approval",
-    "sessions_contract",
     "shown",
-    "store_parts",
     "validate_approval_id",
     "validate_session_id",
     "validate_turn_id",
@@ -467,36 +463,3 @@ class AgentStore:
     sessions: SessionStore | None = None
     checkpoints: CheckpointStore | None = None
     approvals: ApprovalStore | None = None
-
-
-def store_parts(store: object) -> AgentStore:
-    """Read ``store`` as its parts, each adapted to the contract (see ``sessions_contract``).
-
-    ``store`` is a ``SessionStore``, an ``AgentStore``, an object or mapping with
-    ``sessions``/``checkpoints``/``approvals``, or ``None``. An ``AgentStore`` whose
-    parts already follow the contract is returned as it is.
-    """
-    from .adapters import parts_of
-
-    return parts_of(store)
-
-
-def sessions_contract(store: SessionStore) -> BaseSessionStore:
-    """``store`` itself if it subclasses ``BaseSessionStore``, else an adapter giving it the defaults."""
-    from .adapters import adapt_sessions
-
-    return adapt_sessions(store)
-
-
-def checkpoints_contract(store: CheckpointStore) -> BaseCheckpointStore:
-    """``store`` itself if it subclasses ``BaseCheckpointStore``, else an adapter."""
-    from .adapters import adapt_checkpoints
-
-    return adapt_checkpoints(store)
-
-
-def approvals_contract(store: ApprovalStore) -> BaseApprovalStore:
-    """``store`` itself if it subclasses ``BaseApprovalStore``, else an adapter."""
-    from .adapters import adapt_approvals
-
-    return adapt_approvals(store)

@@ -11,15 +11,17 @@ from typing import Any, NoReturn
 import attrs
 
 from ..messages import ImagePart, Message, TextPart, ToolCall, Usage
+from ..stores.adapters import (
+    approvals_contract,
+    checkpoints_contract,
+    sessions_contract,
+    store_parts,
+)
 from ..stores.base import (
     AgentStore,
     BaseApprovalStore,
     BaseCheckpointStore,
     BaseSessionStore,
-    approvals_contract,
-    checkpoints_contract,
-    sessions_contract,
-    store_parts,
 )
 
 #: Seconds any wait on another thread or process may take before a test fails.
