@@ -27,6 +27,7 @@ from .pricing import Pricing
 from .providers.base import Provider
 from .results import ExecutionResult, Limits
 from .run import AgentRun
+from .serde import turn_state_from_checkpoint
 from .session import Session, Stop, TurnPolicy, _linked, _wait
 from .stores.base import ApprovalStore, CheckpointStore, store_parts, validate_session_id
 from .stores.memory import MemoryApprovalStore, MemoryCheckpointStore, MemorySessionStore
@@ -314,7 +315,7 @@ class Agent:
         data = checkpoints.load(turn_id)
         if data is None:
             return None
-        state = TurnState.from_checkpoint(data, (), source=f"checkpoint {turn_id!r}")
+        state = turn_state_from_checkpoint(data, (), source=f"checkpoint {turn_id!r}")
         TurnCheckpoints(checkpoints, durable=True).merge_records(state)
         if state.status == "awaiting-approval":
             record = self._approval_store.get(state.approval_id or "")

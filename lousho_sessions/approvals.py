@@ -10,7 +10,7 @@ from typing import Any, Literal
 import attrs
 
 from .errors import StoreCorruptError
-from .messages import ToolCall
+from .messages import ToolCall, thaw
 
 __all__ = ["ApprovalRequest", "approval_id_for", "new_record"]
 
@@ -77,7 +77,7 @@ def new_record(
         "session_id": session_id,
         "turn_id": turn_id,
         "run_id": run_id,
-        "call": {"id": call.id, "name": call.name, "arguments": dict(call.arguments)},
+        "call": {"id": call.id, "name": call.name, "arguments": thaw(call.arguments)},
         "tool": call.name,
         "status": "pending",
         "reason": None,

@@ -38,7 +38,7 @@ from .inputs import to_messages
 from .messages import Message, Usage
 from .results import CompactionResult, ExecutionResult, Limits, PendingTurn
 from .run import AgentRun
-from .serde import message_to_dict
+from .serde import message_to_dict, turn_state_from_checkpoint
 from .stores.base import CheckpointStore, SessionStore, validate_session_id
 
 if TYPE_CHECKING:
@@ -404,7 +404,7 @@ class Session:
             self._pauses.delete(turn_id)
             return None
         try:
-            state = TurnState.from_checkpoint(data, self._cache, source=f"checkpoint {turn_id!r}")
+            state = turn_state_from_checkpoint(data, self._cache, source=f"checkpoint {turn_id!r}")
             self._checkpoints().merge_records(state)
         except (AttributeError, KeyError, TypeError) as exc:  # fields of the wrong type
             raise StoreCorruptError(
