@@ -204,9 +204,3 @@ def drive(steps: Steps[T]) -> T:
             value, error = (step.result() if isinstance(step, Future) else step()), None
         except BaseException as exc:
             value, error = None, exc
-
-
-def live_workers() -> int:
-    """How many workers hold a thread now (for tests and diagnostics)."""
-    with _registry_lock:
-        return sum(1 for w in _registry.values() if w.thread is not None)

@@ -21,7 +21,7 @@ from .compaction import Compaction
 from .errors import ApprovalNotFoundError, SessionAwaitingApprovalError, SessionBusyError
 from .events import ErrorEvent, Event, RunDone
 from .failures import is_permanent
-from .inputs import to_messages
+from .inputs import Input, to_messages
 from .messages import Message
 from .pricing import Pricing
 from .providers.base import Provider
@@ -176,7 +176,7 @@ class Agent:
 
     def send(
         self,
-        input: Any,
+        input: Input,
         *,
         signal: AbortSignal | None = None,
         session_id: str | None = None,
@@ -196,7 +196,7 @@ class Agent:
         _worker.submit(job.state, job)
         return job.future, stop
 
-    def stream(self, input: Any, *, signal: AbortSignal | None = None) -> AgentRun:
+    def stream(self, input: Input, *, signal: AbortSignal | None = None) -> AgentRun:
         """One turn from an empty history, streamed."""
         controller = _linked(signal)
         holder: list[AgentRun] = []

@@ -346,9 +346,7 @@ def _cached_dict(state: TurnState, message: Message) -> dict[str, Any]:
     return cached[1]
 
 
-def turn_state_from_checkpoint(
-    data: Any, history: Sequence[Message], *, source: str
-) -> TurnState:
+def turn_state_from_checkpoint(data: Any, history: Sequence[Message], *, source: str) -> TurnState:
     """The turn ``data`` (a checkpoint) describes, on top of ``history``.
 
     ``StoreCorruptError`` naming ``source`` for anything that is not a readable

@@ -34,7 +34,7 @@ from .events import (
     SessionEvent,
 )
 from .failures import is_permanent
-from .inputs import to_messages
+from .inputs import Input, to_messages
 from .messages import Message, Usage
 from .results import CompactionResult, ExecutionResult, Limits, PendingTurn
 from .run import AgentRun
@@ -93,7 +93,7 @@ class Session:
     # -- turns --------------------------------------------------------------
 
     def send(
-        self, input: Any, *, signal: AbortSignal | None = None, timeout: float | None = None
+        self, input: Input, *, signal: AbortSignal | None = None, timeout: float | None = None
     ) -> ExecutionResult:
         """Run one turn with the whole transcript and return its result.
 
@@ -116,7 +116,7 @@ class Session:
         job = self._submit_turn(messages, controller, emit=None, approve=self.agent.approve)
         return job.future, self._stopper(job)
 
-    def stream(self, input: Any, *, signal: AbortSignal | None = None) -> AgentRun:
+    def stream(self, input: Input, *, signal: AbortSignal | None = None) -> AgentRun:
         """Queue a turn now and stream it; see ``AgentRun``."""
         self._refuse_reentry("stream")
         messages = to_messages(input)
