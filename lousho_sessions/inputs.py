@@ -16,12 +16,12 @@ from .messages import ImagePart, Message, Part, TextPart
 
 __all__ = ["MAX_DEPTH", "Input", "check_json", "check_text", "to_messages"]
 
-#: What ``send()``, ``stream()``, ``enqueue()`` and ``steer()`` take: a str, a sequence
-#: of parts (one user message), or a sequence of messages. Parts and messages mixed in
+#: What ``send()``, ``stream()``, ``enqueue()`` and ``steer()`` take: a str, parts (one
+#: user message) or messages, in a sequence or one alone. Parts and messages mixed in
 #: one sequence are refused when the call is made (``TypeError``); the element type is
 #: one union so that a list literal such as ``[TextPart(...), ImagePart(...)]``
 #: type-checks (against a union of sequence types mypy infers ``list[object]``).
-Input = Union[str, Sequence[Union[Part, Message]]]
+Input = Union[str, Part, Message, Sequence[Union[Part, Message]]]
 
 #: The deepest nesting of lists and objects accepted in metadata and tool arguments.
 MAX_DEPTH = 100
