@@ -115,15 +115,59 @@ EMPTY = FrozenMapping._wrap({})
 def freeze(value: Any) -> Any:
     """``value`` with every mapping in it a ``FrozenMapping`` and every list or tuple a tuple.
 
-    Other values are kept as they are. Walks without recursion, so deep nesting is
-    fine; ``ValueError`` for a mapping or list that contains itself.
+    Other values are kept as they are. Deep nesting is fine (past ``_FAST_DEPTH`` levels
+    it walks without recursion); ``ValueError`` for a mapping or list that contains itself.
     """
-    return _rebuild(value, _freeze_mapping, tuple, frozen=True)
+    try:
+        return _freeze_fast(value, 0)
+    except _TooDeep:
+        return _rebuild(value, _freeze_mapping, tuple, frozen=True)
 
 
 def thaw(value: Any) -> Any:
     """A plain, mutable copy of ``value``: every mapping a ``dict``, every list or tuple a list."""
-    return _rebuild(value, dict, list, frozen=False)
+    try:
+        return _thaw_fast(value, 0)
+    except _TooDeep:
+        return _rebuild(value, dict, list, frozen=False)
+
+
+#: Nesting walked by plain recursion (the common case, and fast); deeper, or a value that
+#: contains itself, goes to ``_rebuild``, which keeps its own stack and finds loops.
+_FAST_DEPTH = 40
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
+class _TooDeep(Exception):
+    pass
+
+
+def _freeze_fast(value: Any, depth: int) -> Any:
+    if type(value) in _SCALARS or isinstance(value, FrozenMapping):
+        return value
+    if depth > _FAST_DEPTH:
+        raise _TooDeep
+    if isinstance(value, Mapping):
+        if not value:
+            return EMPTY
+        return FrozenMapping._wrap(
+            {k: v if type(v) in _SCALARS else _freeze_fast(v, depth + 1) for k, v in value.items()}
+        )
+    if isinstance(value, (list, tuple)):
+        return tuple(v if type(v) in _SCALARS else _freeze_fast(v, depth + 1) for v in value)
+    return value
+
+
+def _thaw_fast(value: Any, depth: int) -> Any:
+    if type(value) in _SCALARS:
+        return value
+    if depth > _FAST_DEPTH:
+        raise _TooDeep
+    if isinstance(value, Mapping):
+        return {k: v if type(v) in _SCALARS else _thaw_fast(v, depth + 1) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [v if type(v) in _SCALARS else _thaw_fast(v, depth + 1) for v in value]
+    return value
 
 
 def _freeze_mapping(pairs: list[tuple[Any, Any]]) -> FrozenMapping:
