@@ -29,6 +29,7 @@ from .errors import (
     ToolDefinitionError,
 )
 from .events import Event
+from .inputs import Input
 from .messages import ImagePart, Message, Part, TextPart, ToolCall, Usage
 from .pricing import Pricing
 from .providers.anthropic import AnthropicProvider
@@ -89,6 +90,7 @@ __all__ = [
     "FileSessionStore",
     "FunctionProvider",
     "ImagePart",
+    "Input",
     "InvalidSessionIdError",
     "Lease",
     "LeaseLostError",

@@ -12,14 +12,12 @@ the next whole save holds their results, so the records are deleted after it.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from ._turn_state import TurnState
 from .errors import StoreCorruptError
-from .serde import message_from_dict
+from .serde import message_from_dict, turn_checkpoint, turn_result_dict
 from .stores.base import CheckpointStore
-
-if TYPE_CHECKING:
-    from ._turn import TurnState
 
 __all__ = ["RESULTS_PER_RECORD", "TurnCheckpoints"]
 
@@ -48,7 +46,7 @@ class TurnCheckpoints:
         """Save the whole state (when durable, or paused), then drop the records it now holds."""
         if not (self.durable or state.status == "awaiting-approval"):
             return
-        self.store.save(state.turn_id or "", state.to_checkpoint())
+        self.store.save(state.turn_id or "", turn_checkpoint(state))
         self._record_key, self._record = None, {}
         while state.records:
             self.store.delete(state.records[-1])
@@ -63,7 +61,7 @@ class TurnCheckpoints:
             self._record_key = f"{state.turn_id}-r{state.steps}-{self._counter}"
             self._record = {}
             state.records.append(self._record_key)
-        self._record[call_id] = state.result_dict(call_id)
+        self._record[call_id] = turn_result_dict(state, call_id)
         self.store.save(
             self._record_key,
             {

@@ -26,7 +26,7 @@ from .events import Event
 from .failures import is_permanent
 from .messages import Message, Usage
 from .results import ExecutionResult, Limits
-from .serde import message_to_dict
+from .serde import message_to_dict, turn_state_from_checkpoint
 from .stores.base import ApprovalStore
 
 __all__ = ["TurnRunner", "settle"]
@@ -148,7 +148,7 @@ class TurnRunner:
                 checkpoints.store.delete(turn_id)
                 return None
         try:
-            state = TurnState.from_checkpoint(data, history, source=f"checkpoint {turn_id!r}")
+            state = turn_state_from_checkpoint(data, history, source=f"checkpoint {turn_id!r}")
             checkpoints.merge_records(state)
         except (AttributeError, KeyError, TypeError) as exc:  # fields of the wrong type
             raise StoreCorruptError(

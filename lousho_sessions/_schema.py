@@ -34,6 +34,7 @@ from ._arguments import (
     type_name,
 )
 from .errors import ToolArgumentsError, ToolDefinitionError
+from .messages import thaw
 
 __all__ = ["Parameters", "describe_parameters", "json_schema", "parse_doc"]
 
@@ -204,12 +205,17 @@ class Parameters:
     accepts_extra: bool = False
 
     def check(self, tool_name: str, arguments: Any) -> dict[str, Any]:
-        """The arguments as the function's types; ``ToolArgumentsError`` naming every problem."""
+        """The arguments as the function's types; ``ToolArgumentsError`` naming every problem.
+
+        The values are new, plain and mutable (``dict``, ``list``) even where the call's
+        arguments are read-only: a tool may change what it is given.
+        """
         if not isinstance(arguments, Mapping):
             raise ToolArgumentsError(
                 f"invalid arguments for tool {tool_name!r}: expected a JSON object, "
                 f"got {describe_value(arguments)}"
             )
+        arguments = thaw(arguments)  # JSON types, as the model sent them: arrays are lists
         problems: list[str] = []
         for name in arguments:
             if name not in self.hints and not self.accepts_extra:

@@ -23,7 +23,7 @@ from .abort import AbortController, AbortSignal
 from .approvals import TurnKey
 from .errors import SessionAwaitingApprovalError, SessionBusyError
 from .events import ErrorEvent, Event, RunDone
-from .inputs import to_messages
+from .inputs import Input, to_messages
 from .messages import Message
 from .results import ExecutionResult
 from .stores.base import ApprovalStore, CheckpointStore, validate_session_id
@@ -162,7 +162,7 @@ class AgentExecutor:
     @staticmethod
     def execute(
         agent: HasRunner,
-        input: Any,
+        input: Input,
         *,
         session_id: str | None = None,
         history: Sequence[Message] = (),

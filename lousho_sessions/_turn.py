@@ -6,10 +6,10 @@ loop — the provider, running tools (perhaps on threads), saving checkpoints,
 emitting events, queued input — comes in through ``TurnConfig`` and the
 ``Inbox``, so the loop can be driven and tested step by step.
 
-The state is the checkpoint: ``TurnState.to_checkpoint()`` is saved after the
+The state is the checkpoint: ``serde.turn_checkpoint(state)`` is saved after the
 input is taken, after each model response and after each tool result, and
-``TurnState.from_checkpoint()`` resumes it without asking the model again for a
-recorded response or running a recorded tool again.
+``serde.turn_state_from_checkpoint()`` resumes it without asking the model again
+for a recorded response or running a recorded tool again.
 """
 
 from __future__ import annotations
@@ -18,20 +18,19 @@ import contextlib
 import logging
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from datetime import datetime, timezone
 from typing import Any
 
 import attrs
 
 from ._checkpoints import TurnCheckpoints
 from ._inbox import Inbox
+from ._turn_state import CHECKPOINT_VERSION, TurnState
 from .abort import AbortController, AbortedError, AbortSignal
 from .approvals import ApprovalRequest, TurnKey, approval_id_for, new_record
 from .errors import (
     LoushoError,
     PropagatingToolError,
     ProviderError,
-    StoreCorruptError,
     ToolArgumentsError,
 )
 from .events import (
@@ -55,16 +54,13 @@ from .providers.base import (
     Provider,
 )
 from .results import ExecutionResult, FinishReason, Limits
-from .serde import message_from_dict, message_to_dict
+from .serde import message_from_dict
 from .stores.base import ApprovalStore
 from .tools import Tool, ToolContext, ToolLoop, tool_error_text
 
 __all__ = ["CHECKPOINT_VERSION", "Inbox", "Turn", "TurnConfig", "TurnState"]
 
 log = logging.getLogger("lousho_sessions.turn")
-
-#: Checkpoint format versions: 1 — first release.
-CHECKPOINT_VERSION = 1
 
 ToolOutcome = tuple[str, bool]  # (output, is_error)
 RunTools = Callable[
@@ -112,140 +108,6 @@ class TurnConfig:
     turn: TurnKey | None = None
 
 
-def _now_iso() -> str:
-    return datetime.now(timezone.utc).isoformat()
-
-
-@attrs.define
-class TurnState:
-    """Everything about an unfinished turn; the checkpoint is this, as JSON."""
-
-    run_id: str
-    session_id: str | None
-    turn_id: str | None
-    history: tuple[Message, ...]
-    new: list[Message]
-    base_length: int = 0
-    base_last_id: str | None = None
-    status: str = "running"
-    approval_id: str | None = None
-    results: dict[str, Message] = attrs.field(factory=dict)
-    decisions: dict[str, dict[str, Any]] = attrs.field(factory=dict)
-    steps: int = 0
-    tool_calls: int = 0
-    usage: Usage = Usage()
-    queued: list[dict[str, Any]] = attrs.field(factory=list)
-    created_at: str = attrs.field(factory=_now_iso)
-    extra: dict[str, Any] = attrs.field(factory=dict)
-    #: result records saved beside the checkpoint and not deleted yet (see _checkpoints)
-    records: list[str] = attrs.field(factory=list, init=False, eq=False, repr=False)
-    #: message dicts by message identity: a message is converted once, not at every save
-    _dicts: dict[int, tuple[Message, dict[str, Any]]] = attrs.field(
-        factory=dict, init=False, eq=False, repr=False
-    )
-
-    @classmethod
-    def start(
-        cls,
-        input_messages: Sequence[Message],
-        *,
-        history: Sequence[Message] = (),
-        session_id: str | None = None,
-        turn_id: str | None = None,
-        run_id: str | None = None,
-    ) -> TurnState:
-        history = tuple(history)
-        return cls(
-            run_id=run_id or "run-" + uuid.uuid4().hex,
-            session_id=session_id,
-            turn_id=turn_id,
-            history=history,
-            new=list(input_messages),
-            base_length=len(history),
-            base_last_id=history[-1].id if history else None,
-        )
-
-    def to_checkpoint(self) -> dict[str, Any]:
-        data = dict(self.extra)
-        data.update(
-            format="lousho.turn",
-            version=CHECKPOINT_VERSION,
-            run_id=self.run_id,
-            session_id=self.session_id,
-            turn_id=self.turn_id,
-            base_length=self.base_length,
-            base_last_id=self.base_last_id,
-            status=self.status,
-            approval_id=self.approval_id,
-            new=[self._dict(m) for m in self.new],
-            results={k: self._dict(m) for k, m in self.results.items()},
-            decisions=self.decisions,
-            steps=self.steps,
-            tool_calls=self.tool_calls,
-            usage=attrs.asdict(self.usage),
-            queued=self.queued,
-            created_at=self.created_at,
-            updated_at=_now_iso(),
-        )
-        return data
-
-    def result_dict(self, call_id: str) -> dict[str, Any]:
-        """The recorded result of ``call_id`` as saved."""
-        return self._dict(self.results[call_id])
-
-    def _dict(self, message: Message) -> dict[str, Any]:
-        cached = self._dicts.get(id(message))
-        if cached is None or cached[0] is not message:
-            cached = self._dicts[id(message)] = (message, message_to_dict(message))
-        return cached[1]
-
-    @classmethod
-    def from_checkpoint(
-        cls, data: Mapping[str, Any], history: Sequence[Message], *, source: str
-    ) -> TurnState:
-        version = data.get("version")
-        if data.get("format") != "lousho.turn" or not isinstance(version, int):
-            raise StoreCorruptError(f"{source}: not a lousho turn checkpoint")
-        if version > CHECKPOINT_VERSION:
-            from .errors import SchemaVersionError
-
-            raise SchemaVersionError(
-                f"{source}: checkpoint version {version} is newer than this release reads ({CHECKPOINT_VERSION})"
-            )
-        known = {
-            "format", "version", "run_id", "session_id", "turn_id", "base_length", "base_last_id",
-            "status", "approval_id", "new", "results", "decisions", "steps", "tool_calls", "usage",
-            "queued", "created_at", "updated_at",
-        }  # fmt: skip
-        try:
-            usage = data.get("usage") or {}
-            return cls(
-                run_id=str(data["run_id"]),
-                session_id=data.get("session_id"),
-                turn_id=data.get("turn_id"),
-                history=tuple(history),
-                new=[message_from_dict(m) for m in data["new"]],
-                base_length=int(data.get("base_length", len(history))),
-                base_last_id=data.get("base_last_id"),
-                status=str(data.get("status", "running")),
-                approval_id=data.get("approval_id"),
-                results={k: message_from_dict(m) for k, m in (data.get("results") or {}).items()},
-                decisions=dict(data.get("decisions") or {}),
-                steps=int(data.get("steps", 0)),
-                tool_calls=int(data.get("tool_calls", 0)),
-                usage=Usage(
-                    int(usage.get("input_tokens", 0)),
-                    int(usage.get("output_tokens", 0)),
-                    float(usage.get("cost_usd", 0.0)),
-                ),
-                queued=list(data.get("queued") or []),
-                created_at=str(data.get("created_at") or _now_iso()),
-                extra={k: v for k, v in data.items() if k not in known},
-            )
-        except (AttributeError, KeyError, TypeError, ValueError) as exc:
-            raise StoreCorruptError(f"{source}: cannot read checkpoint: {exc}") from exc
-
-
 class _Finish(Exception):
     def __init__(self, reason: FinishReason, limit: str | None = None) -> None:
         self.reason = reason
@@ -258,7 +120,6 @@ class Turn:
     def __init__(self, state: TurnState, config: TurnConfig) -> None:
         self.state = state
         self.config = config
-        self._model_abort: AbortController | None = None
         self._emitted = False
 
     # -- public -------------------------------------------------------------

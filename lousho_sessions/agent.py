@@ -23,7 +23,7 @@ from ._worker import Steps, drive
 from .abort import AbortSignal
 from .approvals import ApprovalRequest, Approvals, TurnKey
 from .compaction import Compaction
-from .inputs import to_messages
+from .inputs import Input, to_messages
 from .pricing import Pricing
 from .providers.base import Provider, ProviderBase
 from .results import ExecutionResult, Limits
@@ -168,7 +168,7 @@ class Agent:
 
     def send(
         self,
-        input: Any,
+        input: Input,
         *,
         signal: AbortSignal | None = None,
         session_id: str | None = None,
@@ -179,13 +179,13 @@ class Agent:
         return result
 
     def _send_future(
-        self, input: Any, signal: AbortSignal | None, session_id: str | None
+        self, input: Input, signal: AbortSignal | None, session_id: str | None
     ) -> tuple[Future[ExecutionResult], Stop]:
         return self._singles.submit(
             to_messages(input), linked(signal), session_id, emit=None, approve=self.config.approve
         )
 
-    def stream(self, input: Any, *, signal: AbortSignal | None = None) -> AgentRun:
+    def stream(self, input: Input, *, signal: AbortSignal | None = None) -> AgentRun:
         """One turn from an empty history, streamed."""
         controller = linked(signal)
         holder: list[AgentRun] = []

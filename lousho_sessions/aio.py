@@ -27,6 +27,7 @@ from .agent import Agent
 from .agent import create_agent as _create_agent
 from .approvals import ApprovalRequest, Approvals
 from .events import Event, RunDone, SessionEvent
+from .inputs import Input
 from .messages import Message
 from .results import CompactionResult, ExecutionResult, PendingTurn
 from .run import AgentRun
@@ -163,10 +164,10 @@ class AsyncAgentRun:
     def abort(self, reason: Any = None) -> None:
         self.sync.abort(reason)
 
-    def enqueue(self, input: Any) -> str:
+    def enqueue(self, input: Input) -> str:
         return self.sync.enqueue(input)
 
-    def steer(self, input: Any) -> str:
+    def steer(self, input: Input) -> str:
         return self.sync.steer(input)
 
     async def __aenter__(self) -> AsyncAgentRun:
@@ -199,14 +200,14 @@ class AsyncSession:
         return self.sync.messages
 
     async def send(
-        self, input: Any, *, signal: AbortSignal | None = None, timeout: float | None = None
+        self, input: Input, *, signal: AbortSignal | None = None, timeout: float | None = None
     ) -> ExecutionResult:
         future, stop = self.sync._send_future(input, signal)
         result = await _wait(future, stop, timeout)
         assert result is not None  # only resume() may have no result
         return result
 
-    def stream(self, input: Any, *, signal: AbortSignal | None = None) -> AsyncAgentRun:
+    def stream(self, input: Input, *, signal: AbortSignal | None = None) -> AsyncAgentRun:
         asyncio.get_running_loop()  # raises outside a coroutine, before a turn is queued
         return AsyncAgentRun(self.sync.stream(input, signal=signal))
 
@@ -281,7 +282,7 @@ class AsyncAgent:
 
     async def send(
         self,
-        input: Any,
+        input: Input,
         *,
         signal: AbortSignal | None = None,
         session_id: str | None = None,
@@ -290,7 +291,7 @@ class AsyncAgent:
         future, stop = self.sync._send_future(input, signal, session_id)
         return await _wait(future, stop, timeout)
 
-    def stream(self, input: Any, *, signal: AbortSignal | None = None) -> AsyncAgentRun:
+    def stream(self, input: Input, *, signal: AbortSignal | None = None) -> AsyncAgentRun:
         asyncio.get_running_loop()  # raises outside a coroutine, before a turn is queued
         return AsyncAgentRun(self.sync.stream(input, signal=signal))
 

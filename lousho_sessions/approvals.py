@@ -18,7 +18,7 @@ import attrs
 
 from . import _worker
 from .errors import ApprovalNotFoundError, StoreCorruptError
-from .messages import ToolCall
+from .messages import ToolCall, thaw
 from .results import ExecutionResult
 from .stores.base import ApprovalStore
 
@@ -134,7 +134,7 @@ def new_record(
         "turn_id": turn_id,
         "turn": turn.to_record() if turn is not None else None,
         "run_id": run_id,
-        "call": {"id": call.id, "name": call.name, "arguments": dict(call.arguments)},
+        "call": {"id": call.id, "name": call.name, "arguments": thaw(call.arguments)},
         "tool": call.name,
         "status": "pending",
         "reason": None,

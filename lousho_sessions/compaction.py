@@ -10,12 +10,12 @@ text plus the transcript.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import attrs
 
 from .abort import AbortSignal
-from .messages import ImagePart, Message, TextPart, Usage
+from .messages import ImagePart, Message, TextPart, Usage, thaw
 from .providers.base import ModelRequest, Provider, complete
 
 __all__ = ["Compaction", "estimate_tokens", "split_point", "summarise"]
@@ -54,7 +54,7 @@ def estimate_tokens(messages: Sequence[Message], system: str | None = None) -> i
             elif isinstance(part, ImagePart):
                 total += 256
         for call in m.tool_calls:
-            total += -(-(len(call.name) + len(json.dumps(dict(call.arguments)))) // 4)
+            total += -(-(len(call.name) + len(json.dumps(thaw(call.arguments)))) // 4)
     return total
 
 
@@ -77,7 +77,7 @@ def _render(messages: Sequence[Message]) -> str:
         if any(isinstance(p, ImagePart) for p in m.content):
             text += " [image]"
         for call in m.tool_calls:
-            text += f" [calls {call.name}({json.dumps(dict(call.arguments))})]"
+            text += f" [calls {call.name}({json.dumps(thaw(call.arguments))})]"
         label = "tool result" if m.role == "tool" else m.role
         lines.append(f"{label}: {text.strip()}")
     return "\n".join(lines)
@@ -112,7 +112,7 @@ def summary_message(text: str, replaced: Sequence[Message], usage: Usage) -> Mes
             steps += 1
             calls += len(m.tool_calls)
         prior = m.metadata.get(SUMMARY_KEY)
-        if isinstance(prior, dict):
+        if isinstance(prior, Mapping):
             spent = spent + Usage(**prior.get("usage", {}))
             steps += int(prior.get("steps", 0))
             calls += int(prior.get("tool_calls", 0))
@@ -139,7 +139,7 @@ def spent_by(messages: Sequence[Message]) -> tuple[Usage, int, int]:
                 usage = usage + m.usage
         elif m.metadata:
             prior = m.metadata.get(SUMMARY_KEY)
-            if isinstance(prior, dict):
+            if isinstance(prior, Mapping):
                 usage = usage + Usage(**prior.get("usage", {}))
                 steps += int(prior.get("steps", 0))
                 calls += int(prior.get("tool_calls", 0))

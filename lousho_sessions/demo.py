@@ -136,7 +136,7 @@ def sections(agent: Agent, store: AgentStore) -> int:
     with session.stream(prompt) as run:
         for event in run:
             if event.type == "tool.call":
-                print(f"tool call: {event.call.name}({event.call.arguments})")
+                print(f"tool call: {event.call.name}({dict(event.call.arguments)})")
             elif event.type == "tool.result":
                 print(f"tool result: {event.output}")
     print(f"assistant: {run.result().text}")

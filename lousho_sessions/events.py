@@ -8,7 +8,7 @@ and ``context.cleared`` go only to ``Session.on()`` listeners.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal, Union
+from typing import TYPE_CHECKING, Literal, Union
 
 import attrs
 
@@ -144,7 +144,3 @@ Event = Union[
     RunDone,
 ]
 SessionEvent = Union[CompactionStart, CompactionDone, ContextCleared]
-
-
-def run_id_of(event: Any) -> str | None:
-    return getattr(event, "run_id", None)

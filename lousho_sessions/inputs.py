@@ -10,17 +10,24 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Union
 
-from .messages import ImagePart, Message, TextPart
+from .messages import ImagePart, Message, Part, TextPart
 
-__all__ = ["MAX_DEPTH", "check_json", "check_text", "to_messages"]
+__all__ = ["MAX_DEPTH", "Input", "check_json", "check_text", "to_messages"]
+
+#: What ``send()``, ``stream()``, ``enqueue()`` and ``steer()`` take: a str, parts (one
+#: user message) or messages, in a sequence or one alone. Parts and messages mixed in
+#: one sequence are refused when the call is made (``TypeError``); the element type is
+#: one union so that a list literal such as ``[TextPart(...), ImagePart(...)]``
+#: type-checks (against a union of sequence types mypy infers ``list[object]``).
+Input = Union[str, Part, Message, Sequence[Union[Part, Message]]]
 
 #: The deepest nesting of lists and objects accepted in metadata and tool arguments.
 MAX_DEPTH = 100
 
 
-def to_messages(input: Any) -> list[Message]:
+def to_messages(input: Input) -> list[Message]:
     """The user's input as messages; ``TypeError``/``ValueError`` say what was not accepted."""
     messages = _messages(input)
     for index, message in enumerate(messages):

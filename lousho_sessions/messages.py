@@ -1,20 +1,25 @@
 """The transcript's data model: messages, their parts, tool calls and usage.
 
-Every class here is a frozen attrs class: a transcript snapshot cannot be edited
-in place. ``extra`` holds fields written by a newer release so that they survive
-a load and save by this one.
+Every class here is a frozen attrs class and every mapping in one is read-only:
+a transcript snapshot cannot be edited in place. ``Message.metadata``,
+``ToolCall.arguments`` and every ``extra`` are ``FrozenMapping`` copies of what was
+given, frozen all the way down (a dict inside is a ``FrozenMapping``, a list a
+``tuple``); ``thaw()`` gives plain, mutable ``dict``/``list`` copies back. ``extra``
+holds fields written by a newer release so that they survive a load and save by
+this one.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime, timezone
-from typing import Any, Literal, Union
+from typing import Any, Literal, NoReturn, Union
 
 import attrs
 
 __all__ = [
+    "FrozenMapping",
     "ImagePart",
     "Message",
     "Part",
@@ -22,13 +27,205 @@ __all__ = [
     "TextPart",
     "ToolCall",
     "Usage",
+    "freeze",
+    "thaw",
 ]
 
 Role = Literal["user", "assistant", "tool", "system"]
 
 
-def _frozen_dict(value: Mapping[str, Any] | None) -> dict[str, Any]:
-    return dict(value) if value else {}
+class FrozenMapping(Mapping[str, Any]):
+    """A read-only mapping: ``Message.metadata``, ``ToolCall.arguments``, ``extra``.
+
+    ``FrozenMapping(data)`` copies ``data`` and freezes it all the way down: a mapping
+    inside becomes a ``FrozenMapping``, a list or tuple a ``tuple``. Item assignment
+    and the ``dict`` mutators raise ``TypeError``. It equals any mapping with the same
+    items, lists and tuples alike (``FrozenMapping({"a": [1]}) == {"a": [1]}``), and
+    is not hashable, like a ``dict``. ``thaw(m)`` gives a plain, mutable copy.
+    """
+
+    __slots__ = ("_data",)
+    _data: dict[str, Any]
+
+    def __new__(cls, data: Mapping[str, Any] | Iterable[tuple[str, Any]] = ()) -> FrozenMapping:
+        frozen = freeze(data if isinstance(data, Mapping) else dict(data))
+        assert isinstance(frozen, FrozenMapping)
+        return frozen
+
+    @classmethod
+    def _wrap(cls, data: dict[str, Any]) -> FrozenMapping:
+        """A mapping over ``data``, whose values are frozen already; ``data`` is not copied."""
+        self = object.__new__(cls)
+        object.__setattr__(self, "_data", data)
+        return self
+
+    def __getitem__(self, key: str) -> Any:
+        return self._data[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._data)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._data
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, FrozenMapping):
+            return self._data == other._data
+        if not isinstance(other, Mapping):
+            return NotImplemented
+        try:
+            frozen = freeze(other)
+        except ValueError:  # a mapping that contains itself equals nothing frozen
+            return False
+        return isinstance(frozen, FrozenMapping) and self._data == frozen._data
+
+    __hash__ = None  # type: ignore[assignment]  # like a dict: equal to dicts, so not hashable
+
+    def __repr__(self) -> str:
+        return f"FrozenMapping({self._data!r})"
+
+    def __reduce__(self) -> tuple[Callable[..., FrozenMapping], tuple[dict[str, Any]]]:
+        return FrozenMapping, (thaw(self),)
+
+    def __copy__(self) -> FrozenMapping:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> FrozenMapping:
+        return self
+
+    def __setattr__(self, name: str, value: Any) -> NoReturn:
+        raise TypeError("FrozenMapping is read-only; thaw() gives a mutable copy")
+
+    def __delattr__(self, name: str) -> NoReturn:
+        raise TypeError("FrozenMapping is read-only; thaw() gives a mutable copy")
+
+    def _read_only(self, *args: Any, **kwargs: Any) -> NoReturn:
+        raise TypeError("FrozenMapping is read-only; thaw() gives a mutable copy")
+
+    __setitem__ = __delitem__ = _read_only
+    clear = pop = popitem = setdefault = update = __ior__ = _read_only
+
+
+EMPTY = FrozenMapping._wrap({})
+
+
+def freeze(value: Any) -> Any:
+    """``value`` with every mapping in it a ``FrozenMapping`` and every list or tuple a tuple.
+
+    Other values are kept as they are. Deep nesting is fine (past ``_FAST_DEPTH`` levels
+    it walks without recursion); ``ValueError`` for a mapping or list that contains itself.
+    """
+    try:
+        return _freeze_fast(value, 0)
+    except _TooDeep:
+        return _rebuild(value, _freeze_mapping, tuple, frozen=True)
+
+
+def thaw(value: Any) -> Any:
+    """A plain, mutable copy of ``value``: every mapping a ``dict``, every list or tuple a list."""
+    try:
+        return _thaw_fast(value, 0)
+    except _TooDeep:
+        return _rebuild(value, dict, list, frozen=False)
+
+
+#: Nesting walked by plain recursion (the common case, and fast); deeper, or a value that
+#: contains itself, goes to ``_rebuild``, which keeps its own stack and finds loops.
+_FAST_DEPTH = 40
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
+class _TooDeep(Exception):
+    pass
+
+
+def _freeze_fast(value: Any, depth: int) -> Any:
+    if type(value) in _SCALARS or isinstance(value, FrozenMapping):
+        return value
+    if depth > _FAST_DEPTH:
+        raise _TooDeep
+    if isinstance(value, Mapping):
+        if not value:
+            return EMPTY
+        return FrozenMapping._wrap(
+            {k: v if type(v) in _SCALARS else _freeze_fast(v, depth + 1) for k, v in value.items()}
+        )
+    if isinstance(value, (list, tuple)):
+        return tuple(v if type(v) in _SCALARS else _freeze_fast(v, depth + 1) for v in value)
+    return value
+
+
+def _thaw_fast(value: Any, depth: int) -> Any:
+    if type(value) in _SCALARS:
+        return value
+    if depth > _FAST_DEPTH:
+        raise _TooDeep
+    if isinstance(value, Mapping):
+        return {k: v if type(v) in _SCALARS else _thaw_fast(v, depth + 1) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [v if type(v) in _SCALARS else _thaw_fast(v, depth + 1) for v in value]
+    return value
+
+
+def _freeze_mapping(pairs: list[tuple[Any, Any]]) -> FrozenMapping:
+    return FrozenMapping._wrap(dict(pairs)) if pairs else EMPTY
+
+
+_Frame = tuple[list[tuple[Any, Any]], bool, list[tuple[Any, Any]], int]
+
+
+def _rebuild(
+    value: Any,
+    make_mapping: Callable[[list[tuple[Any, Any]]], Any],
+    make_sequence: Callable[[Iterator[Any]], Any],
+    *,
+    frozen: bool,
+) -> Any:
+    """Copy the mappings and lists/tuples in ``value`` bottom-up, with an explicit stack."""
+
+    def opens(item: Any) -> bool:
+        if frozen and isinstance(item, FrozenMapping):
+            return False  # frozen all the way down already
+        return isinstance(item, (Mapping, list, tuple))
+
+    def frame(item: Any) -> _Frame:
+        if id(item) in active:
+            raise ValueError(f"a {type(item).__name__} that contains itself cannot be frozen")
+        active.add(id(item))
+        if isinstance(item, Mapping):
+            return list(item.items()), True, [], id(item)
+        return list(enumerate(item)), False, [], id(item)
+
+    if not opens(value):
+        return value
+    active: set[int] = set()
+    stack = [frame(value)]
+    while True:
+        items, is_mapping, built, _ = stack[-1]
+        if len(built) < len(items):
+            key, child = items[len(built)]
+            if opens(child):
+                stack.append(frame(child))
+            else:
+                built.append((key, child))
+            continue
+        active.discard(stack.pop()[3])
+        done = make_mapping(built) if is_mapping else make_sequence(v for _, v in built)
+        if not stack:
+            return done
+        parent_items, _, parent_built, _ = stack[-1]
+        parent_built.append((parent_items[len(parent_built)][0], done))
+
+
+def _frozen_mapping(value: Mapping[str, Any] | Iterable[tuple[str, Any]] | None) -> FrozenMapping:
+    if not value:
+        return EMPTY
+    frozen = freeze(value if isinstance(value, Mapping) else dict(value))
+    assert isinstance(frozen, FrozenMapping)
+    return frozen
 
 
 @attrs.frozen
@@ -37,7 +234,9 @@ class TextPart:
 
     text: str
     type: Literal["text"] = attrs.field(default="text", init=False)
-    extra: Mapping[str, Any] = attrs.field(factory=dict, repr=False, kw_only=True)
+    extra: Mapping[str, Any] = attrs.field(
+        default=EMPTY, converter=_frozen_mapping, repr=False, kw_only=True
+    )
 
 
 @attrs.frozen
@@ -48,7 +247,9 @@ class ImagePart:
     data: bytes | None = None
     media_type: str | None = None
     type: Literal["image"] = attrs.field(default="image", init=False)
-    extra: Mapping[str, Any] = attrs.field(factory=dict, repr=False, kw_only=True)
+    extra: Mapping[str, Any] = attrs.field(
+        default=EMPTY, converter=_frozen_mapping, repr=False, kw_only=True
+    )
 
     def __attrs_post_init__(self) -> None:
         if (self.url is None) == (self.data is None):
@@ -68,8 +269,10 @@ class ToolCall:
 
     id: str
     name: str
-    arguments: Mapping[str, Any] = attrs.field(factory=dict, converter=_frozen_dict)
-    extra: Mapping[str, Any] = attrs.field(factory=dict, repr=False, kw_only=True)
+    arguments: Mapping[str, Any] = attrs.field(default=EMPTY, converter=_frozen_mapping)
+    extra: Mapping[str, Any] = attrs.field(
+        default=EMPTY, converter=_frozen_mapping, repr=False, kw_only=True
+    )
 
 
 @attrs.frozen
@@ -79,7 +282,9 @@ class Usage:
     input_tokens: int = 0
     output_tokens: int = 0
     cost_usd: float = 0.0
-    extra: Mapping[str, Any] = attrs.field(factory=dict, repr=False, eq=False, kw_only=True)
+    extra: Mapping[str, Any] = attrs.field(
+        default=EMPTY, converter=_frozen_mapping, repr=False, eq=False, kw_only=True
+    )
 
     def __add__(self, other: Usage) -> Usage:
         if not isinstance(other, Usage):
@@ -133,8 +338,10 @@ class Message:
     usage: Usage | None = None
     created_at: datetime = attrs.field(factory=_now)
     id: str = attrs.field(factory=_new_id)
-    metadata: Mapping[str, Any] = attrs.field(factory=dict, converter=_frozen_dict)
-    extra: Mapping[str, Any] = attrs.field(factory=dict, repr=False, kw_only=True)
+    metadata: Mapping[str, Any] = attrs.field(default=EMPTY, converter=_frozen_mapping)
+    extra: Mapping[str, Any] = attrs.field(
+        default=EMPTY, converter=_frozen_mapping, repr=False, kw_only=True
+    )
 
     @property
     def text(self) -> str:

@@ -11,6 +11,7 @@ from typing import Any
 
 from .abort import AbortController
 from .events import Event, RunDone
+from .inputs import Input
 from .results import ExecutionResult
 
 __all__ = ["AgentRun"]
@@ -113,11 +114,11 @@ class AgentRun:
         """
         self._stop(reason)
 
-    def enqueue(self, input: Any) -> str:
+    def enqueue(self, input: Input) -> str:
         """Add input to this turn after the current step's tool results; returns its input id."""
         return self._join_input(input, steer=False)
 
-    def steer(self, input: Any) -> str:
+    def steer(self, input: Input) -> str:
         """Like ``enqueue``, but remakes a model call that has not said anything yet."""
         return self._join_input(input, steer=True)
 

@@ -1,8 +1,11 @@
 """The one JSON codec every store uses: a cattrs converter plus ``json``.
 
-Fields this release does not know (written by a newer one) are kept in the
-object's ``extra`` mapping on load and written back on save, so they round-trip
-unchanged. Bytes are base64 text; datetimes are ISO 8601 strings.
+Messages, their parts, usage and turn checkpoints (``TurnState``) all go through
+``converter``. Fields this release does not know (written by a newer one) are kept
+in the object's ``extra`` mapping on load and written back on save, so they
+round-trip unchanged. Bytes are base64 text; datetimes are ISO 8601 strings;
+read-only mappings and tuples are written as JSON objects and arrays, and read
+back frozen.
 """
 
 from __future__ import annotations
@@ -11,22 +14,35 @@ import base64
 import binascii
 import json
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
 import attrs
 import cattrs
-from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn
+from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
 
-from .errors import StoreCorruptError
-from .messages import ImagePart, Message, Part, TextPart, ToolCall, Usage
+from ._turn_state import CHECKPOINT_FORMAT, CHECKPOINT_VERSION, TurnState, now_iso
+from .errors import SchemaVersionError, StoreCorruptError
+from .messages import (
+    FrozenMapping,
+    ImagePart,
+    Message,
+    Part,
+    TextPart,
+    ToolCall,
+    Usage,
+    freeze,
+    thaw,
+)
 
 __all__ = [
     "MAX_JSON_DEPTH",
     "check_json_value",
     "converter",
+    "decode_json_object",
     "dumps",
+    "encode_json_object",
     "loads",
     "message_from_dict",
     "message_json",
@@ -34,6 +50,9 @@ __all__ = [
     "messages_from_json",
     "messages_to_json",
     "to_json",
+    "turn_checkpoint",
+    "turn_result_dict",
+    "turn_state_from_checkpoint",
 ]
 
 T = TypeVar("T")
@@ -80,7 +99,7 @@ def to_json(value: Any, *, what: str) -> str:
     nesting deeper than ``MAX_JSON_DEPTH``; ``TypeError`` naming ``what`` for a value JSON
     cannot hold."""
     try:
-        text = json.dumps(value, separators=(",", ":"), allow_nan=False)
+        text = json.dumps(value, separators=(",", ":"), allow_nan=False, default=_plain)
     except (ValueError, RecursionError) as exc:
         check_json_value(value, what=what)  # names the field
         raise ValueError(f"{what}: not valid JSON: {exc}") from exc
@@ -92,7 +111,52 @@ def to_json(value: Any, *, what: str) -> str:
     return text
 
 
+def _plain(value: Any) -> Any:
+    """What ``json`` writes for a read-only mapping: its items (tuples it writes as arrays)."""
+    if isinstance(value, FrozenMapping):
+        return dict(value)
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+def encode_json_object(value: Mapping[str, Any], *, what: str) -> str:
+    """JSON text for a checkpoint or approval; ``TypeError`` naming ``what`` if it is not
+    JSON-able, ``ValueError`` naming the field for NaN, infinity or absurd nesting."""
+    if not isinstance(value, Mapping):
+        raise TypeError(f"{what}: expected a JSON object (a mapping), got {type(value).__name__}")
+    return to_json(value, what=what)
+
+
+def decode_json_object(text: str | bytes, *, source: str) -> dict[str, Any]:
+    """Parse a stored JSON object; ``StoreCorruptError`` naming ``source`` if it is not one."""
+    if not isinstance(text, (str, bytes)):
+        raise StoreCorruptError(f"{source}: expected JSON text, got {type(text).__name__}")
+    try:
+        value = json.loads(text)
+    except RecursionError as exc:
+        raise StoreCorruptError(f"{source}: JSON nested too deeply to read") from exc
+    except ValueError as exc:
+        raise StoreCorruptError(f"{source}: not valid JSON: {exc}") from exc
+    if not isinstance(value, dict):
+        raise StoreCorruptError(f"{source}: expected a JSON object, got {type(value).__name__}")
+    return value
+
+
 converter = cattrs.Converter(omit_if_default=False)
+
+#: ``Message.metadata``, ``ToolCall.arguments`` and ``extra``: plain JSON out, frozen in.
+_JSON_OBJECT = Mapping[str, Any]
+
+
+def _structure_json_object(value: Any, _: Any) -> FrozenMapping:
+    if not isinstance(value, Mapping):
+        raise TypeError(f"expected a JSON object, got {type(value).__name__}")
+    frozen: FrozenMapping = freeze(value)
+    return frozen
+
+
+converter.register_unstructure_hook_func(lambda t: t == _JSON_OBJECT, thaw)
+converter.register_unstructure_hook(FrozenMapping, thaw)
+converter.register_structure_hook_func(lambda t: t == _JSON_OBJECT, _structure_json_object)
 
 converter.register_unstructure_hook(bytes, lambda b: base64.b64encode(b).decode("ascii"))
 
@@ -129,7 +193,7 @@ def _with_extra(cls: type[Any]) -> None:
         extra = data.pop("extra", None)
         if extra:
             for key, value in extra.items():
-                data.setdefault(key, value)
+                data.setdefault(key, value)  # already plain: thawed by its hook
         return data
 
     def structure(data: Mapping[str, Any], _: Any) -> Any:
@@ -231,6 +295,100 @@ def messages_from_json(text: str | bytes, *, source: str = "<json>") -> list[Mes
         raise StoreCorruptError(f"{source}: cannot read messages: {exc}") from exc
 
 
+# -- turn checkpoints -----------------------------------------------------------
+
+#: Checkpoint keys that are not ``TurnState`` fields: written, checked, not kept.
+_CHECKPOINT_KEYS = frozenset({"format", "version", "updated_at"})
+#: Fields a previous release read leniently: a null one takes the field's default.
+_NULL_IS_DEFAULT = ("results", "decisions", "queued", "usage", "created_at")
+_TURN_FIELDS = frozenset(
+    a.name for a in attrs.fields(TurnState) if a.init and a.name not in ("history", "extra")
+)
+_turn_fields_unstructure = make_dict_unstructure_fn(
+    TurnState,
+    converter,
+    history=override(omit=True),
+    new=override(omit=True),  # messages are converted once each, through the state's cache
+    results=override(omit=True),
+    extra=override(omit=True),
+)
+_turn_fields_structure = make_dict_structure_fn(
+    TurnState, converter, history=override(omit=True), extra=override(omit=True)
+)
+
+
+def turn_checkpoint(state: TurnState) -> dict[str, Any]:
+    """The checkpoint of ``state``: a JSON-able dict (``format``, ``version``, its fields).
+
+    ``history`` is left out (the session store holds it); fields a newer release wrote
+    (``state.extra``) are written back. Each message is converted once and the dict
+    kept in ``state.message_dicts``, so saving again costs only the new messages' work.
+    """
+    data: dict[str, Any] = {"format": CHECKPOINT_FORMAT, "version": CHECKPOINT_VERSION}
+    data.update(_turn_fields_unstructure(state))
+    data["new"] = [_cached_dict(state, m) for m in state.new]
+    data["results"] = {k: _cached_dict(state, m) for k, m in state.results.items()}
+    data["updated_at"] = now_iso()
+    for key, value in state.extra.items():
+        data.setdefault(key, value)
+    return data
+
+
+def turn_result_dict(state: TurnState, call_id: str) -> dict[str, Any]:
+    """The recorded result of ``call_id`` as its checkpoint holds it (from the cache)."""
+    return _cached_dict(state, state.results[call_id])
+
+
+def _cached_dict(state: TurnState, message: Message) -> dict[str, Any]:
+    cached = state.message_dicts.get(id(message))
+    if cached is None or cached[0] is not message:
+        cached = state.message_dicts[id(message)] = (message, message_to_dict(message))
+    return cached[1]
+
+
+def turn_state_from_checkpoint(data: Any, history: Sequence[Message], *, source: str) -> TurnState:
+    """The turn ``data`` (a checkpoint) describes, on top of ``history``.
+
+    ``StoreCorruptError`` naming ``source`` for anything that is not a readable
+    checkpoint; ``SchemaVersionError`` for one written by a newer format version.
+    """
+    if not isinstance(data, Mapping):
+        raise StoreCorruptError(f"{source}: not a lousho turn checkpoint ({type(data).__name__})")
+    version = data.get("version")
+    if data.get("format") != CHECKPOINT_FORMAT or not isinstance(version, int):
+        raise StoreCorruptError(f"{source}: not a lousho turn checkpoint")
+    if version > CHECKPOINT_VERSION:
+        raise SchemaVersionError(
+            f"{source}: checkpoint version {version} is newer than this release reads "
+            f"({CHECKPOINT_VERSION})"
+        )
+    try:
+        state: TurnState = converter.structure(data, TurnState)
+    except Exception as exc:  # cattrs raises several types; callers want one
+        raise StoreCorruptError(f"{source}: cannot read checkpoint: {_describe(exc)}") from exc
+    state.history = tuple(history)
+    if "base_length" not in data:
+        state.base_length = len(history)
+    return state
+
+
+def _structure_turn_state(data: Mapping[str, Any], _: Any) -> TurnState:
+    if not isinstance(data, Mapping):
+        raise TypeError(f"expected an object for TurnState, got {type(data).__name__}")
+    known = {
+        k: v
+        for k, v in data.items()
+        if k in _TURN_FIELDS and not (v is None and k in _NULL_IS_DEFAULT)
+    }
+    state: TurnState = _turn_fields_structure(known, TurnState)
+    state.extra = {k: v for k, v in data.items() if k not in _TURN_FIELDS | _CHECKPOINT_KEYS}
+    return state
+
+
+converter.register_unstructure_hook(TurnState, turn_checkpoint)
+converter.register_structure_hook(TurnState, _structure_turn_state)
+
+
 def dumps(obj: Any, *, unstructure_as: Any = None) -> str:
     """JSON text for an attrs object (or plain data) through the shared converter.
 
@@ -247,9 +405,3 @@ def loads(text: str | bytes, cls: type[T]) -> T:
     except RecursionError as exc:
         raise ValueError(f"cannot read {cls.__name__}: JSON nested too deeply") from exc
     return converter.structure(data, cls)
-
-
-def register(cls: type[Any]) -> Callable[[], None]:
-    """Give ``cls`` (an attrs class) the keep-unknown-fields hooks; returns nothing useful."""
-    _with_extra(cls)
-    return lambda: None

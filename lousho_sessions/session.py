@@ -38,7 +38,7 @@ from .events import (
     RunDone,
     SessionEvent,
 )
-from .inputs import to_messages
+from .inputs import Input, to_messages
 from .messages import Message
 from .results import CompactionResult, ExecutionResult, Limits, PendingTurn
 from .run import AgentRun
@@ -88,7 +88,7 @@ class Session:
     # -- turns --------------------------------------------------------------
 
     def send(
-        self, input: Any, *, signal: AbortSignal | None = None, timeout: float | None = None
+        self, input: Input, *, signal: AbortSignal | None = None, timeout: float | None = None
     ) -> ExecutionResult:
         """Run one turn with the whole transcript and return its result.
 
@@ -99,7 +99,7 @@ class Session:
         return result
 
     def _send_future(
-        self, input: Any, signal: AbortSignal | None
+        self, input: Input, signal: AbortSignal | None
     ) -> tuple[Future[ExecutionResult | None], Stop | None]:
         """Queue the turn; its Future and what stops it (None if it joined another turn)."""
         self._refuse_reentry("send")
@@ -110,7 +110,7 @@ class Session:
         job = self._submit_turn(messages, linked(signal), emit=None, approve=self._approve)
         return job.future, self._stopper(job)
 
-    def stream(self, input: Any, *, signal: AbortSignal | None = None) -> AgentRun:
+    def stream(self, input: Input, *, signal: AbortSignal | None = None) -> AgentRun:
         """Queue a turn now and stream it; see ``AgentRun``."""
         self._refuse_reentry("stream")
         messages = to_messages(input)
@@ -257,7 +257,7 @@ class Session:
         return None
 
     def _joiner(self, job: Job) -> Callable[[Any, bool], str]:
-        def join(input: Any, steer: bool) -> str:
+        def join(input: Input, steer: bool) -> str:
             messages = to_messages(input)
             ticket = job.state.inbox.join(messages, steer=steer)
             if ticket is not None:

@@ -22,6 +22,7 @@ from ._schema import Parameters, describe_parameters, json_schema, parse_doc
 from ._tool_loop import ToolLoop, run_awaitable
 from .abort import AbortSignal
 from .errors import PropagatingToolError, ToolArgumentsError, ToolDefinitionError
+from .messages import thaw
 from .providers.base import ToolSpec
 
 __all__ = [
@@ -93,7 +94,7 @@ class Tool:
 
     def requires_approval(self, arguments: Mapping[str, Any]) -> bool:
         if callable(self.needs_approval):
-            return bool(self.needs_approval(arguments))
+            return bool(self.needs_approval(thaw(arguments)))
         return bool(self.needs_approval)
 
     def check_arguments(self, arguments: Any) -> dict[str, Any]:

@@ -1,23 +1,41 @@
-"""Property tests: every message part round-trips through serde and through every store."""
+"""Property tests: messages and turn checkpoints round-trip through serde and every store;
+what a message holds cannot be edited through it."""
 
 from __future__ import annotations
 
 import json
+import operator
+from collections.abc import Callable, Mapping
 from datetime import timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
+from helpers import calls
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from storekit import KINDS, open_kit
 
-from lousho_sessions.messages import ImagePart, Message, TextPart, ToolCall, Usage
+from lousho_sessions import FunctionProvider, create_agent, memory_store, tool
+from lousho_sessions._turn_state import TurnState
+from lousho_sessions.errors import SchemaVersionError, StoreCorruptError
+from lousho_sessions.messages import (
+    FrozenMapping,
+    ImagePart,
+    Message,
+    TextPart,
+    ToolCall,
+    Usage,
+    freeze,
+    thaw,
+)
 from lousho_sessions.serde import (
     message_from_dict,
     message_to_dict,
     messages_from_json,
     messages_to_json,
+    turn_checkpoint,
+    turn_state_from_checkpoint,
 )
 
 TEXT = st.text(max_size=12)
@@ -130,3 +148,244 @@ def test_messages_round_trip_through_every_store(
 def test_invalid_message_names_the_problem(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="not a valid message"):
         message_from_dict({"role": "user", "content": [{"type": "video"}]})
+
+
+# -- read-only all the way down ---------------------------------------------------
+
+
+def _frozen_all_the_way_down(value: Any) -> bool:
+    if isinstance(value, dict | list):
+        return False
+    if isinstance(value, FrozenMapping):
+        return all(_frozen_all_the_way_down(v) for v in value.values())
+    if isinstance(value, tuple):
+        return all(_frozen_all_the_way_down(v) for v in value)
+    return True
+
+
+def _mappings(message: Message) -> list[Any]:
+    return [
+        message.metadata,
+        message.extra,
+        *(p.extra for p in message.content),
+        *(c.arguments for c in message.tool_calls),
+        *(c.extra for c in message.tool_calls),
+        *([message.usage.extra] if message.usage is not None else []),
+    ]
+
+
+@settings(max_examples=100, deadline=None)
+@given(MESSAGES)
+def test_loaded_messages_are_read_only_all_the_way_down(message: Message) -> None:
+    for m in (message, message_from_dict(json.loads(json.dumps(message_to_dict(message))))):
+        for mapping in _mappings(m):
+            assert isinstance(mapping, FrozenMapping) and _frozen_all_the_way_down(mapping)
+            with pytest.raises(TypeError):
+                mapping["x_new"] = 1
+
+
+@settings(max_examples=100, deadline=None)
+@given(JSON_OBJECTS)
+def test_freeze_and_thaw_keep_the_json_value(value: dict[str, Any]) -> None:
+    frozen = freeze(value)
+    assert frozen == value and thaw(frozen) == value
+    assert json.loads(json.dumps(thaw(frozen))) == json.loads(json.dumps(value))
+
+
+def _reply(replies: list[Message | str]) -> FunctionProvider:
+    return FunctionProvider(lambda request: replies.pop(0))
+
+
+def test_editing_a_message_through_any_public_path_raises_and_the_store_keeps_its_copy() -> None:
+    store = memory_store()
+    assert store.sessions is not None
+    args: dict[str, object] = {"items": [1, 2], "opts": {"deep": {"k": 1}}}
+    session = create_agent(provider=_reply([calls(("f", args)), "done"]), store=store).session("s")
+    meta: dict[str, Any] = {"tags": ["a"], "nested": {"k": 1}}
+    session.send([Message.user("hi", metadata=meta)])
+    meta["tags"].append("changed after send")  # the caller's dict is not the message's
+    first, asked = session.messages[0], session.messages[1]
+    metadata: Any = first.metadata  # Mapping has no mutators for mypy; try them at run time
+    arguments: Any = asked.tool_calls[0].arguments
+    edits: list[Callable[[], object]] = [
+        lambda: operator.setitem(metadata, "x", 1),
+        lambda: operator.setitem(metadata["nested"], "k", 2),
+        lambda: operator.setitem(metadata["tags"], 0, "b"),
+        lambda: operator.delitem(metadata, "tags"),
+        lambda: metadata.update(x=1),
+        lambda: metadata.pop("tags"),
+        lambda: metadata.popitem(),
+        lambda: metadata.clear(),
+        lambda: metadata.setdefault("x", 1),
+        lambda: metadata.__ior__({"x": 1}),
+        lambda: setattr(metadata, "_data", {}),
+        lambda: operator.setitem(cast(Any, first.extra), "x", 1),
+        lambda: operator.setitem(cast(Any, first.content[0].extra), "x", 1),
+        lambda: operator.setitem(arguments, "items", []),
+        lambda: operator.setitem(arguments["opts"]["deep"], "k", 2),
+        lambda: operator.setitem(arguments["items"], 0, 9),
+        lambda: operator.setitem(cast(Any, asked.tool_calls[0].extra), "x", 1),
+    ]
+    for edit in edits:
+        with pytest.raises(TypeError):
+            edit()
+    stored = store.sessions.load("s")
+    assert stored is not None
+    assert stored[0].metadata == {"tags": ["a"], "nested": {"k": 1}}
+    assert stored[1].tool_calls[0].arguments == args
+    assert thaw(stored[0].metadata) == {"tags": ["a"], "nested": {"k": 1}}
+
+
+def test_tools_get_plain_mutable_arguments_and_cannot_change_the_call() -> None:
+    got: list[tuple[type, ...]] = []
+
+    def needs_approval(args: Mapping[str, Any]) -> bool:
+        got.append((type(args), type(args["items"])))
+        return False
+
+    @tool(needs_approval=needs_approval)
+    def f(items: list[int], opts: dict[str, Any], raw: Any) -> str:
+        """Change what it is given."""
+        got.append((type(items), type(opts), type(opts["deep"]), type(raw), type(raw["l"])))
+        items.append(3)
+        opts["deep"]["k"] = 2
+        raw["l"].append("x")
+        return "ok"
+
+    args: dict[str, object] = {"items": [1, 2], "opts": {"deep": {"k": 1}}, "raw": {"l": [1]}}
+    store = memory_store()
+    assert store.sessions is not None
+    agent = create_agent(provider=_reply([calls(("f", args)), "done"]), store=store, tools=[f])
+    agent.session("s").send("go")
+    assert got == [(dict, list), (list, dict, dict, dict, list)]
+    stored = store.sessions.load("s")
+    assert stored is not None and stored[1].tool_calls[0].arguments == args
+
+
+def test_frozen_mappings_pickle_copy_and_compare_like_dicts() -> None:
+    import copy
+    import pickle
+
+    message = Message.user("x", metadata={"a": [1, {"b": None}]})
+    assert pickle.loads(pickle.dumps(message)) == message
+    assert copy.deepcopy(message) == message
+    assert message.metadata == {"a": [1, {"b": None}]} and message.metadata != {"a": [1]}
+    assert message.metadata == FrozenMapping({"a": (1, {"b": None})})
+    with pytest.raises(TypeError):
+        hash(message.metadata)
+    deep: dict[str, Any] = {}
+    inner = deep
+    for _ in range(5000):  # deeper than the recursion limit: frozen without recursing
+        inner["k"] = {}
+        inner = inner["k"]
+    assert isinstance(Message.user("x", metadata=deep).metadata["k"], FrozenMapping)
+    looped: dict[str, Any] = {}
+    looped["self"] = looped
+    with pytest.raises(ValueError, match="contains itself"):
+        Message.user("x", metadata=looped)
+
+
+# -- turn checkpoints: the same converter ---------------------------------------------
+
+QUEUED = st.fixed_dictionaries(
+    {"input_id": TEXT, "messages": st.lists(MESSAGES.map(message_to_dict), max_size=2)}
+)
+TURN_STATES = st.builds(
+    TurnState,
+    run_id=TEXT,
+    session_id=st.none() | TEXT,
+    turn_id=st.none() | TEXT,
+    new=st.lists(MESSAGES, max_size=3),
+    base_length=st.integers(0, 10**6),
+    base_last_id=st.none() | TEXT,
+    status=st.sampled_from(["running", "awaiting-approval"]),
+    approval_id=st.none() | TEXT,
+    results=st.dictionaries(TEXT, MESSAGES, max_size=2),
+    decisions=st.dictionaries(
+        TEXT, st.fixed_dictionaries({"approved": st.booleans(), "reason": st.none() | TEXT})
+    ),
+    steps=st.integers(0, 100),
+    tool_calls=st.integers(0, 100),
+    usage=USAGE,
+    queued=st.lists(QUEUED, max_size=2),
+    created_at=TEXT,
+    extra=UNKNOWN,
+)
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+@settings(max_examples=100, deadline=None)
+@given(TURN_STATES, st.lists(MESSAGES, max_size=2))
+def test_turn_state_round_trips_through_its_checkpoint(
+    state: TurnState, history: list[Message]
+) -> None:
+    state.history = tuple(history)
+    data = json.loads(json.dumps(turn_checkpoint(state)))
+    assert (data["format"], data["version"]) == ("lousho.turn", 1)
+    assert "history" not in data  # the session store holds it
+    again = turn_state_from_checkpoint(data, history, source="test")
+    assert again == state
+    rewritten = json.loads(json.dumps(turn_checkpoint(again)))
+    data.pop("updated_at"), rewritten.pop("updated_at")
+    assert rewritten == data  # unknown fields included
+
+
+@settings(max_examples=200, deadline=None)
+@given(TURN_STATES, st.sampled_from(["format", "version", "run_id", "new", "results",
+       "decisions", "steps", "tool_calls", "usage", "queued", "base_length", "status"]),
+       JSON_VALUES)  # fmt: skip
+def test_a_malformed_checkpoint_is_a_store_corrupt_error(
+    state: TurnState, key: str, junk: Any
+) -> None:
+    data = json.loads(json.dumps(turn_checkpoint(state)))
+    data[key] = junk
+    try:
+        turn_state_from_checkpoint(data, (), source="checkpoint 's.turn-0'")
+    except SchemaVersionError:
+        assert key == "version"
+    except StoreCorruptError as exc:
+        assert "checkpoint 's.turn-0'" in str(exc)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        [],
+        "text",
+        {"format": "lousho.turn"},
+        {"format": "lousho.turn", "version": 1},
+        {"format": "lousho.turn", "version": 1, "run_id": "r", "new": None},
+        {"format": "lousho.turn", "version": 1, "run_id": "r", "new": [{"role": 5}]},
+        {"format": "lousho.turn", "version": 1, "run_id": "r", "new": [], "results": [1]},
+        {"format": "lousho.turn", "version": 1, "run_id": "r", "new": [], "usage": "x"},
+        {"format": "lousho.turn", "version": 1, "run_id": "r", "new": [], "steps": "many"},
+        {"format": "lousho.turn", "version": 1, "run_id": "r", "new": [], "decisions": [1]},
+        {"format": "lousho.turn", "version": 1, "run_id": {"a": 1}, "new": {"a": "b"}},
+    ],
+)
+def test_malformed_checkpoints_name_the_source(data: Any) -> None:
+    with pytest.raises(StoreCorruptError, match=r"checkpoint 'x\.turn-0'"):
+        turn_state_from_checkpoint(data, (), source="checkpoint 'x.turn-0'")
+
+
+def test_golden_checkpoint_is_written_back_exactly() -> None:
+    golden = json.loads((FIXTURES / "checkpoint-v1.json").read_text())
+    state = turn_state_from_checkpoint(golden, (), source="golden")
+    assert [m.id for m in state.new] == ["m-user", "m-asst"] and state.steps == 1
+    assert state.new[1].tool_calls[0].arguments == {"city": "Paris"}
+    again = turn_checkpoint(state)
+    assert again.pop("updated_at") != golden.pop("updated_at")
+    assert again == golden
+
+
+def test_a_previous_release_checkpoint_with_nulls_and_usage_extra_loads() -> None:
+    """The first release wrote ``usage`` with an empty ``extra`` and read null fields as empty."""
+    golden = json.loads((FIXTURES / "checkpoint-v1.json").read_text())
+    golden["usage"]["extra"] = {}
+    golden.update(results=None, decisions=None, queued=None, created_at=None)
+    del golden["base_length"]
+    history = [Message.user("before")]
+    state = turn_state_from_checkpoint(golden, history, source="golden")
+    assert (state.results, state.decisions, state.queued) == ({}, {}, [])
+    assert state.usage == Usage(12, 5, 0.0) and state.base_length == 1
+    assert "extra" not in turn_checkpoint(state)["usage"]

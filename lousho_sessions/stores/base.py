@@ -19,7 +19,6 @@ do more subclass the base classes (``BaseSessionStore``, ``BaseCheckpointStore``
 
 from __future__ import annotations
 
-import json
 import re
 import threading
 from abc import ABC, abstractmethod
@@ -37,8 +36,7 @@ from ..errors import (
     StoreCorruptError,
 )
 from ..messages import Message
-from ..serde import message_json as serde_message_json
-from ..serde import to_json
+from ..serde import decode_json_object, encode_json_object, message_json
 from .lease import Lease, LocalLeases
 
 __all__ = [
@@ -119,38 +117,6 @@ def validate_approval_id(approval_id: object) -> str:
         f"invalid approval id {shown(approval_id)}: approval ids must match "
         f"{APPROVAL_ID_PATTERN} (letters, digits, '_', '-' and '.', not starting with '.')"
     )
-
-
-def encode_json_object(value: Mapping[str, Any], *, what: str) -> str:
-    """JSON text for a checkpoint or approval; ``TypeError`` naming ``what`` if it is not
-    JSON-able, ``ValueError`` naming the field for NaN, infinity or absurd nesting."""
-    if not isinstance(value, Mapping):
-        raise TypeError(f"{what}: expected a JSON object (a mapping), got {type(value).__name__}")
-    return to_json(value, what=what)
-
-
-def decode_json_object(text: str | bytes, *, source: str) -> dict[str, Any]:
-    """Parse a stored JSON object; ``StoreCorruptError`` naming ``source`` if it is not one."""
-    if not isinstance(text, (str, bytes)):
-        raise StoreCorruptError(f"{source}: expected JSON text, got {type(text).__name__}")
-    try:
-        value = json.loads(text)
-    except RecursionError as exc:
-        raise StoreCorruptError(f"{source}: JSON nested too deeply to read") from exc
-    except ValueError as exc:
-        raise StoreCorruptError(f"{source}: not valid JSON: {exc}") from exc
-    if not isinstance(value, dict):
-        raise StoreCorruptError(f"{source}: expected a JSON object, got {type(value).__name__}")
-    return value
-
-
-def message_json(message: Message) -> str:
-    """One message as compact JSON text, exactly as ``serde.messages_to_json`` writes it in a list.
-
-    ``ValueError`` naming the field for NaN, infinity or nesting deeper than
-    ``serde.MAX_JSON_DEPTH``: such a message is refused before anything is written.
-    """
-    return serde_message_json(message)
 
 
 def resolved_approval(

@@ -1,0 +1,82 @@
+"""``TurnState``: everything about an unfinished turn. Its checkpoint is this, as JSON.
+
+The checkpoint codec is in ``serde`` (``turn_checkpoint``/``turn_state_from_checkpoint``),
+with every other format. The saved format is versioned by ``CHECKPOINT_VERSION``:
+1 — first release.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from datetime import datetime, timezone
+from typing import Any
+
+import attrs
+
+from .messages import Message, Usage
+
+__all__ = ["CHECKPOINT_FORMAT", "CHECKPOINT_VERSION", "TurnState"]
+
+#: Checkpoint format versions: 1 — first release.
+CHECKPOINT_VERSION = 1
+CHECKPOINT_FORMAT = "lousho.turn"
+
+
+def now_iso() -> str:
+    return datetime.now(timezone.utc).isoformat()
+
+
+@attrs.define
+class TurnState:
+    """Everything about an unfinished turn; the checkpoint is this, as JSON.
+
+    ``history`` (the transcript before the turn) is not in the checkpoint: the
+    session store holds it. ``extra`` holds checkpoint fields a newer release wrote.
+    """
+
+    run_id: str
+    session_id: str | None
+    turn_id: str | None
+    new: list[Message]
+    history: tuple[Message, ...] = attrs.field(default=(), kw_only=True)
+    base_length: int = 0
+    base_last_id: str | None = None
+    status: str = "running"
+    approval_id: str | None = None
+    results: dict[str, Message] = attrs.field(factory=dict)
+    decisions: dict[str, dict[str, Any]] = attrs.field(factory=dict)
+    steps: int = 0
+    tool_calls: int = 0
+    usage: Usage = Usage()
+    queued: list[dict[str, Any]] = attrs.field(factory=list)
+    created_at: str = attrs.field(factory=now_iso)
+    extra: dict[str, Any] = attrs.field(factory=dict)
+    #: result records saved beside the checkpoint and not deleted yet (see _checkpoints)
+    records: list[str] = attrs.field(factory=list, init=False, eq=False, repr=False)
+    #: message dicts by message identity, kept by serde: a message is converted once,
+    #: not at every save, so a checkpoint's cost does not grow with the turn's length
+    message_dicts: dict[int, tuple[Message, dict[str, Any]]] = attrs.field(
+        factory=dict, init=False, eq=False, repr=False
+    )
+
+    @classmethod
+    def start(
+        cls,
+        input_messages: Sequence[Message],
+        *,
+        history: Sequence[Message] = (),
+        session_id: str | None = None,
+        turn_id: str | None = None,
+        run_id: str | None = None,
+    ) -> TurnState:
+        history = tuple(history)
+        return cls(
+            run_id=run_id or "run-" + uuid.uuid4().hex,
+            session_id=session_id,
+            turn_id=turn_id,
+            history=history,
+            new=list(input_messages),
+            base_length=len(history),
+            base_last_id=history[-1].id if history else None,
+        )
