@@ -25,6 +25,7 @@ from typing import Any
 
 import attrs
 
+from ._arguments import malformed_arguments_problem
 from .abort import AbortController, AbortedError, AbortSignal
 from .approvals import ApprovalRequest, approval_id_for, new_record
 from .errors import (
@@ -59,12 +60,23 @@ from .serde import message_from_dict, message_to_dict
 from .stores.base import ApprovalStore
 from .tools import Tool, ToolContext, ToolLoop, tool_error_text
 
-__all__ = ["CHECKPOINT_VERSION", "Inbox", "Turn", "TurnConfig", "TurnState"]
+__all__ = [
+    "CHECKPOINT_VERSION",
+    "MAX_MALFORMED_TOOL_CALLS",
+    "Inbox",
+    "Turn",
+    "TurnConfig",
+    "TurnState",
+]
 
 log = logging.getLogger("lousho_sessions.turn")
 
 #: Checkpoint format versions: 1 — first release.
 CHECKPOINT_VERSION = 1
+
+#: Tool calls with malformed argument JSON answered with an error result in one turn;
+#: one more ends the turn with ``ProviderError``.
+MAX_MALFORMED_TOOL_CALLS = 3
 
 ToolOutcome = tuple[str, bool]  # (output, is_error)
 RunTools = Callable[
@@ -441,6 +453,7 @@ class Turn:
         runnable: list[ToolCall] = []
         pause: ToolCall | None = None
         steered = config.inbox is not None and config.inbox.has_steer()
+        _check_malformed(state, config.provider.name)
         for call in calls:
             if steered:
                 self._record(
@@ -456,6 +469,9 @@ class Turn:
                     True,
                     checkpoint=False,
                 )
+                continue
+            if call.raw_arguments is not None:  # not JSON: back to the model, which may retry
+                self._record(call, _malformed_text(call), True, checkpoint=False)
                 continue
             try:  # arguments that do not fit go back to the model before anyone approves
                 tool.check_arguments(call.arguments)
@@ -666,6 +682,32 @@ class Turn:
             session_id=state.session_id,
             steps=state.steps,
         )
+
+
+def _malformed_text(call: ToolCall) -> str:
+    raw = call.raw_arguments or ""
+    shown = raw if len(raw) <= 200 else raw[:200] + f"... ({len(raw)} characters)"
+    return (
+        f"Error: the arguments of this call to {call.name!r} are "
+        f"{malformed_arguments_problem(raw)}: {shown!r}. The tool was not run; "
+        "call it again with a JSON object that fits its schema."
+    )
+
+
+def _check_malformed(state: TurnState, provider: str) -> None:
+    """``ProviderError`` once the turn holds more malformed calls than the model may retry."""
+    malformed = [c for m in state.new for c in m.tool_calls if c.raw_arguments is not None]
+    if len(malformed) <= MAX_MALFORMED_TOOL_CALLS:
+        return
+    last = malformed[-1]
+    raw = last.raw_arguments or ""
+    raise ProviderError(
+        None,
+        f"provider {provider!r}: the model sent {len(malformed)} tool calls with malformed "
+        f"arguments in this turn (at most {MAX_MALFORMED_TOOL_CALLS} are sent back to it); "
+        f"the last, to {last.name!r} (call {last.id}), was "
+        f"{malformed_arguments_problem(raw)}: {raw[:200]!r}",
+    )
 
 
 def _unique_call_ids(calls: Sequence[ToolCall], state: TurnState) -> tuple[ToolCall, ...]:
