@@ -382,6 +382,8 @@ class Turn:
             config.pricing,
         )
         calls = _unique_call_ids(message.tool_calls, state)
+        # before it is kept: a resumed turn then asks the model again, as after any failed call
+        _check_malformed(state, calls, config.provider.name)
         message = attrs.evolve(message, usage=usage, tool_calls=calls)
         state.new.append(message)
         state.usage = state.usage + usage
@@ -453,7 +455,6 @@ class Turn:
         runnable: list[ToolCall] = []
         pause: ToolCall | None = None
         steered = config.inbox is not None and config.inbox.has_steer()
-        _check_malformed(state, config.provider.name)
         for call in calls:
             if steered:
                 self._record(
@@ -694,9 +695,10 @@ def _malformed_text(call: ToolCall) -> str:
     )
 
 
-def _check_malformed(state: TurnState, provider: str) -> None:
-    """``ProviderError`` once the turn holds more malformed calls than the model may retry."""
+def _check_malformed(state: TurnState, calls: Sequence[ToolCall], provider: str) -> None:
+    """``ProviderError`` when ``calls`` take the turn past the malformed calls the model may retry."""
     malformed = [c for m in state.new for c in m.tool_calls if c.raw_arguments is not None]
+    malformed += [c for c in calls if c.raw_arguments is not None]
     if len(malformed) <= MAX_MALFORMED_TOOL_CALLS:
         return
     last = malformed[-1]

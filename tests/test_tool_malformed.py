@@ -156,8 +156,16 @@ def test_one_malformed_call_too_many_ends_the_turn(
     assert '{"city": "Par' in message
     assert caught.value.retryable is False
     assert len(server.requests) == 1 + MAX_MALFORMED_TOOL_CALLS + 1
-    assert session.load() == before  # nothing of the failed turn is kept
+    assert session.load() == before  # nothing of the failed turn is in the transcript
     assert ran == []
+
+    # the checkpoint keeps the turn up to the last answered call: resuming asks again
+    assert session.pending() is not None
+    server.reply(SSEReply(sse_events(kind, "text")))
+    resumed = session.resume()
+    assert resumed is not None and resumed.finish_reason == "stop"
+    errors = [m for m in resumed.messages if m.role == "tool"]
+    assert len(errors) == MAX_MALFORMED_TOOL_CALLS and all(m.is_error for m in errors)
     agent.close()
     model.close()
 
