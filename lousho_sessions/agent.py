@@ -25,7 +25,13 @@ from .providers.base import Provider
 from .results import ExecutionResult, Limits
 from .run import AgentRun
 from .session import Session, TurnPolicy, _linked, _wait
-from .stores.base import ApprovalStore, CheckpointStore, store_parts, validate_session_id
+from .stores.base import (
+    AgentStore,
+    ApprovalStore,
+    CheckpointStore,
+    store_parts,
+    validate_session_id,
+)
 from .stores.memory import MemoryApprovalStore, MemoryCheckpointStore, MemorySessionStore
 from .tools import Tool, ToolLoop, as_tool
 
@@ -126,6 +132,10 @@ class Agent:
                 raise ValueError(f"two tools are named {built.name!r}")
             self.tools[built.name] = built
         self.store = store_parts(store)
+        if self.store.sessions is None:  # one per agent: session("u1") twice is one conversation
+            self.store = AgentStore(
+                MemorySessionStore(), self.store.checkpoints, self.store.approvals
+            )
         self.limits = limits
         self.approve = approve
         self.compaction = compaction
@@ -152,7 +162,11 @@ class Agent:
         turn_policy: TurnPolicy = "wait",
         limits: Limits | None = None,
     ) -> Session:
-        """A session; ``id`` generated (a uuid4) when omitted. ``store`` wins over the agent's, part by part."""
+        """A session; ``id`` generated (a uuid4) when omitted. ``store`` wins over the agent's, part by part.
+
+        An agent made without a store keeps transcripts in one memory store of its own
+        (``agent.store.sessions``): ``session("u1")`` called twice is one conversation.
+        """
         session_id = validate_session_id(id) if id is not None else str(uuid.uuid4())
         parts = store_parts(store)
         sessions = parts.sessions or self.store.sessions or MemorySessionStore()
@@ -178,7 +192,13 @@ class Agent:
         session_id: str | None = None,
         timeout: float | None = None,
     ) -> ExecutionResult:
-        """One turn from an empty history. With ``session_id`` and a checkpoint store it is durable."""
+        """One turn from an empty history. With ``session_id`` and a checkpoint store it is durable.
+
+        ``session_id`` is the durable key of this single run (``resume(session_id)``
+        finishes it after a crash), nothing more: the turn neither reads nor writes the
+        transcript of the session with that id. To continue a conversation, use
+        ``agent.session(id).send(...)``.
+        """
         result: ExecutionResult = _wait(*self._send_future(input, signal, session_id), timeout)
         return result
 

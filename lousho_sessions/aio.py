@@ -268,6 +268,7 @@ class AsyncAgent:
         session_id: str | None = None,
         timeout: float | None = None,
     ) -> ExecutionResult:
+        """As ``Agent.send``: ``session_id`` keys this single run; no session's transcript is used."""
         future, controller = self.sync._send_future(input, signal, session_id)
         return await _wait(future, controller.abort, timeout, controller.abort)
 
