@@ -25,7 +25,8 @@ def test_a_store_given_to_the_session_still_wins() -> None:
     agent.session("u1").send("a")
     own = memory_store()
     assert agent.session("u1", store=own).send("b").text == "1:b"
-    assert len(agent.store.sessions.load("u1") or []) == 2
+    kept = agent.store.sessions
+    assert kept is not None and len(kept.load("u1") or []) == 2
     agent.close()
 
 
