@@ -51,8 +51,16 @@ def create_agent(
     pricing: Mapping[str, Pricing] | None = None,
     max_steps: int = 20,
     settings: Mapping[str, Any] | None = None,
+    check_key: bool = True,
 ) -> Agent:
-    """Make an ``Agent``. With neither ``provider`` nor ``model``: ``$LOUSHO_MODEL``, else ``"demo"``."""
+    """Make an ``Agent``. With neither ``provider`` nor ``model``: ``$LOUSHO_MODEL``, else ``"demo"``.
+
+    A provider made from a model string (``model=`` or ``$LOUSHO_MODEL``) that has no
+    API key for its public endpoint raises ``ProviderConfigError`` here, naming the
+    environment variable; ``check_key=False`` leaves that to the first model call (for
+    code that makes an agent but never calls the model, such as tests that replace
+    the provider).
+    """
     return Agent(
         instructions=instructions,
         provider=provider,
@@ -66,14 +74,17 @@ def create_agent(
         pricing=pricing,
         max_steps=max_steps,
         settings=settings,
+        check_key=check_key,
     )
 
 
-def resolve_provider(model: str, pricing: Mapping[str, Pricing] | None = None) -> Provider:
+def resolve_provider(
+    model: str, pricing: Mapping[str, Pricing] | None = None, *, check_key: bool = False
+) -> Provider:
     """The provider a model string names ("demo", "openai/…", "anthropic/…", "ollama/…")."""
     from .providers import registry
 
-    return registry.provider_for(model, pricing=pricing)
+    return registry.provider_for(model, pricing=pricing, check_key=check_key)
 
 
 def find_project_instructions(
@@ -113,12 +124,13 @@ class Agent:
         pricing: Mapping[str, Pricing] | None = None,
         max_steps: int = 20,
         settings: Mapping[str, Any] | None = None,
+        check_key: bool = True,
     ) -> None:
         if max_steps < 1:
             raise ValueError(f"max_steps must be at least 1, got {max_steps}")
         if provider is None:
             model = model or os.environ.get("LOUSHO_MODEL") or "demo"
-            provider = resolve_provider(model, pricing)
+            provider = resolve_provider(model, pricing, check_key=check_key)
         self.provider = provider
         self.model_name: str | None = getattr(provider, "model", None) or model
         self.instructions = instructions
@@ -450,11 +462,14 @@ class Approvals:
         return [ApprovalRequest.from_record(r) for r in records]
 
     def resolve(
-        self, *, id: str, approved: bool, reason: str | None = None
+        self, id: str, *, approved: bool, reason: str | None = None
     ) -> ExecutionResult | None:
         """Decide, then continue the paused turn as the session's next turn and return its result.
 
-        Exactly one ``resolve()`` of an approval wins, across processes; the others
+        ``id`` may be given by position or by name: ``resolve("appr-…", approved=True)``.
+        ``None`` when no paused turn is left to continue (a single run without
+        ``session_id`` paused in another agent's memory); the decision is recorded all
+        the same. Exactly one ``resolve()`` of an approval wins, across processes; the others
         raise ``ApprovalAlreadyResolvedError``.
         """
         return _worker.drive(self._resolve_steps(id, approved, reason))

@@ -236,8 +236,9 @@ class AsyncApprovals:
         self.sync = approvals
 
     async def resolve(
-        self, *, id: str, approved: bool, reason: str | None = None
+        self, id: str, *, approved: bool, reason: str | None = None
     ) -> ExecutionResult | None:
+        """As ``Approvals.resolve``: ``resolve("appr-…", approved=True)`` or ``resolve(id=...)``."""
         return await _drive(self.sync._resolve_steps(id, approved, reason))
 
     async def get(self, id: str) -> ApprovalRequest:

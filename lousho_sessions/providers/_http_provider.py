@@ -245,6 +245,11 @@ class HttpProvider(ProviderBase):
     def __repr__(self) -> str:
         return f"{type(self).__name__}(model={self.model!r}, base_url={self.base_url!r})"
 
+    @property
+    def needs_key(self) -> bool:
+        """True when there is no key and the endpoint is the public one, which needs one."""
+        return self._needs_key
+
     def close(self) -> None:
         """Close pooled connections (the provider still works afterwards)."""
         self._http.close()
