@@ -12,7 +12,12 @@ Views are plain blocking functions: ``session.send()`` runs the turn on the
 session's worker thread and returns its result. With ``LOUSHO_DB=chat.db`` the
 app keeps sessions in one SQLite file, so several worker processes can serve it::
 
-    LOUSHO_DB=chat.db gunicorn -w 4 -b 127.0.0.1:8000 'flask_app:create_app()'
+    LOUSHO_DB=chat.db gunicorn -w 4 -k gthread --threads 8 --timeout 120 \
+        -b 127.0.0.1:8000 'flask_app:create_app()'
+
+(``gthread``: an open stream holds a thread, not a whole process, and is not killed
+by ``--timeout``, which would cut a ``sync`` worker's turn longer than it; see
+docs/integrations.md.) A tampered session cookie is answered with 400.
 
 Without it, sessions live in memory (one process). The model is the offline demo
 model unless ``agent`` is given; try "My name is Ali.", "What is my name?" and
@@ -34,6 +39,7 @@ from lousho_sessions import (
     ApprovalNotFoundError,
     Event,
     ExecutionResult,
+    InvalidSessionIdError,
     Session,
     create_agent,
     memory_store,
@@ -88,11 +94,14 @@ def create_app(agent: Agent | None = None) -> Flask:
     )
 
     def current_session() -> tuple[Session, bool]:
-        """The cookie's session, and whether the cookie is new."""
+        """The cookie's session, and whether the cookie is new; 400 for a tampered cookie."""
         session_id = request.cookies.get(COOKIE)
-        if session_id:
+        if not session_id:
+            return agent.session(str(uuid.uuid4())), True
+        try:  # the cookie is client input: the SDK refuses ids that are not plain names
             return agent.session(session_id), False
-        return agent.session(str(uuid.uuid4())), True
+        except InvalidSessionIdError:
+            abort(400, f"invalid {COOKIE} cookie; delete it to start a new conversation")
 
     def with_cookie(response: Response, session: Session, new: bool) -> Response:
         if new:
@@ -125,6 +134,7 @@ def create_app(agent: Agent | None = None) -> Flask:
 
         response = Response(events(), mimetype="text/event-stream")
         response.headers["Cache-Control"] = "no-cache"
+        response.headers["X-Accel-Buffering"] = "no"  # a proxy (nginx) must not buffer it
         return with_cookie(response, session, new)
 
     @app.post("/approvals/<approval_id>")
@@ -132,12 +142,12 @@ def create_app(agent: Agent | None = None) -> Flask:
         session_id = request.cookies.get(COOKIE)
         try:
             pending = agent.approvals.get(approval_id)
-        except ApprovalNotFoundError:
+        except (ApprovalNotFoundError, InvalidSessionIdError):  # unknown, or not an id at all
             abort(404)
         if pending.session_id != session_id:  # only the session's own browser decides
             abort(404)
         approved = bool((request.get_json(silent=True) or {}).get("approved"))
-        result = agent.approvals.resolve(id=approval_id, approved=approved)
+        result = agent.approvals.resolve(approval_id, approved=approved)
         if result is None:
             abort(409, "nothing to continue")
         return jsonify(result_json(result))

@@ -23,11 +23,19 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from lousho_sessions import ApprovalNotFoundError, Event, ExecutionResult, memory_store, tool
+from lousho_sessions import (
+    ApprovalNotFoundError,
+    Event,
+    ExecutionResult,
+    InvalidSessionIdError,
+    memory_store,
+    tool,
+)
 from lousho_sessions.aio import AsyncAgent, AsyncSession, create_agent
 
 COOKIE = "lousho_session"
@@ -67,7 +75,11 @@ def create_app(agent: AsyncAgent | None = None) -> Starlette:
     )
 
     def session_of(request: Request) -> AsyncSession:
-        return agent.session(request.cookies.get(COOKIE) or str(uuid.uuid4()))
+        """The cookie's session (a new one without a cookie); 400 for a tampered cookie."""
+        try:  # the cookie is client input: the SDK refuses ids that are not plain names
+            return agent.session(request.cookies.get(COOKIE) or str(uuid.uuid4()))
+        except InvalidSessionIdError as exc:
+            raise HTTPException(400, f"invalid {COOKIE} cookie") from exc
 
     def remember(response: Response, session: AsyncSession) -> Response:
         response.set_cookie(COOKIE, session.id, httponly=True, samesite="lax")
@@ -99,12 +111,12 @@ def create_app(agent: AsyncAgent | None = None) -> Starlette:
         approval_id = request.path_params["approval_id"]
         try:
             pending = await agent.approvals.get(approval_id)
-        except ApprovalNotFoundError:
+        except (ApprovalNotFoundError, InvalidSessionIdError):  # unknown, or not an id at all
             return JSONResponse({"error": "no such approval"}, status_code=404)
         if pending.session_id != request.cookies.get(COOKIE):
             return JSONResponse({"error": "no such approval"}, status_code=404)
         body = await request.json()
-        result = await agent.approvals.resolve(id=approval_id, approved=bool(body.get("approved")))
+        result = await agent.approvals.resolve(approval_id, approved=bool(body.get("approved")))
         if result is None:
             return JSONResponse({"error": "nothing to continue"}, status_code=409)
         return JSONResponse(result_json(result))

@@ -29,7 +29,13 @@ from cattrs.errors import IterableValidationError, IterableValidationNote
 from cattrs.gen import make_dict_structure_fn
 from cattrs.gen.typeddicts import make_dict_structure_fn as make_typeddict_structure_fn
 
-__all__ = ["argument_problems", "converter", "describe_type", "describe_value"]
+__all__ = [
+    "argument_problems",
+    "converter",
+    "describe_type",
+    "describe_value",
+    "malformed_arguments_problem",
+]
 
 NONE_TYPE = type(None)
 
@@ -331,3 +337,14 @@ def _format(exc: BaseException, hint: Any) -> str:
     if isinstance(exc, cattrs.ForbiddenExtraKeysError):
         return f"unknown fields: {', '.join(sorted(exc.extra_fields))}"
     return f"{type(exc).__name__}: {exc}"
+
+
+def malformed_arguments_problem(raw: str) -> str:
+    """Why argument text is not a JSON object (``"not valid JSON (...)"``), for the model."""
+    try:
+        value = json.loads(raw)
+    except (ValueError, RecursionError) as exc:
+        return f"not valid JSON ({exc})"
+    if isinstance(value, dict):  # a hand-made ToolCall may carry text that parses
+        return "not accepted"
+    return f"not a JSON object (got {describe_value(value)})"

@@ -16,7 +16,7 @@ from .providers.base import Provider
 from .results import Limits
 from .stores.adapters import store_parts
 from .stores.base import AgentStore, ApprovalStore
-from .stores.memory import MemoryApprovalStore
+from .stores.memory import MemoryApprovalStore, MemorySessionStore
 from .tools import Tool, as_tool
 
 __all__ = ["AgentConfig", "Approve", "find_project_instructions", "resolve_provider"]
@@ -60,6 +60,7 @@ class AgentConfig:
         pricing: Mapping[str, Pricing] | None,
         max_steps: int,
         settings: Mapping[str, Any] | None,
+        check_key: bool = True,
         **rest: Any,
     ) -> AgentConfig:
         """Check the arguments, resolve the provider, read AGENTS.md, make the tools."""
@@ -67,7 +68,7 @@ class AgentConfig:
             raise ValueError(f"max_steps must be at least 1, got {max_steps}")
         if provider is None:
             model = model or os.environ.get("LOUSHO_MODEL") or "demo"
-            provider = resolve_provider(model, pricing)
+            provider = resolve_provider(model, pricing, check_key=check_key)
         project = find_project_instructions(project_instructions)
         parts = [p for p in (instructions, project) if p]
         built: dict[str, Tool] = {}
@@ -77,6 +78,8 @@ class AgentConfig:
                 raise ValueError(f"two tools are named {one.name!r}")
             built[one.name] = one
         stores = store_parts(store)
+        if stores.sessions is None:  # one per agent: session("u1") twice is one conversation
+            stores = AgentStore(MemorySessionStore(), stores.checkpoints, stores.approvals)
         return cls(
             provider=provider,
             system="\n\n".join(parts) if parts else None,
@@ -92,11 +95,13 @@ class AgentConfig:
         )
 
 
-def resolve_provider(model: str, pricing: Mapping[str, Pricing] | None = None) -> Provider:
+def resolve_provider(
+    model: str, pricing: Mapping[str, Pricing] | None = None, *, check_key: bool = False
+) -> Provider:
     """The provider a model string names ("demo", "openai/…", "anthropic/…", "ollama/…")."""
     from .providers import registry
 
-    return registry.provider_for(model, pricing=pricing)
+    return registry.provider_for(model, pricing=pricing, check_key=check_key)
 
 
 def find_project_instructions(

@@ -22,6 +22,7 @@ from typing import Any
 
 import attrs
 
+from ._arguments import malformed_arguments_problem
 from ._checkpoints import TurnCheckpoints
 from ._inbox import Inbox
 from ._turn_state import CHECKPOINT_VERSION, TurnState
@@ -58,9 +59,20 @@ from .serde import message_from_dict
 from .stores.base import ApprovalStore
 from .tools import Tool, ToolContext, ToolLoop, tool_error_text
 
-__all__ = ["CHECKPOINT_VERSION", "Inbox", "Turn", "TurnConfig", "TurnState"]
+__all__ = [
+    "CHECKPOINT_VERSION",
+    "MAX_MALFORMED_TOOL_CALLS",
+    "Inbox",
+    "Turn",
+    "TurnConfig",
+    "TurnState",
+]
 
 log = logging.getLogger("lousho_sessions.turn")
+
+#: Tool calls with malformed argument JSON answered with an error result in one turn;
+#: one more ends the turn with ``ProviderError``.
+MAX_MALFORMED_TOOL_CALLS = 3
 
 ToolOutcome = tuple[str, bool]  # (output, is_error)
 RunTools = Callable[
@@ -183,6 +195,8 @@ class Turn:
             config.pricing,
         )
         calls = _unique_call_ids(message.tool_calls, state)
+        # before it is kept: a resumed turn then asks the model again, as after any failed call
+        _check_malformed(state, calls, config.provider.name)
         message = attrs.evolve(message, usage=usage, tool_calls=calls)
         state.new.append(message)
         state.usage = state.usage + usage
@@ -269,6 +283,9 @@ class Turn:
                     True,
                     checkpoint=False,
                 )
+                continue
+            if call.raw_arguments is not None:  # not JSON: back to the model, which may retry
+                self._record(call, _malformed_text(call), True, checkpoint=False)
                 continue
             try:  # arguments that do not fit go back to the model before anyone approves
                 tool.check_arguments(call.arguments)
@@ -498,6 +515,33 @@ class Turn:
             session_id=state.session_id,
             steps=state.steps,
         )
+
+
+def _malformed_text(call: ToolCall) -> str:
+    raw = call.raw_arguments or ""
+    shown = raw if len(raw) <= 200 else raw[:200] + f"... ({len(raw)} characters)"
+    return (
+        f"Error: the arguments of this call to {call.name!r} are "
+        f"{malformed_arguments_problem(raw)}: {shown!r}. The tool was not run; "
+        "call it again with a JSON object that fits its schema."
+    )
+
+
+def _check_malformed(state: TurnState, calls: Sequence[ToolCall], provider: str) -> None:
+    """``ProviderError`` when ``calls`` take the turn past the malformed calls the model may retry."""
+    malformed = [c for m in state.new for c in m.tool_calls if c.raw_arguments is not None]
+    malformed += [c for c in calls if c.raw_arguments is not None]
+    if len(malformed) <= MAX_MALFORMED_TOOL_CALLS:
+        return
+    last = malformed[-1]
+    raw = last.raw_arguments or ""
+    raise ProviderError(
+        None,
+        f"provider {provider!r}: the model sent {len(malformed)} tool calls with malformed "
+        f"arguments in this turn (at most {MAX_MALFORMED_TOOL_CALLS} are sent back to it); "
+        f"the last, to {last.name!r} (call {last.id}), was "
+        f"{malformed_arguments_problem(raw)}: {raw[:200]!r}",
+    )
 
 
 def _unique_call_ids(calls: Sequence[ToolCall], state: TurnState) -> tuple[ToolCall, ...]:

@@ -50,8 +50,16 @@ def create_agent(
     pricing: Mapping[str, Pricing] | None = None,
     max_steps: int = 20,
     settings: Mapping[str, Any] | None = None,
+    check_key: bool = True,
 ) -> Agent:
-    """Make an ``Agent``. With neither ``provider`` nor ``model``: ``$LOUSHO_MODEL``, else ``"demo"``."""
+    """Make an ``Agent``. With neither ``provider`` nor ``model``: ``$LOUSHO_MODEL``, else ``"demo"``.
+
+    A provider made from a model string (``model=`` or ``$LOUSHO_MODEL``) that has no
+    API key for its public endpoint raises ``ProviderConfigError`` here, naming the
+    environment variable; ``check_key=False`` leaves that to the first model call (for
+    code that makes an agent but never calls the model, such as tests that replace
+    the provider).
+    """
     return Agent(
         instructions=instructions,
         provider=provider,
@@ -65,6 +73,7 @@ def create_agent(
         pricing=pricing,
         max_steps=max_steps,
         settings=settings,
+        check_key=check_key,
     )
 
 
@@ -91,6 +100,7 @@ class Agent:
         pricing: Mapping[str, Pricing] | None = None,
         max_steps: int = 20,
         settings: Mapping[str, Any] | None = None,
+        check_key: bool = True,
     ) -> None:
         self.config = AgentConfig.build(
             instructions=instructions,
@@ -102,6 +112,7 @@ class Agent:
             pricing=pricing,
             max_steps=max_steps,
             settings=settings,
+            check_key=check_key,
             limits=limits,
             approve=approve,
             compaction=compaction,
@@ -145,7 +156,11 @@ class Agent:
         turn_policy: TurnPolicy = "wait",
         limits: Limits | None = None,
     ) -> Session:
-        """A session; ``id`` generated (a uuid4) when omitted. ``store`` wins over the agent's, part by part."""
+        """A session; ``id`` generated (a uuid4) when omitted. ``store`` wins over the agent's, part by part.
+
+        An agent made without a store keeps transcripts in one memory store of its own
+        (``agent.store.sessions``): ``session("u1")`` called twice is one conversation.
+        """
         session_id = validate_session_id(id) if id is not None else str(uuid.uuid4())
         parts = store_parts(store)
         own = self.config.store
@@ -174,7 +189,13 @@ class Agent:
         session_id: str | None = None,
         timeout: float | None = None,
     ) -> ExecutionResult:
-        """One turn from an empty history. With ``session_id`` and a checkpoint store it is durable."""
+        """One turn from an empty history. With ``session_id`` and a checkpoint store it is durable.
+
+        ``session_id`` is the durable key of this single run (``resume(session_id)``
+        finishes it after a crash), nothing more: the turn neither reads nor writes the
+        transcript of the session with that id. To continue a conversation, use
+        ``agent.session(id).send(...)``.
+        """
         result: ExecutionResult = wait(*self._send_future(input, signal, session_id), timeout)
         return result
 

@@ -256,8 +256,9 @@ class AsyncApprovals:
         self.sync = approvals
 
     async def resolve(
-        self, *, id: str, approved: bool, reason: str | None = None
+        self, id: str, *, approved: bool, reason: str | None = None
     ) -> ExecutionResult | None:
+        """As ``Approvals.resolve``: ``resolve("appr-…", approved=True)`` or ``resolve(id=...)``."""
         return await _drive(self.sync._resolve_steps(id, approved, reason))
 
     async def get(self, id: str) -> ApprovalRequest:
@@ -288,6 +289,7 @@ class AsyncAgent:
         session_id: str | None = None,
         timeout: float | None = None,
     ) -> ExecutionResult:
+        """As ``Agent.send``: ``session_id`` keys this single run; no session's transcript is used."""
         future, stop = self.sync._send_future(input, signal, session_id)
         return await _wait(future, stop, timeout)
 

@@ -167,9 +167,14 @@ class Approvals:
         return [ApprovalRequest.from_record(r) for r in records]
 
     def resolve(
-        self, *, id: str, approved: bool, reason: str | None = None
+        self, id: str, *, approved: bool, reason: str | None = None
     ) -> ExecutionResult | None:
         """Decide, then continue the paused turn as the session's next turn and return its result.
+
+        ``id`` may be given by position or by name: ``resolve("appr-…", approved=True)``.
+        ``None`` when no paused turn is left to continue (a single run without
+        ``session_id`` paused in another agent's memory); the decision is recorded all
+        the same.
 
         Exactly one ``resolve()`` of an approval wins, across processes; the others
         raise ``ApprovalAlreadyResolvedError``.

@@ -265,11 +265,17 @@ Part = Union[TextPart, ImagePart]
 
 @attrs.frozen
 class ToolCall:
-    """The model asks to run tool ``name`` with ``arguments``."""
+    """The model asks to run tool ``name`` with ``arguments``.
+
+    ``raw_arguments`` is set only for a malformed call: the argument text the model
+    sent when it was not a JSON object (``arguments`` is then empty). The turn does
+    not run such a call; it answers it with an error result naming the JSON problem.
+    """
 
     id: str
     name: str
     arguments: Mapping[str, Any] = attrs.field(default=EMPTY, converter=_frozen_mapping)
+    raw_arguments: str | None = attrs.field(default=None, kw_only=True)
     extra: Mapping[str, Any] = attrs.field(
         default=EMPTY, converter=_frozen_mapping, repr=False, kw_only=True
     )

@@ -178,8 +178,12 @@ converter.register_structure_hook(
 )
 
 
-def _with_extra(cls: type[Any]) -> None:
-    """Register hooks for ``cls`` that keep unknown keys in ``extra``."""
+def _with_extra(cls: type[Any], omit_none: tuple[str, ...] = ()) -> None:
+    """Register hooks for ``cls`` that keep unknown keys in ``extra``.
+
+    Fields named in ``omit_none`` are left out when ``None``: an optional field added
+    later changes nothing in what is written for objects that do not use it.
+    """
     names = {a.name for a in attrs.fields(cls)}
     init_names = {a.name for a in attrs.fields(cls) if a.init}
     fixed = [a.name for a in attrs.fields(cls) if not a.init]  # e.g. a part's ``type`` tag
@@ -188,6 +192,9 @@ def _with_extra(cls: type[Any]) -> None:
 
     def unstructure(obj: Any) -> dict[str, Any]:
         data = base_un(obj)
+        for name in omit_none:
+            if data.get(name) is None:
+                data.pop(name, None)
         for name in fixed:
             data[name] = getattr(obj, name)
         extra = data.pop("extra", None)
@@ -209,8 +216,12 @@ def _with_extra(cls: type[Any]) -> None:
     converter.register_structure_hook(cls, structure)
 
 
-for _cls in (TextPart, ImagePart, ToolCall, Usage, Message):
-    _with_extra(_cls)
+# in this order: a class's hooks are built from those of the classes it holds
+_with_extra(TextPart)
+_with_extra(ImagePart)
+_with_extra(ToolCall, omit_none=("raw_arguments",))
+_with_extra(Usage)
+_with_extra(Message)
 
 _PARTS: dict[str, type[Any]] = {"text": TextPart, "image": ImagePart}
 

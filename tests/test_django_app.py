@@ -100,3 +100,25 @@ def test_concurrent_sync_and_async_requests_lose_no_turn() -> None:
 def test_bad_request() -> None:
     assert Client().post("/chat", "{}", content_type="application/json").status_code == 400
     assert Client().get("/chat/stream").status_code == 400
+
+
+@pytest.mark.parametrize("cookie", ["../../etc/passwd", "a b", "x" * 300, ".hidden"])
+def test_a_tampered_cookie_is_a_bad_request(cookie: str) -> None:
+    client = Client()
+    client.cookies[COOKIE] = cookie
+    body = json.dumps({"message": "hi"})
+    for response in (
+        client.post("/chat", body, content_type="application/json"),
+        client.get("/chat/stream", {"message": "hi"}),
+        client.get("/history"),
+    ):
+        assert response.status_code == 400
+
+    async def main() -> int:
+        async_client = AsyncClient()
+        async_client.cookies[COOKIE] = cookie
+        response = await async_client.post("/chat/async", body, content_type="application/json")
+        status: int = response.status_code
+        return status
+
+    assert asyncio.run(main()) == 400

@@ -89,6 +89,19 @@ def test_approval_endpoint_continues_the_paused_turn(client: FlaskClient) -> Non
     assert [m["role"] for m in history] == ["user", "assistant", "tool", "assistant"]
 
 
+@pytest.mark.parametrize("cookie", ["../../etc/passwd", "a b", "x" * 300, ".hidden"])
+def test_a_tampered_cookie_is_a_bad_request(client: FlaskClient, cookie: str) -> None:
+    client.set_cookie(COOKIE, cookie)
+    for response in (
+        client.post("/chat", json={"message": "hi"}),
+        client.get("/chat/stream", query_string={"message": "hi"}),
+        client.get("/history"),
+    ):
+        assert response.status_code == 400
+        assert f"invalid {COOKIE} cookie" in response.get_data(as_text=True)
+    assert client.post("/approvals/not an id", json={"approved": True}).status_code == 404
+
+
 def test_streamed_approval_request(client: FlaskClient) -> None:
     response = client.get("/chat/stream", query_string={"message": "Refund order 'B-2'."})
     events = sse(response.get_data(as_text=True))

@@ -78,6 +78,8 @@ def test_unknown_models_name_the_known_forms(model: str) -> None:
 
 
 def test_create_agent_resolves_model_strings(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
     with create_agent(model="anthropic/claude-sonnet-4-0") as agent:
         assert isinstance(agent.provider, AnthropicProvider)
     monkeypatch.setenv("LOUSHO_MODEL", "openai/gpt-4.1-mini")

@@ -19,8 +19,17 @@ import pytest
 from provider_server import JSONReply, ProviderServer, SSEReply
 from provider_wires import KEY, WIRES, HttpProvider, Wire, fail, provider_factory, run
 
+from lousho_sessions import create_agent, tool
+from lousho_sessions._turn import MAX_MALFORMED_TOOL_CALLS
 from lousho_sessions.errors import ProviderConfigError, ProviderError
 from lousho_sessions.providers._redact import Redactor, Secret, secret_from
+from lousho_sessions.serde import messages_to_json
+
+
+@tool
+def get_weather(city: str) -> str:
+    """The weather in a city."""
+    return f"sunny in {city}"
 
 
 @pytest.fixture
@@ -160,10 +169,35 @@ def test_tool_arguments_that_are_not_json(
     make: Callable[..., HttpProvider],
     debug_logs: pytest.LogCaptureFixture,
 ) -> None:
-    server.reply(SSEReply(_bad_arguments(wire, '{"city": "' + KEY)))
-    error = fail(make())
-    assert "get_weather" in error.message and "not valid JSON" in error.message
-    _leaks_nothing(error, debug_logs)
+    """The text is kept for the model to see, scrubbed: in the transcript, the error
+    result, the events, the next request and the error at the malformed-call limit."""
+    texts = [
+        _bad_arguments(wire, '{"city": "' + KEY),
+        _bad_arguments(wire, '{"city": ' + repr(KEY) + "}"),  # the key in another spelling
+    ]
+    server.reply(
+        SSEReply(texts[0]),
+        SSEReply(texts[1]),
+        wire.sse("text"),
+        *[SSEReply(texts[0])] * (MAX_MALFORMED_TOOL_CALLS + 1),
+    )
+    agent = create_agent(provider=make(), tools=[get_weather])
+    session = agent.session("s-1")
+    events = list(session.stream("Weather?"))
+    with pytest.raises(ProviderError) as caught:
+        session.send("Again?")
+    agent.close()
+    calls = [c for m in session.messages for c in m.tool_calls]
+    assert [c.raw_arguments for c in calls] == ['{"city": "***', "{\"city\": '***'}"]
+    assert "get_weather" in caught.value.message and "not valid JSON" in caught.value.message
+    assert "***" in caught.value.message
+    assert_no_key(
+        *_texts(caught.value),
+        debug_logs.text,
+        messages_to_json(session.messages),
+        *(repr(e) for e in events),
+        *(json.dumps(r.body) for r in server.requests),
+    )
 
 
 def test_an_http_error_body_echoing_the_key(

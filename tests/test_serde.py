@@ -59,7 +59,9 @@ IMAGE_PARTS = st.one_of(
     st.builds(ImagePart, url=TEXT, media_type=st.none() | TEXT, extra=UNKNOWN),
     st.builds(ImagePart, data=st.binary(max_size=64), media_type=st.none() | TEXT, extra=UNKNOWN),
 )
-TOOL_CALLS = st.builds(ToolCall, TEXT, TEXT, JSON_OBJECTS, extra=UNKNOWN)
+TOOL_CALLS = st.builds(
+    ToolCall, TEXT, TEXT, JSON_OBJECTS, raw_arguments=st.none() | TEXT, extra=UNKNOWN
+)
 USAGE = st.builds(
     Usage,
     st.integers(0, 10**9),
@@ -117,6 +119,15 @@ def test_unknown_fields_in_stored_json_round_trip(
     for part in data["content"]:
         part.update(unknown)
     assert message_to_dict(message_from_dict(data)) == data
+
+
+def test_raw_arguments_are_written_only_for_a_malformed_call() -> None:
+    plain = message_to_dict(Message.assistant(tool_calls=[ToolCall("c1", "f", {"a": 1})]))
+    assert plain["tool_calls"] == [{"id": "c1", "name": "f", "arguments": {"a": 1}}]
+    bad = Message.assistant(tool_calls=[ToolCall("c2", "f", raw_arguments='{"a": ')])
+    data = message_to_dict(bad)
+    assert data["tool_calls"][0]["raw_arguments"] == '{"a": '
+    assert message_from_dict(data) == bad
 
 
 def test_unknown_usage_fields_round_trip() -> None:

@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import http.client
 import json
+import re
+import socket
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator, MutableMapping
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,6 +26,8 @@ from starlette_app import COOKIE, create_app, refund_order  # examples/ is on py
 
 from lousho_sessions import FunctionProvider, ModelRequest, memory_store
 from lousho_sessions.aio import create_agent
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 
 def sse(body: str) -> list[tuple[str, dict[str, Any]]]:
@@ -162,3 +170,117 @@ def test_a_client_leaving_the_stream_aborts_the_turn() -> None:
     assert any(b"text.delta" in chunk for chunk in sent)
     assert not any(b"run.done" in chunk for chunk in sent)
     assert agent.sync.session("leaver").load() == ()  # aborted: nothing saved
+
+
+@pytest.mark.parametrize("cookie", ["../../etc/passwd", "a b", "x" * 300, ".hidden"])
+def test_a_tampered_cookie_is_a_bad_request(client: TestClient, cookie: str) -> None:
+    client.cookies[COOKIE] = cookie
+    assert client.post("/chat", json={"message": "hi"}).status_code == 400
+    assert client.get("/chat/stream", params={"message": "hi"}).status_code == 400
+    assert client.get("/history").status_code == 400
+    assert client.post("/approvals/not an id", json={"approved": True}).status_code == 404
+
+
+# -- a real ASGI server: uvicorn on 127.0.0.1 ------------------------------------------------
+
+
+def _read_events(response: http.client.HTTPResponse) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Server-sent events as they arrive (one ``event:``/``data:`` pair each)."""
+    name = ""
+    for raw in iter(response.readline, b""):
+        line = raw.decode().rstrip("\r\n")
+        if line.startswith("event: "):
+            name = line.removeprefix("event: ")
+        elif line.startswith("data: "):
+            yield name, json.loads(line.removeprefix("data: "))
+
+
+def test_uvicorn_serves_the_example_as_its_docstring_says(tmp_path: Path) -> None:
+    """``uvicorn --factory starlette_app:create_app``, over TCP: cookies, a streamed turn."""
+    pytest.importorskip("uvicorn")
+    command = [
+        sys.executable, "-m", "uvicorn", "--factory", "starlette_app:create_app",
+        "--app-dir", str(EXAMPLES), "--host", "127.0.0.1", "--port", "0",
+    ]  # fmt: skip
+    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    assert process.stderr is not None
+    log: list[str] = []
+    address = None
+    while address is None:  # read the log until uvicorn says where it listens
+        line = process.stderr.readline()
+        if not line:
+            raise AssertionError("uvicorn exited:\n" + "".join(log))
+        log.append(line)
+        found = re.search(r"running on http://([\d.]+):(\d+)", line)
+        if found:
+            address = found.group(1), int(found.group(2))
+    drain = threading.Thread(target=lambda: log.extend(process.stderr or ()), daemon=True)
+    drain.start()
+    try:
+        conn = http.client.HTTPConnection(*address, timeout=WAIT)
+        body = json.dumps({"message": "My name is Ali."})
+        conn.request("POST", "/chat", body, {"Content-Type": "application/json"})
+        reply = conn.getresponse()
+        first = json.loads(reply.read())
+        assert reply.status == 200 and first["text"] == "Nice to meet you, Ali."
+        cookie = f"{COOKIE}={first['session_id']}"
+        assert cookie in (reply.getheader("set-cookie") or "")
+
+        conn.request(
+            "GET", "/chat/stream?message=What%20is%20my%20name%3F", None, {"Cookie": cookie}
+        )
+        stream = conn.getresponse()
+        assert stream.status == 200
+        assert (stream.getheader("content-type") or "").startswith("text/event-stream")
+        events = list(_read_events(stream))
+        assert events[-1] == ("run.done", {"finish_reason": "stop"})
+        assert "".join(d["text"] for e, d in events if e == "text.delta") == "Your name is Ali."
+
+        conn.request("GET", "/history", None, {"Cookie": f"{COOKIE}=../../etc/passwd"})
+        refused = conn.getresponse()
+        refused.read()
+        assert refused.status == 400
+        conn.close()
+    finally:
+        process.terminate()
+        process.wait(WAIT)
+        drain.join(WAIT)
+        process.stderr.close()
+    assert "Traceback" not in "".join(log), "".join(log)
+
+
+def test_uvicorn_streams_each_delta_as_it_comes() -> None:
+    """A delta reaches the client through uvicorn while the model is still blocked."""
+    uvicorn = pytest.importorskip("uvicorn")
+    gate = Gate()
+
+    def model(request: ModelRequest) -> Iterator[str]:
+        yield "first "
+        gate.wait_in(request)
+        yield "second"
+
+    agent = create_agent(provider=FunctionProvider(model), store=memory_store())
+    listener = socket.create_server(("127.0.0.1", 0))  # listening now: no wait for startup
+    config = uvicorn.Config(create_app(agent), log_level="warning", lifespan="on")
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [listener]}, daemon=True)
+    thread.start()
+    try:
+        host, port = listener.getsockname()[:2]
+        conn = http.client.HTTPConnection(host, port, timeout=WAIT)
+        conn.request("GET", "/chat/stream?message=hi")
+        events = _read_events(conn.getresponse())
+        name, data = next(e for e in events if e[0] == "text.delta")
+        assert (name, data) == ("text.delta", {"text": "first "})
+        assert gate.entered.is_set()  # the model waits at the gate, not opened yet
+        gate.open()
+        rest = list(events)
+        assert ("text.delta", {"text": "second"}) in rest
+        assert rest[-1] == ("run.done", {"finish_reason": "stop"})
+        conn.close()
+    finally:
+        gate.open()
+        server.should_exit = True
+        thread.join(WAIT)
+        listener.close()
+    assert not thread.is_alive()

@@ -12,9 +12,16 @@ from collections.abc import Iterator
 from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import BadRequest
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 
-from lousho_sessions import ExecutionResult, Session, create_agent, memory_store
+from lousho_sessions import (
+    ExecutionResult,
+    InvalidSessionIdError,
+    Session,
+    create_agent,
+    memory_store,
+)
 from lousho_sessions.aio import AsyncSession
 
 COOKIE = "lousho_session"
@@ -32,7 +39,11 @@ agent = create_agent(instructions="You are a helpful assistant.", store=_store()
 
 
 def _session(request: HttpRequest) -> Session:
-    return agent.session(request.COOKIES.get(COOKIE) or str(uuid.uuid4()))
+    """The cookie's session (a new one without a cookie); ``BadRequest`` (400) for a tampered one."""
+    try:  # the cookie is client input: the SDK refuses ids that are not plain names
+        return agent.session(request.COOKIES.get(COOKIE) or str(uuid.uuid4()))
+    except InvalidSessionIdError as exc:
+        raise BadRequest(f"invalid {COOKIE} cookie; delete it to start a new conversation") from exc
 
 
 def _message(request: HttpRequest) -> str | None:

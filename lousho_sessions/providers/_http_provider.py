@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, ClassVar, TypedDict
 
 import attrs
@@ -129,12 +129,16 @@ class Reply:
             request_id=self.request_id,
         )
 
-    def tool_calls(self, id_prefix: str) -> list[ToolCall]:
+    def tool_calls(
+        self, id_prefix: str, scrub: Callable[[str], str] = lambda text: text
+    ) -> list[ToolCall]:
         """The calls in index order, their JSON arguments parsed.
 
         A call without an id gets ``id_prefix`` and a random suffix. A call without
-        a name, or with arguments that are not a JSON object, is a retryable
-        ``ProviderError``: the model wrote it, and asking again may well work.
+        a name is a retryable ``ProviderError``. A call whose arguments are not a
+        JSON object is kept with empty ``arguments`` and the text, passed through
+        ``scrub``, in ``raw_arguments``: the turn answers it with an error result,
+        so the model can try again.
         """
         calls: list[ToolCall] = []
         for index in sorted(self.calls):
@@ -147,30 +151,24 @@ class Reply:
                     retryable=True,
                     request_id=self.request_id,
                 )
-            calls.append(ToolCall(call_id, call.name, self._arguments(call, call_id)))
+            text = "".join(call.parts)
+            arguments = _json_object(text)
+            if arguments is None:
+                calls.append(ToolCall(call_id, call.name, raw_arguments=scrub(text)))
+            else:
+                calls.append(ToolCall(call_id, call.name, arguments))
         return calls
 
-    def _arguments(self, call: _Call, call_id: str) -> dict[str, Any]:
-        text = "".join(call.parts)
-        if not text.strip():
-            return {}
-        what = f"tool {call.name!r} (call {call_id}) with arguments that are not"
-        try:
-            value = json.loads(text)
-        except ValueError as exc:
-            problem = f"{what} valid JSON ({exc})"
-            raise self._model_error(problem, text) from exc
-        if not isinstance(value, dict):
-            raise self._model_error(f"{what} a JSON object", text)
-        return value
 
-    def _model_error(self, problem: str, text: str) -> ProviderError:
-        return ProviderError(
-            None,
-            f"{self.provider}: the model called {problem}: {text[:200]!r}",
-            retryable=True,
-            request_id=self.request_id,
-        )
+def _json_object(text: str) -> dict[str, Any] | None:
+    """``text`` as a JSON object (``{}`` when blank); ``None`` when it is not one."""
+    if not text.strip():
+        return {}
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    return value if isinstance(value, dict) else None
 
 
 class HttpProvider(ProviderBase):
@@ -247,6 +245,11 @@ class HttpProvider(ProviderBase):
     def __repr__(self) -> str:
         return f"{type(self).__name__}(model={self.model!r}, base_url={self.base_url!r})"
 
+    @property
+    def needs_key(self) -> bool:
+        """True when there is no key and the endpoint is the public one, which needs one."""
+        return self._needs_key
+
     def close(self) -> None:
         """Close pooled connections (the provider still works afterwards)."""
         self._http.close()
@@ -278,7 +281,7 @@ class HttpProvider(ProviderBase):
         yield self._response(reply)
 
     def _response(self, reply: Reply) -> ModelResponse:
-        calls = reply.tool_calls(self.CALL_ID_PREFIX)
+        calls = reply.tool_calls(self.CALL_ID_PREFIX, self._http.redact)
         finish = self.FINISH.get(reply.stop or self.DEFAULT_STOP, "stop")
         if calls and finish == "stop":  # some compatible servers say "stop" after tool calls
             finish = "tool_calls"
