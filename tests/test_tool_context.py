@@ -276,3 +276,29 @@ def test_an_approved_turn_sees_the_resolving_calls_context(how: str) -> None:
 
             asyncio.run(main())
     assert seen == [None if how == "resolve-none" else Deps("approver")]
+
+
+def test_a_value_a_tool_sets_stays_in_that_call() -> None:
+    seen: list[Any] = []
+
+    @tool
+    def setter(n: int) -> str:
+        """Set the request id."""
+        seen.append(("tool", request_id.get()))
+        request_id.set("set-by-tool")
+        return "ok"
+
+    def model(request: ModelRequest) -> str | Message:
+        seen.append(("model", request_id.get()))
+        if request.messages[-1].role == "user":
+            return calls(("setter", {"n": 1}))
+        return "done"
+
+    token = request_id.set("req-1")
+    try:
+        with create_agent(provider=FunctionProvider(model), tools=[setter]) as agent:
+            agent.session().send("go")
+        assert request_id.get() == "req-1"
+    finally:
+        request_id.reset(token)
+    assert seen == [("model", "req-1"), ("tool", "req-1"), ("model", "req-1")]
