@@ -226,3 +226,37 @@ def test_leaving_the_stream_early_aborts_the_continued_turn() -> None:
     assert session.load() == () and session.pending() is None  # an aborted turn is dropped
     assert deleted == ["a.log"]  # the approved call ran before the stream was left
     agent.close()
+
+
+def test_cancelling_an_awaited_resolve_aborts_the_continued_turn() -> None:
+    entered = threading.Event()
+
+    def slow(request: ModelRequest) -> Any:
+        if request.messages[-1].role == "tool":
+            released = threading.Event()
+            request.signal.add_callback(lambda s: released.set())
+            entered.set()
+            released.wait(30)  # ends only when the turn is aborted (or far past WAIT)
+            return "late"
+        return model(request)
+
+    agent = create_agent(provider=FunctionProvider(slow), tools=[delete], store=memory_store())
+    session = agent.session("ops")
+    paused = session.send("a.log")
+    approval_id = paused.approval_id
+    assert approval_id is not None
+
+    async def main() -> None:
+        approvals = aio.AsyncAgent(agent).approvals
+        task = asyncio.create_task(approvals.resolve(approval_id, approved=True))
+        assert await asyncio.to_thread(entered.wait, WAIT)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(main())
+    assert session.load() == () and session.pending() is None
+    assert agent.approvals.get(approval_id).status == "approved"
+    # the session is free: with the turn still running this would wait up to 30 s
+    assert session.send("b.log", timeout=WAIT).finish_reason == "awaiting-approval"
+    agent.close()
