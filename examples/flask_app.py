@@ -5,7 +5,9 @@
 - ``GET /chat/stream?message=...``: the same turn as server-sent events, one
   ``event: <type>`` per stream event; a client that disconnects aborts the turn.
 - ``POST /approvals/<id>`` ``{"approved": true}``: decide a paused tool call of
-  this browser's session and continue the turn.
+  this browser's session and continue the turn; ``POST /approvals/<id>/stream``
+  does the same and streams the continued turn as server-sent events (409 when
+  another request decided first).
 - ``GET /history``: the transcript.
 
 Views are plain blocking functions: ``session.send()`` runs the turn on the
@@ -36,6 +38,8 @@ from flask import Flask, Response, abort, jsonify, request
 
 from lousho_sessions import (
     Agent,
+    AgentRun,
+    ApprovalAlreadyResolvedError,
     ApprovalNotFoundError,
     Event,
     ExecutionResult,
@@ -121,12 +125,7 @@ def create_app(agent: Agent | None = None) -> Flask:
         session, new = current_session()
         return with_cookie(jsonify(result_json(session.send(text))), session, new)
 
-    @app.get("/chat/stream")
-    def chat_stream() -> Response:
-        text = message()
-        session, new = current_session()
-        run = session.stream(text)  # queued now; the generator below only reads it
-
+    def event_stream(run: AgentRun) -> Response:
         def events() -> Iterator[str]:
             with run:  # the server closes this generator if the client leaves: abort
                 for event in run:
@@ -135,10 +134,17 @@ def create_app(agent: Agent | None = None) -> Flask:
         response = Response(events(), mimetype="text/event-stream")
         response.headers["Cache-Control"] = "no-cache"
         response.headers["X-Accel-Buffering"] = "no"  # a proxy (nginx) must not buffer it
-        return with_cookie(response, session, new)
+        return response
 
-    @app.post("/approvals/<approval_id>")
-    def approve(approval_id: str) -> Response:
+    @app.get("/chat/stream")
+    def chat_stream() -> Response:
+        text = message()
+        session, new = current_session()
+        run = session.stream(text)  # queued now; the generator in event_stream only reads it
+        return with_cookie(event_stream(run), session, new)
+
+    def decision(approval_id: str) -> bool:
+        """``approved`` from the body; 404 unless the approval is this browser's session's."""
         session_id = request.cookies.get(COOKIE)
         try:
             pending = agent.approvals.get(approval_id)
@@ -146,11 +152,27 @@ def create_app(agent: Agent | None = None) -> Flask:
             abort(404)
         if pending.session_id != session_id:  # only the session's own browser decides
             abort(404)
-        approved = bool((request.get_json(silent=True) or {}).get("approved"))
-        result = agent.approvals.resolve(approval_id, approved=approved)
+        return bool((request.get_json(silent=True) or {}).get("approved"))
+
+    @app.post("/approvals/<approval_id>")
+    def approve(approval_id: str) -> Response:
+        approved = decision(approval_id)
+        try:
+            result = agent.approvals.resolve(approval_id, approved=approved)
+        except ApprovalAlreadyResolvedError:
+            abort(409, "this approval was decided already")
         if result is None:
             abort(409, "nothing to continue")
         return jsonify(result_json(result))
+
+    @app.post("/approvals/<approval_id>/stream")
+    def approve_stream(approval_id: str) -> Response:
+        approved = decision(approval_id)
+        try:  # decided here, before the response starts: a losing request gets 409
+            run = agent.approvals.resolve_stream(approval_id, approved=approved)
+        except ApprovalAlreadyResolvedError:
+            abort(409, "this approval was decided already")
+        return event_stream(run)
 
     @app.get("/history")
     def history() -> Response:

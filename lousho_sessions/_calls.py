@@ -13,7 +13,7 @@ from .events import ErrorEvent, Event, RunDone
 from .results import ExecutionResult
 from .run import AgentRun
 
-__all__ = ["Stop", "chain", "emit_to", "joined_run", "linked", "wait"]
+__all__ = ["Stop", "Stoppable", "announced", "chain", "emit_to", "joined_run", "linked", "wait"]
 
 #: Stops a queued or running turn, given the reason.
 Stop = Callable[[Any], None]
@@ -29,26 +29,83 @@ def linked(signal: AbortSignal | None) -> AbortController:
 
 def wait(future: Future[Any], stop: Stop | None, timeout: float | None) -> Any:
     """The turn's result. After ``timeout`` s: stop it and return what it ended with ("aborted",
-    or its result if it was saved first); ``TimeoutError`` if it does not stop within as long again."""
+    or its result if it was saved first); ``TimeoutError`` if it does not stop within as long again.
+
+    A ``KeyboardInterrupt`` (Ctrl-C, a Jupyter interrupt) while waiting stops the turn, waits
+    for it to end and raises again, unless the turn was saved first: then its result is
+    returned (what the store holds is what you are told). A second interrupt while the
+    stopped turn ends raises at once.
+    """
     try:
-        return future.result(timeout)
-    except FutureTimeout:
+        try:
+            return future.result(timeout)
+        except FutureTimeout:
+            if stop is None:
+                raise TimeoutError(f"no result within {timeout} s") from None
+        stop("timeout")
+        try:
+            return future.result(timeout)
+        except FutureTimeout:
+            raise TimeoutError(
+                f"no result within {timeout} s, and the turn did not stop within {timeout} s of "
+                "being aborted (a model call or tool that ignores its signal); it may still be "
+                "saved: see load() and pending()"
+            ) from None
+    except KeyboardInterrupt:
         if stop is None:
-            raise TimeoutError(f"no result within {timeout} s") from None
-    stop("timeout")
+            raise
+        stop("interrupted")
+        if not _saved(future):
+            raise
+        return future.result()
+
+
+def _saved(future: Future[Any]) -> bool:
+    """Wait for a stopped turn to end; True if it ended saved (not aborted, failed or absent)."""
     try:
-        return future.result(timeout)
-    except FutureTimeout:
-        raise TimeoutError(
-            f"no result within {timeout} s, and the turn did not stop within {timeout} s of being "
-            "aborted (a model call or tool that ignores its signal); it may still be saved: "
-            "see load() and pending()"
-        ) from None
+        result = future.result()
+    except Exception:
+        return False
+    return isinstance(result, ExecutionResult) and result.finish_reason != "aborted"
+
+
+class Stoppable:
+    """A step of a ``_worker.Steps`` call: a turn's Future and what stops it.
+
+    Called (``_worker.drive``), it waits as ``wait`` does, so Ctrl-C stops the turn;
+    ``aio`` awaits ``future`` and stops the turn when the awaiting task is cancelled.
+    """
+
+    __slots__ = ("future", "stop")
+
+    def __init__(self, future: Future[Any], stop: Stop) -> None:
+        self.future = future
+        self.stop = stop
+
+    def __call__(self) -> Any:
+        return wait(self.future, self.stop, None)
 
 
 def emit_to(emit: Callable[[Event], None] | None, event: Event) -> None:
     if emit is not None:
         emit(event)
+
+
+def announced(
+    work: Callable[[], ExecutionResult | None],
+    emit: Callable[[Event], None] | None,
+    run_id: str,
+) -> ExecutionResult | None:
+    """Run ``work`` (a resumed turn) and end its stream: ``error`` then ``run.done`` if it
+    raised, else ``run.done`` with its result (``finish_reason`` "none" when no turn was left)."""
+    try:
+        result = work()
+    except BaseException as exc:
+        emit_to(emit, ErrorEvent(run_id, exc))
+        emit_to(emit, RunDone(run_id, "error", None))
+        raise
+    emit_to(emit, RunDone(run_id, result.finish_reason if result is not None else "none", result))
+    return result
 
 
 def chain(source: Future[Any], target: Future[Any]) -> None:

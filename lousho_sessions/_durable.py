@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import Any
 
 from ._checkpoints import TurnCheckpoints
 from ._config import Approve
@@ -59,6 +60,7 @@ class SessionTurns:
         inbox: Inbox | None,
         requeue: Callable[[Ticket], None] | None,
         resumed: bool = False,
+        context: Any = None,
     ) -> ExecutionResult:
         """Run ``state`` to an end; a finished turn is appended to the transcript."""
         return self.runner.run(
@@ -74,6 +76,7 @@ class SessionTurns:
             session_spent=self.transcript.spent,
             commit=self.transcript.commit,
             requeue=requeue,
+            context=context,
         )
 
     def checkpoints(self) -> TurnCheckpoints:
@@ -112,7 +115,13 @@ class SessionTurns:
         return self.runner.load(self.checkpoints(), self.next_turn(), self.transcript.messages)
 
     def finish_pending(
-        self, controller: AbortController, *, link: AbortSignal | None = None
+        self,
+        controller: AbortController,
+        *,
+        approve: Approve | None,
+        link: AbortSignal | None = None,
+        emit: Callable[[Event], None] | None = None,
+        context: Any = None,
     ) -> ExecutionResult | None:
         """Run the pending turn to an end (it becomes part of the transcript); None if none."""
         state = self.pending()
@@ -125,11 +134,12 @@ class SessionTurns:
             state,
             self.next_turn(),
             controller,
-            emit=None,
-            approve=self.runner.config.approve,
+            emit=emit,
+            approve=approve,
             inbox=None,
             requeue=None,
             resumed=True,
+            context=context,
         )
 
     def refuse_clear(self) -> None:

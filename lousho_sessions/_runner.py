@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from ._checkpoints import TurnCheckpoints
 from ._config import AgentConfig, Approve
@@ -57,12 +58,14 @@ class TurnRunner:
         commit: Callable[[list[Message]], None] | None = None,
         requeue: Callable[[Ticket], None] | None = None,
         approvals: ApprovalStore | None = None,
+        context: Any = None,
     ) -> ExecutionResult:
         """Run ``state`` to an end and settle it; raises the turn's error.
 
         ``commit`` saves a finished turn's messages (a session's transcript); then a
         failure to delete its checkpoint is only logged: its key is behind the
         transcript now. ``requeue`` runs input the turn never took as the next turn.
+        ``context`` is the caller's object for tools (``ToolContext.context``).
         """
         c = self.config
         config = TurnConfig(
@@ -85,6 +88,7 @@ class TurnRunner:
             tool_loop=self.runtime.tool_loop,
             inbox=inbox,
             turn=turn,
+            context=context,
         )
         kept = checkpoints.durable or resumed  # a checkpoint may exist
         try:

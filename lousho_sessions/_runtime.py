@@ -45,8 +45,8 @@ class Runtime:
     ) -> Iterator[tuple[int, ToolOutcome | BaseException]]:
         """Run a step's tools: one inline, several on the pool; yields as each ends."""
         if len(fns) == 1:
-            try:
-                outcome: ToolOutcome | BaseException = fns[0]()
+            try:  # in a copy of the turn's context, as on the pool: what a tool sets stays there
+                outcome: ToolOutcome | BaseException = contextvars.copy_context().run(fns[0])
             except Exception as exc:
                 outcome = exc
             yield 0, outcome

@@ -257,7 +257,7 @@ def describe_parameters(fn: Callable[..., Any], tool_name: str, context_type: ty
     takes_context = accepts_extra = False
     for index, (pname, param) in enumerate(sig.parameters.items()):
         hint = hints.get(pname, Any)
-        if index == 0 and hint is context_type:
+        if index == 0 and (hint is context_type or typing.get_origin(hint) is context_type):
             takes_context = True
             continue
         if param.kind is param.VAR_POSITIONAL:

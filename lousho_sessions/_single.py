@@ -13,7 +13,7 @@ from collections.abc import Callable, Hashable, Sequence
 from concurrent.futures import Future
 from typing import Any, Protocol
 
-from ._calls import Stop, linked
+from ._calls import Stop, announced, linked
 from ._checkpoints import TurnCheckpoints
 from ._config import Approve
 from ._runner import TurnRunner
@@ -26,6 +26,7 @@ from .events import ErrorEvent, Event, RunDone
 from .inputs import Input, to_messages
 from .messages import Message
 from .results import ExecutionResult
+from .run import AgentRun
 from .stores.base import ApprovalStore, CheckpointStore, validate_session_id
 
 __all__ = ["AgentExecutor", "HasRunner", "SingleTurns"]
@@ -54,9 +55,11 @@ class SingleTurns:
         approve: Approve | None,
         run_id: str | None = None,
         wire: Callable[[Future[Any], Stop], None] | None = None,
+        context: Any = None,
     ) -> tuple[Future[ExecutionResult], Stop]:
         """Queue one single turn; its Future and what stops it (a queued turn is withdrawn,
-        a running one aborted). ``wire`` gets both before the turn is queued."""
+        a running one aborted). ``wire`` gets both before the turn is queued; ``context``
+        is the caller's object for tools."""
         run_id = run_id or "run-" + uuid.uuid4().hex
         if session_id is not None:
             validate_session_id(session_id)
@@ -74,7 +77,7 @@ class SingleTurns:
             try:
                 if session_id is not None:
                     # finish (or refuse to overwrite) the run this id left unfinished
-                    earlier = self.finish(turn, checkpoints, None)
+                    earlier = self.finish(turn, checkpoints, None, context=context, approve=approve)
                     if earlier is not None and earlier.finish_reason == "awaiting-approval":
                         raise _waiting(turn, earlier.approval_id)
                 state = TurnState.start(
@@ -82,8 +85,9 @@ class SingleTurns:
                 )
                 writer = TurnCheckpoints(checkpoints, durable=durable)
                 result = self.runner.run(
-                    state, controller, writer, turn=turn, emit=emit, approve=approve
-                )
+                    state, controller, writer, turn=turn, emit=emit, approve=approve,
+                    context=context,
+                )  # fmt: skip
             except BaseException as exc:
                 if emit is not None:
                     emit(ErrorEvent(run_id, exc))
@@ -111,18 +115,56 @@ class SingleTurns:
         workers.submit(lane, job, owner=checkpoints)
         return job.future, stop
 
-    def resume(self, key: str) -> Future[ExecutionResult | None]:
-        """Finish the durable single turn of ``key``, if one is pending."""
+    def resume(
+        self,
+        key: str,
+        context: Any = None,
+        *,
+        emit: Callable[[Event], None] | None = None,
+        run_id: str = "",
+        wire: Callable[[Future[Any], AbortController], None] | None = None,
+    ) -> tuple[Future[ExecutionResult | None], AbortController]:
+        """Finish the durable single turn of ``key``, if one is pending; its Future and
+        controller. With ``emit`` the turn is streamed (and pauses on every approval);
+        ``wire`` gets the Future and controller before the job is queued."""
         checkpoints = self._store(self.runner.config.store.checkpoints is not None)
         lane = _lane(checkpoints, key)
         if inside(lane):
             raise SessionBusyError(f"run {key!r}: resume() was called from inside its own tool")
-        job = Job(lambda j: self.finish(TurnKey("single", key), checkpoints, None), "single")
+        controller = AbortController()
+        approve = self.runner.config.approve if emit is None else None
+
+        def finish() -> ExecutionResult | None:
+            turn = TurnKey("single", key)
+            return self.finish(
+                turn, checkpoints, controller.signal, context=context, emit=emit, approve=approve
+            )
+
+        job = Job(lambda j: announced(finish, emit, run_id), "single")
+        if wire is not None:
+            wire(job.future, controller)
         self.runner.runtime.workers.submit(lane, job, owner=checkpoints)
-        return job.future
+        return job.future, controller
+
+    def resume_stream(self, key: str, context: Any, run_id: str) -> AgentRun:
+        """``resume``, streamed: an ``AgentRun`` of the continued turn."""
+        holder: list[AgentRun] = []
+
+        def wire(future: Future[Any], controller: AbortController) -> None:
+            holder.append(AgentRun(run_id, future, controller))  # before any event
+
+        self.resume(key, context, emit=lambda e: holder[0]._push(e), run_id=run_id, wire=wire)
+        return holder[0]
 
     def finish(
-        self, turn: TurnKey, checkpoints: CheckpointStore, signal: AbortSignal | None
+        self,
+        turn: TurnKey,
+        checkpoints: CheckpointStore,
+        signal: AbortSignal | None,
+        *,
+        context: Any = None,
+        emit: Callable[[Event], None] | None = None,
+        approve: Approve | None,
     ) -> ExecutionResult | None:
         """Run the pending single turn ``turn`` to an end; None if none is pending."""
         writer = TurnCheckpoints(checkpoints, durable=True)
@@ -135,8 +177,10 @@ class SingleTurns:
             linked(signal),
             writer,
             turn=turn,
-            approve=self.runner.config.approve,
+            emit=emit,
+            approve=approve,
             resumed=True,
+            context=context,
         )
 
     def _store(self, durable: bool) -> CheckpointStore:
@@ -170,9 +214,11 @@ class AgentExecutor:
         approval_store: ApprovalStore | None = None,
         signal: AbortSignal | None = None,
         emit: Callable[[Event], None] | None = None,
+        context: Any = None,
     ) -> ExecutionResult:
         """One turn of ``agent`` after ``history``; checkpointed under ``<session_id>.send`` when a
-        checkpoint store is given. The transcript is yours to keep: see ``result.messages``."""
+        checkpoint store is given. The transcript is yours to keep: see ``result.messages``.
+        ``context`` is given to tools as ``ToolContext.context``."""
         key = (
             validate_session_id(session_id) if session_id is not None else "run-" + uuid.uuid4().hex
         )
@@ -186,5 +232,5 @@ class AgentExecutor:
         approve: Approve | None = runner.config.approve
         return runner.run(
             state, linked(signal), writer, turn=turn, emit=emit, approve=approve,
-            approvals=approval_store,
+            approvals=approval_store, context=context,
         )  # fmt: skip

@@ -118,6 +118,8 @@ class TurnConfig:
     tool_loop: ToolLoop | None = None
     #: which turn this is, for the approval records it makes
     turn: TurnKey | None = None
+    #: the caller's object for tools (``ToolContext.context``); never saved
+    context: Any = None
 
 
 class _Finish(Exception):
@@ -375,12 +377,13 @@ class Turn:
 
         def job(call: ToolCall) -> Callable[[], ToolOutcome]:
             tool = config.tools[call.name]
-            context = ToolContext(
+            context: ToolContext[Any] = ToolContext(
                 session_id=state.session_id,
                 run_id=state.run_id,
                 call_id=call.id,
                 signal=config.signal,
                 idempotency_key=f"{state.run_id}:{call.id}",
+                context=config.context,
             )
 
             def invoke() -> ToolOutcome:

@@ -47,28 +47,35 @@ _inside: contextvars.ContextVar[frozenset[Hashable]] = contextvars.ContextVar(
 
 
 class Job:
-    """A unit of work for a lane; ``future`` gets its result or error."""
+    """A unit of work for a lane; ``future`` gets its result or error.
 
-    __slots__ = ("fn", "future", "kind", "state")
+    It runs in a copy of the context variables of the thread that made it (the caller
+    of ``send()``, or the task of an aio call), so request ids and auth set by the
+    caller's middleware are seen by the turn, its tools and its model calls.
+    """
+
+    __slots__ = ("context", "fn", "future", "kind", "state")
 
     def __init__(self, fn: Callable[[Job], Any], kind: str = "turn", state: Any = None) -> None:
         self.fn = fn
         self.kind = kind
         self.state = state
         self.future: Future[Any] = Future()
+        self.context = contextvars.copy_context()
 
     def run(self, key: Hashable = None) -> None:
         if not self.future.set_running_or_notify_cancel():
             return
-        token = _inside.set(_inside.get() | {key})
+        self.context.run(self._run, key)
+
+    def _run(self, key: Hashable) -> None:
+        _inside.set(_inside.get() | {key})  # in the job's own context: gone when it ends
         try:
             result = self.fn(self)
         except BaseException as exc:
             self.future.set_exception(exc)
         else:
             self.future.set_result(result)
-        finally:
-            _inside.reset(token)
 
 
 class Lane:

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from typing import Any
 
-from ._calls import Stop, linked, wait
+from ._calls import Stop, Stoppable, linked, wait
 from ._config import AgentConfig
 from ._runner import TurnRunner
 from ._runtime import Runtime
@@ -119,7 +119,7 @@ class Agent:
         )
         self.runtime = Runtime()
         self.runner = TurnRunner(self.config, self.runtime)
-        self.approvals = Approvals(self.config.approvals, self._resume_turn)
+        self.approvals = Approvals(self.config.approvals, self._resume_turn, self._resume_stream)
         self._singles = SingleTurns(self.runner)
         self._sessions: weakref.WeakValueDictionary[str, Session] = weakref.WeakValueDictionary()
         # a forgotten agent: its worker threads end when idle, its tool loop stops now
@@ -188,26 +188,36 @@ class Agent:
         signal: AbortSignal | None = None,
         session_id: str | None = None,
         timeout: float | None = None,
+        context: Any = None,
     ) -> ExecutionResult:
         """One turn from an empty history. With ``session_id`` and a checkpoint store it is durable.
 
         ``session_id`` is the durable key of this single run (``resume(session_id)``
         finishes it after a crash), nothing more: the turn neither reads nor writes the
         transcript of the session with that id. To continue a conversation, use
-        ``agent.session(id).send(...)``.
+        ``agent.session(id).send(...)``. ``context`` is given to tools as
+        ``ToolContext.context``; aborts and Ctrl-C behave as for ``Session.send``.
         """
-        result: ExecutionResult = wait(*self._send_future(input, signal, session_id), timeout)
+        future_stop = self._send_future(input, signal, session_id, context)
+        result: ExecutionResult = wait(*future_stop, timeout)
         return result
 
     def _send_future(
-        self, input: Input, signal: AbortSignal | None, session_id: str | None
+        self, input: Input, signal: AbortSignal | None, session_id: str | None, context: Any = None
     ) -> tuple[Future[ExecutionResult], Stop]:
         return self._singles.submit(
-            to_messages(input), linked(signal), session_id, emit=None, approve=self.config.approve
+            to_messages(input),
+            linked(signal),
+            session_id,
+            emit=None,
+            approve=self.config.approve,
+            context=context,
         )
 
-    def stream(self, input: Input, *, signal: AbortSignal | None = None) -> AgentRun:
-        """One turn from an empty history, streamed."""
+    def stream(
+        self, input: Input, *, signal: AbortSignal | None = None, context: Any = None
+    ) -> AgentRun:
+        """One turn from an empty history, streamed; ``context`` as for ``send``."""
         controller = linked(signal)
         holder: list[AgentRun] = []
         run_id = "run-" + uuid.uuid4().hex
@@ -223,24 +233,38 @@ class Agent:
             approve=None,
             run_id=run_id,
             wire=wire,
+            context=context,
         )
         return holder[0]
 
-    def resume(self, id: str) -> ExecutionResult | None:
-        """Finish a run started with ``send(..., session_id=id)``, then the session's pending turn."""
-        return drive(self._resume_steps(id))
+    def resume(self, id: str, *, context: Any = None) -> ExecutionResult | None:
+        """Finish a run started with ``send(..., session_id=id)``, then the session's pending turn.
 
-    def _resume_steps(self, id: str) -> Steps[ExecutionResult | None]:
+        ``context`` is given to their tools as ``ToolContext.context`` (it is never saved).
+        """
+        return drive(self._resume_steps(id, context))
+
+    def _resume_steps(self, id: str, context: Any = None) -> Steps[ExecutionResult | None]:
         validate_session_id(id)
-        first: ExecutionResult | None = yield self._singles.resume(id)
-        second: ExecutionResult | None = yield self._session_for(id)._resume_future(None)[0]
+        future, controller = self._singles.resume(id, context)
+        first: ExecutionResult | None = yield Stoppable(future, controller.abort)
+        future, controller = self._session_for(id)._resume_future(None, context)
+        second: ExecutionResult | None = yield Stoppable(future, controller.abort)
         return second if second is not None else first
 
-    def _resume_turn(self, turn: TurnKey) -> Future[ExecutionResult | None]:
+    def _resume_turn(self, turn: TurnKey, context: Any) -> Stoppable:
         """Continue ``turn`` after its approval was resolved (``agent.approvals``)."""
         if turn.kind == "single":
-            return self._singles.resume(turn.key)
-        return self._session_for(turn.key)._resume_future(None)[0]
+            future, controller = self._singles.resume(turn.key, context)
+        else:
+            future, controller = self._session_for(turn.key)._resume_future(None, context)
+        return Stoppable(future, controller.abort)
+
+    def _resume_stream(self, turn: TurnKey, context: Any, run_id: str) -> AgentRun:
+        """Continue ``turn`` after its approval was resolved, streamed (``resolve_stream``)."""
+        if turn.kind == "single":
+            return self._singles.resume_stream(turn.key, context, run_id)
+        return self._session_for(turn.key)._resume_stream(context, run_id)
 
     # -- lifecycle ------------------------------------------------------------
 

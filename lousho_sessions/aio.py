@@ -22,6 +22,7 @@ from types import TracebackType
 from typing import Any, ParamSpec, TypeVar
 
 from . import _worker
+from ._calls import Stoppable
 from .abort import AbortSignal
 from .agent import Agent
 from .agent import create_agent as _create_agent
@@ -99,7 +100,9 @@ async def _drive(steps: _worker.Steps[T]) -> T:
             result: T = stop.value
             return result
         try:
-            if isinstance(step, Future):
+            if isinstance(step, Stoppable):  # a turn: cancelling the task stops it
+                value = await _wait(step.future, step.stop)
+            elif isinstance(step, Future):
                 value = await _wait(step)
             else:  # a blocking store call with no worker Future: keep it off the loop
                 value = await asyncio.to_thread(step)
@@ -200,19 +203,28 @@ class AsyncSession:
         return self.sync.messages
 
     async def send(
-        self, input: Input, *, signal: AbortSignal | None = None, timeout: float | None = None
+        self,
+        input: Input,
+        *,
+        signal: AbortSignal | None = None,
+        timeout: float | None = None,
+        context: Any = None,
     ) -> ExecutionResult:
-        future, stop = self.sync._send_future(input, signal)
+        future, stop = self.sync._send_future(input, signal, context)
         result = await _wait(future, stop, timeout)
         assert result is not None  # only resume() may have no result
         return result
 
-    def stream(self, input: Input, *, signal: AbortSignal | None = None) -> AsyncAgentRun:
+    def stream(
+        self, input: Input, *, signal: AbortSignal | None = None, context: Any = None
+    ) -> AsyncAgentRun:
         asyncio.get_running_loop()  # raises outside a coroutine, before a turn is queued
-        return AsyncAgentRun(self.sync.stream(input, signal=signal))
+        return AsyncAgentRun(self.sync.stream(input, signal=signal, context=context))
 
-    async def resume(self, *, signal: AbortSignal | None = None) -> ExecutionResult | None:
-        future, controller = self.sync._resume_future(signal)
+    async def resume(
+        self, *, signal: AbortSignal | None = None, context: Any = None
+    ) -> ExecutionResult | None:
+        future, controller = self.sync._resume_future(signal, context)
         return await _wait(future, controller.abort)
 
     async def load(self) -> tuple[Message, ...]:
@@ -256,10 +268,25 @@ class AsyncApprovals:
         self.sync = approvals
 
     async def resolve(
-        self, id: str, *, approved: bool, reason: str | None = None
+        self, id: str, *, approved: bool, reason: str | None = None, context: Any = None
     ) -> ExecutionResult | None:
-        """As ``Approvals.resolve``: ``resolve("appr-…", approved=True)`` or ``resolve(id=...)``."""
-        return await _drive(self.sync._resolve_steps(id, approved, reason))
+        """As ``Approvals.resolve``: ``resolve("appr-…", approved=True)`` or ``resolve(id=...)``.
+
+        Cancelling the awaiting task aborts the continued turn (the decision stays recorded).
+        """
+        return await _drive(self.sync._resolve_steps(id, approved, reason, context))
+
+    async def resolve_stream(
+        self, id: str, *, approved: bool, reason: str | None = None, context: Any = None
+    ) -> AsyncAgentRun:
+        """As ``Approvals.resolve_stream``: await the decision, then ``async for`` the run.
+
+        ``ApprovalAlreadyResolvedError`` is raised by the ``await``, before any run exists.
+        """
+        record = await asyncio.to_thread(
+            self.sync._store.resolve, id, approved=approved, reason=reason
+        )
+        return AsyncAgentRun(self.sync._continue_stream(record, context))
 
     async def get(self, id: str) -> ApprovalRequest:
         return await asyncio.to_thread(self.sync.get, id)
@@ -288,17 +315,20 @@ class AsyncAgent:
         signal: AbortSignal | None = None,
         session_id: str | None = None,
         timeout: float | None = None,
+        context: Any = None,
     ) -> ExecutionResult:
         """As ``Agent.send``: ``session_id`` keys this single run; no session's transcript is used."""
-        future, stop = self.sync._send_future(input, signal, session_id)
+        future, stop = self.sync._send_future(input, signal, session_id, context)
         return await _wait(future, stop, timeout)
 
-    def stream(self, input: Input, *, signal: AbortSignal | None = None) -> AsyncAgentRun:
+    def stream(
+        self, input: Input, *, signal: AbortSignal | None = None, context: Any = None
+    ) -> AsyncAgentRun:
         asyncio.get_running_loop()  # raises outside a coroutine, before a turn is queued
-        return AsyncAgentRun(self.sync.stream(input, signal=signal))
+        return AsyncAgentRun(self.sync.stream(input, signal=signal, context=context))
 
-    async def resume(self, id: str) -> ExecutionResult | None:
-        return await _drive(self.sync._resume_steps(id))
+    async def resume(self, id: str, *, context: Any = None) -> ExecutionResult | None:
+        return await _drive(self.sync._resume_steps(id, context))
 
     def close(self, timeout: float | None = None) -> None:
         """``Agent.close``: blocks until the agent's threads are joined; in a coroutine use ``aclose``."""

@@ -17,9 +17,13 @@ from typing import Any, Literal
 import attrs
 
 from . import _worker
+from ._calls import Stoppable
+from .abort import AbortController
 from .errors import ApprovalNotFoundError, StoreCorruptError
+from .events import RunDone
 from .messages import ToolCall, thaw
 from .results import ExecutionResult
+from .run import AgentRun
 from .stores.base import ApprovalStore
 
 __all__ = ["ApprovalRequest", "Approvals", "TurnKey", "approval_id_for", "new_record"]
@@ -143,16 +147,20 @@ def new_record(
     }
 
 
-#: Continues the turn an approval was resolved for; its result, None if none was pending.
-Resume = Callable[[TurnKey], "Future[ExecutionResult | None]"]
+#: Continues the turn an approval was resolved for, given the caller's ``context``: its
+#: Future (the result, None if none was pending) and what stops it.
+Resume = Callable[[TurnKey, Any], Stoppable]
+#: The same, streamed under the given run id.
+ResumeStream = Callable[[TurnKey, Any, str], AgentRun]
 
 
 class Approvals:
     """``agent.approvals``: look up and resolve tool calls waiting for a human."""
 
-    def __init__(self, store: ApprovalStore, resume: Resume) -> None:
+    def __init__(self, store: ApprovalStore, resume: Resume, resume_stream: ResumeStream) -> None:
         self._store = store
         self._resume = resume
+        self._resume_stream = resume_stream
 
     def get(self, id: str) -> ApprovalRequest:
         record = self._store.get(id)
@@ -167,26 +175,54 @@ class Approvals:
         return [ApprovalRequest.from_record(r) for r in records]
 
     def resolve(
-        self, id: str, *, approved: bool, reason: str | None = None
+        self, id: str, *, approved: bool, reason: str | None = None, context: Any = None
     ) -> ExecutionResult | None:
         """Decide, then continue the paused turn as the session's next turn and return its result.
 
         ``id`` may be given by position or by name: ``resolve("appr-…", approved=True)``.
         ``None`` when no paused turn is left to continue (a single run without
         ``session_id`` paused in another agent's memory); the decision is recorded all
-        the same.
+        the same. ``context`` is what the turn's tools see as ``ToolContext.context``.
 
         Exactly one ``resolve()`` of an approval wins, across processes; the others
-        raise ``ApprovalAlreadyResolvedError``.
+        raise ``ApprovalAlreadyResolvedError``. Ctrl-C while the turn goes on aborts it
+        (the decision stays recorded) and raises ``KeyboardInterrupt``.
         """
-        return _worker.drive(self._resolve_steps(id, approved, reason))
+        return _worker.drive(self._resolve_steps(id, approved, reason, context))
 
     def _resolve_steps(
-        self, id: str, approved: bool, reason: str | None
+        self, id: str, approved: bool, reason: str | None, context: Any
     ) -> _worker.Steps[ExecutionResult | None]:
         record = yield lambda: self._store.resolve(id, approved=approved, reason=reason)
         turn = TurnKey.of_record(record)
         if turn is None:
             return None
-        result: ExecutionResult | None = yield self._resume(turn)
+        result: ExecutionResult | None = yield self._resume(turn, context)
         return result
+
+    def resolve_stream(
+        self, id: str, *, approved: bool, reason: str | None = None, context: Any = None
+    ) -> AgentRun:
+        """Decide, then stream the continued turn: an ``AgentRun`` of its events.
+
+        The decision is made before this returns: a losing resolver gets
+        ``ApprovalAlreadyResolvedError`` (an unknown id ``ApprovalNotFoundError``) from
+        this call, and no run. The run's id is the paused turn's run id; it ends with
+        ``run.done``, paused again (``approval.requested``) if the model asks for another
+        approval. With no paused turn left to continue it yields only ``run.done`` with
+        ``result`` None. Leaving the stream early aborts the turn, as for any stream.
+        """
+        record = self._store.resolve(id, approved=approved, reason=reason)
+        return self._continue_stream(record, context)
+
+    def _continue_stream(self, record: Mapping[str, Any], context: Any) -> AgentRun:
+        """The run that continues the turn of a resolved approval ``record``."""
+        run_id = str(record.get("run_id") or "run-" + uuid.uuid4().hex)
+        turn = TurnKey.of_record(record)
+        if turn is not None:
+            return self._resume_stream(turn, context, run_id)
+        done: Future[ExecutionResult | None] = Future()
+        done.set_result(None)
+        run = AgentRun(run_id, done, AbortController())
+        run._push(RunDone(run_id, "none", None))
+        return run

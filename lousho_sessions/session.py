@@ -18,7 +18,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any, Literal
 
-from ._calls import Stop, chain, emit_to, joined_run, linked, wait
+from ._calls import Stop, announced, chain, emit_to, joined_run, linked, wait
 from ._config import Approve
 from ._durable import SessionTurns
 from ._inbox import Inbox, Ticket
@@ -88,18 +88,26 @@ class Session:
     # -- turns --------------------------------------------------------------
 
     def send(
-        self, input: Input, *, signal: AbortSignal | None = None, timeout: float | None = None
+        self,
+        input: Input,
+        *,
+        signal: AbortSignal | None = None,
+        timeout: float | None = None,
+        context: Any = None,
     ) -> ExecutionResult:
         """Run one turn with the whole transcript and return its result.
 
-        Aborted (``signal`` or ``timeout``): returns ``finish_reason == "aborted"``
-        and leaves the transcript as it was.
+        Aborted (``signal``, ``timeout`` or Ctrl-C): the transcript is left as it was and
+        ``finish_reason == "aborted"`` returned (Ctrl-C raises ``KeyboardInterrupt``
+        instead), unless the turn was saved first: then its result is returned.
+        ``context`` is given to tools as ``ToolContext.context``; the caller's context
+        variables are seen by the turn's tools too.
         """
-        result: ExecutionResult = wait(*self._send_future(input, signal), timeout)
+        result: ExecutionResult = wait(*self._send_future(input, signal, context), timeout)
         return result
 
     def _send_future(
-        self, input: Input, signal: AbortSignal | None
+        self, input: Input, signal: AbortSignal | None, context: Any = None
     ) -> tuple[Future[ExecutionResult | None], Stop | None]:
         """Queue the turn; its Future and what stops it (None if it joined another turn)."""
         self._refuse_reentry("send")
@@ -107,11 +115,15 @@ class Session:
         joined = self._join(messages)
         if joined is not None:
             return joined, None
-        job = self._submit_turn(messages, linked(signal), emit=None, approve=self._approve)
+        job = self._submit_turn(
+            messages, linked(signal), emit=None, approve=self._approve, context=context
+        )
         return job.future, self._stopper(job)
 
-    def stream(self, input: Input, *, signal: AbortSignal | None = None) -> AgentRun:
-        """Queue a turn now and stream it; see ``AgentRun``."""
+    def stream(
+        self, input: Input, *, signal: AbortSignal | None = None, context: Any = None
+    ) -> AgentRun:
+        """Queue a turn now and stream it; see ``AgentRun``. ``context`` as for ``send``."""
         self._refuse_reentry("stream")
         messages = to_messages(input)
         joined = self._join(messages)
@@ -120,7 +132,12 @@ class Session:
         controller = linked(signal)
         holder: list[AgentRun] = []
         job = self._submit_turn(
-            messages, controller, emit=lambda e: holder[0]._push(e), approve=None, defer=True
+            messages,
+            controller,
+            emit=lambda e: holder[0]._push(e),
+            approve=None,
+            defer=True,
+            context=context,
         )
         run = AgentRun(
             job.state.run_id,
@@ -133,23 +150,54 @@ class Session:
         self._workers.submit(self._key, job, owner=self.store)
         return run
 
-    def resume(self, *, signal: AbortSignal | None = None) -> ExecutionResult | None:
-        """Finish the interrupted (or approved) turn; ``None`` when none is pending."""
-        result: ExecutionResult | None = self._resume_future(signal)[0].result()
+    def resume(
+        self, *, signal: AbortSignal | None = None, context: Any = None
+    ) -> ExecutionResult | None:
+        """Finish the interrupted (or approved) turn; ``None`` when none is pending.
+
+        ``context`` is what its tools see as ``ToolContext.context`` (it is never saved).
+        Aborted (``signal``, Ctrl-C), the turn is dropped as any aborted turn is.
+        """
+        future, controller = self._resume_future(signal, context)
+        result: ExecutionResult | None = wait(future, controller.abort, None)
         return result
 
     def _resume_future(
-        self, signal: AbortSignal | None
+        self, signal: AbortSignal | None, context: Any = None
     ) -> tuple[Future[ExecutionResult | None], AbortController]:
         self._refuse_reentry("resume")
         controller = linked(signal)
+        job = self._resume_job(controller, context, None, "")
+        self._workers.submit(self._key, job, owner=self.store)
+        return job.future, controller
 
-        def work(job: Job) -> ExecutionResult | None:
+    def _resume_stream(self, context: Any, run_id: str) -> AgentRun:
+        """Finish the pending turn, streamed (``approvals.resolve_stream``); streams always pause."""
+        self._refuse_reentry("resume")
+        controller = AbortController()
+        holder: list[AgentRun] = []
+        job = self._resume_job(controller, context, lambda e: holder[0]._push(e), run_id)
+        holder.append(AgentRun(run_id, job.future, controller))
+        self._workers.submit(self._key, job, owner=self.store)
+        return holder[0]
+
+    def _resume_job(
+        self,
+        controller: AbortController,
+        context: Any,
+        emit: Callable[[Event], None] | None,
+        run_id: str,
+    ) -> Job:
+        approve = self._approve if emit is None else None
+
+        def finish() -> ExecutionResult | None:
             with self._transcript.turn_lock():
                 self._transcript.sync()
-                return self._turns.finish_pending(controller)
+                return self._turns.finish_pending(
+                    controller, emit=emit, approve=approve, context=context
+                )
 
-        return self._run_job(work, "resume"), controller
+        return Job(lambda job: announced(finish, emit, run_id), "resume")
 
     @property
     def _approve(self) -> Approve | None:
@@ -163,8 +211,10 @@ class Session:
         emit: Callable[[Event], None] | None,
         approve: Approve | None,
         defer: bool = False,
+        context: Any = None,
     ) -> Job:
-        job = Job(self._execute_turn, "turn", _TurnJob(messages, controller, emit, approve))
+        turn_job = _TurnJob(messages, controller, emit, approve, context)
+        job = Job(self._execute_turn, "turn", turn_job)
         if not defer:
             self._workers.submit(self._key, job, owner=self.store)
         return job
@@ -177,7 +227,12 @@ class Session:
                 return self._skip_turn(tj)
             with self._transcript.turn_lock():
                 self._transcript.sync()
-                earlier = self._turns.finish_pending(AbortController(), link=tj.controller.signal)
+                earlier = self._turns.finish_pending(
+                    AbortController(),
+                    link=tj.controller.signal,
+                    approve=self._approve,
+                    context=tj.context,
+                )
                 if earlier is not None and earlier.finish_reason == "awaiting-approval":
                     # the pending turn went on and paused again: it keeps its turn id, and
                     # this input waits until that approval is resolved (never overwrites it)
@@ -201,6 +256,7 @@ class Session:
                     approve=tj.approve,
                     inbox=tj.inbox,
                     requeue=self._requeue,
+                    context=tj.context,
                 )
         except BaseException as exc:
             emit_to(emit, ErrorEvent(tj.run_id, exc))
@@ -425,7 +481,7 @@ class Session:
 class _TurnJob:
     """What a queued turn carries until its worker runs it."""
 
-    __slots__ = ("approve", "controller", "emit", "inbox", "messages", "run_id")
+    __slots__ = ("approve", "context", "controller", "emit", "inbox", "messages", "run_id")
 
     def __init__(
         self,
@@ -433,7 +489,9 @@ class _TurnJob:
         controller: AbortController,
         emit: Callable[[Event], None] | None,
         approve: Approve | None,
+        context: Any,
     ) -> None:
+        self.context = context
         self.messages = messages
         self.controller = controller
         self.emit = emit

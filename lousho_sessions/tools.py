@@ -14,7 +14,7 @@ import json
 import logging
 import re
 from collections.abc import Callable, Mapping
-from typing import Any, Union, overload
+from typing import TYPE_CHECKING, Any, Generic, Union, overload
 
 import attrs
 
@@ -38,13 +38,29 @@ __all__ = [
 
 log = logging.getLogger("lousho_sessions.tools")
 
+#: The type of the object a caller passes as ``send(..., context=obj)``; ``Any`` when a
+#: tool's hint is a bare ``ToolContext`` (a type-checker default: PEP 696).
+if TYPE_CHECKING:
+    from typing_extensions import TypeVar
+
+    Deps = TypeVar("Deps", default=Any)
+else:
+    from typing import TypeVar
+
+    Deps = TypeVar("Deps")
+
 
 @attrs.frozen
-class ToolContext:
-    """What a tool may know about its call.
+class ToolContext(Generic[Deps]):
+    """What a tool may know about its call; ``ToolContext[MyDeps]`` types ``context``.
 
     ``idempotency_key`` is the same every time this call runs, also after a crash
     and ``resume()`` in another process: use it to make side effects idempotent.
+    ``context`` is the object given as ``send(..., context=obj)`` (or ``stream``,
+    ``resume``, ``approvals.resolve``) by the call that runs the turn now; ``None``
+    when that call gave none. It is never saved: a turn finished by ``resume()`` after
+    a crash sees the resuming call's ``context=``. The type parameter is a promise
+    you make, not checked at run time.
     """
 
     session_id: str | None
@@ -52,6 +68,7 @@ class ToolContext:
     call_id: str
     signal: AbortSignal
     idempotency_key: str
+    context: Deps = attrs.field(default=None, kw_only=True)
 
 
 NeedsApproval = Union[bool, Callable[[Mapping[str, Any]], bool]]
@@ -102,7 +119,11 @@ class Tool:
         return self.signature.check(self.name, arguments)
 
     def invoke(
-        self, arguments: Mapping[str, Any], context: ToolContext, *, loop: ToolLoop | None = None
+        self,
+        arguments: Mapping[str, Any],
+        context: ToolContext[Any],
+        *,
+        loop: ToolLoop | None = None,
     ) -> str:
         """Check the arguments, run the tool, and give its return value as text (JSON unless a ``str``).
 

@@ -89,6 +89,26 @@ def test_approval_endpoint_continues_the_paused_turn(client: FlaskClient) -> Non
     assert [m["role"] for m in history] == ["user", "assistant", "tool", "assistant"]
 
 
+def test_approval_stream_endpoint_streams_the_continued_turn(client: FlaskClient) -> None:
+    paused = client.post("/chat", json={"message": "Refund order 'A-17' please."}).json
+    assert paused is not None
+    url = f"/approvals/{paused['approval_id']}/stream"
+    stranger = client.application.test_client()
+    assert stranger.post(url, json={"approved": True}).status_code == 404
+
+    response = client.post(url, json={"approved": True})
+    assert response.mimetype == "text/event-stream"
+    events = sse(response.get_data(as_text=True))
+    assert events[0][0] == "run.start" and events[-1] == ("run.done", {"finish_reason": "stop"})
+    text = "".join(d["text"] for name, d in events if name == "text.delta")
+    assert text == "refund_order says: order A-17 refunded"
+    # decided already: the second request is refused before any stream, by both routes
+    assert client.post(url, json={"approved": False}).status_code == 409
+    assert client.post(url[: -len("/stream")], json={"approved": False}).status_code == 409
+    history = client.get("/history").json
+    assert history is not None and len(history) == 4
+
+
 @pytest.mark.parametrize("cookie", ["../../etc/passwd", "a b", "x" * 300, ".hidden"])
 def test_a_tampered_cookie_is_a_bad_request(client: FlaskClient, cookie: str) -> None:
     client.set_cookie(COOKIE, cookie)
