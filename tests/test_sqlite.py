@@ -17,6 +17,7 @@ import pytest
 from lousho_sessions.errors import (
     LeaseLostError,
     SchemaVersionError,
+    SessionBusyError,
     StoreClosedError,
     StoreCorruptError,
 )
@@ -127,7 +128,7 @@ def test_fences_are_checked_in_the_writes_transaction(tmp_path: Path) -> None:
     with SqliteStore(tmp_path / "a.db") as store:
         with store.turn_lock("s1") as lease:
             conn = raw(tmp_path / "a.db")
-            conn.execute("UPDATE leases SET fence = fence + 1 WHERE session_id = 's1'")
+            conn.execute("INSERT INTO leases VALUES ('s1', ?)", (lease.fence + 1,))
             conn.close()
             with pytest.raises(LeaseLostError):
                 store.sessions.append("s1", turn(1), 0, fence=lease.fence)
@@ -334,8 +335,12 @@ def test_memory_databases_are_separate() -> None:
         one.sessions.save("s1", turn(1))
         assert two.sessions.load("s1") is None
         with one.turn_lock("s1"):
-            assert not one._memory_turns["s1"][0].acquire(blocking=False)
-        assert one._memory_turns == {}  # per-id locks do not pile up
+            with pytest.raises(SessionBusyError):
+                one.turn_lock("s1", timeout=0)
+            with two.turn_lock("s1", timeout=0):  # another database: not held
+                pass
+        leases = one._turns.memory
+        assert leases is not None and leases._held == {}  # per-id locks do not pile up
 
 
 def test_store_opened_before_a_fork_works_in_the_child(tmp_path: Path) -> None:
