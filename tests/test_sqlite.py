@@ -19,6 +19,7 @@ from lousho_sessions.errors import (
     SchemaVersionError,
     SessionBusyError,
     StoreClosedError,
+    StoreConflictError,
     StoreCorruptError,
 )
 from lousho_sessions.messages import ImagePart, Message
@@ -369,3 +370,52 @@ def test_store_opened_before_a_fork_works_in_the_child(tmp_path: Path) -> None:
     store.sessions.append("s1", turn(3), 4)  # the parent's connection still works
     assert len(store.sessions.load("s1") or []) == 6
     store.close()
+
+
+def test_load_since_reads_only_appended_messages(tmp_path: Path) -> None:
+    one, two, three = turn(1), turn(2), turn(3)
+    with SqliteStore(tmp_path / "a.db") as store:
+        sessions = store.sessions
+        sessions.save("s1", one)
+        first = sessions.revision("s1")
+        sessions.append("s1", two, 2)
+        second = sessions.revision("s1")
+        assert second != first
+        assert sessions.load_since("s1", 2, first) == two
+        assert sessions.load_since("s1", 4, second) == []
+        revision = sessions.append_and_delete("s1", three, 4)
+        assert revision == sessions.revision("s1") != second
+        assert sessions.load_since("s1", 4, second) == three
+        sessions.save("s1", one)  # replaced, not appended to: the caller must load it all
+        assert sessions.load_since("s1", 6, revision) is None
+        assert sessions.load_since("s1", 0, revision) is None
+        sessions.delete("s1")
+        assert sessions.load_since("s1", 0, revision) is None
+        assert sessions.load_since("s1", 0, "not a revision of ours") is None
+
+
+def test_append_and_delete_is_one_transaction(tmp_path: Path) -> None:
+    messages = turn(1)
+    with SqliteStore(tmp_path / "a.db") as store:
+        store.checkpoints.save("s1.turn-0", {"step": 1})
+        store.checkpoints.save("s1.turn-0-r1-1", {"step": 1})
+        statements: list[str] = []
+        with store.connection() as conn:
+            conn.set_trace_callback(statements.append)
+        store.sessions.append_and_delete(
+            "s1", messages, 0, checkpoints=store.checkpoints, delete=["s1.turn-0-r1-1", "s1.turn-0"]
+        )
+        with store.connection() as conn:
+            conn.set_trace_callback(None)
+        assert [s for s in statements if s.split()[0] in ("BEGIN", "COMMIT")] == [
+            "BEGIN IMMEDIATE",
+            "COMMIT",
+        ]
+        assert store.checkpoints.list() == []
+        assert store.sessions.load("s1") == messages
+        store.checkpoints.save("s1.turn-2", {"step": 1})
+        with pytest.raises(StoreConflictError):  # nothing is deleted when the append is refused
+            store.sessions.append_and_delete(
+                "s1", turn(2), 0, checkpoints=store.checkpoints, delete=["s1.turn-2"]
+            )
+        assert store.checkpoints.list() == ["s1.turn-2"]
