@@ -23,14 +23,10 @@ from __future__ import annotations
 import sqlite3
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from ..errors import SessionBusyError, StoreError
 from . import _lockfile
 from .lease import Lease, LocalLeases, check_fence
-
-if TYPE_CHECKING:
-    from .sqlite import SqliteStore
 
 __all__ = ["SqliteTurns"]
 
@@ -38,12 +34,12 @@ MEMORY = ":memory:"
 
 
 class SqliteTurns:
-    """Turn locks of one ``SqliteStore``, and the fence check its writes make."""
+    """Turn locks of one ``SqliteStore`` (of the database at ``path``), and its writes' fence check."""
 
-    def __init__(self, store: SqliteStore) -> None:
-        self.path = store.path
-        self.lock_dir = Path(store.path + ".locks")
-        self.memory = LocalLeases() if store.path == MEMORY else None
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.lock_dir = Path(path + ".locks")
+        self.memory = LocalLeases() if path == MEMORY else None
         #: session id -> fence of the lease this store holds on it right now
         self._held: dict[str, int] = {}
         self._held_lock = threading.Lock()

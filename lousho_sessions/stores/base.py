@@ -17,9 +17,8 @@ do more subclass the base classes (``BaseSessionStore``, ``BaseCheckpointStore``
 * ``load_since(id, length, revision)``: only the messages after the first
   ``length``, when the store can tell that nothing but appends changed ``id``
   since ``revision`` (``None``: load it all).
-* ``append_and_delete(id, messages, expected_length, checkpoints=, delete=, fence=)``:
-  commit a finished turn: append it and delete its checkpoints, in one
-  transaction when both live in one database.
+* ``append_and_delete(id, messages, expected_length, ...)``: commit a turn: append
+  it and delete its checkpoints, in one transaction when both share a database.
 * ``BaseCheckpointStore.save_and_delete(turn_id, checkpoint, delete, fence=)``:
   save a checkpoint and delete the records it replaces, in one transaction where it can.
 * ``prune(older_than)``: delete what was not updated for that long.
@@ -348,12 +347,11 @@ class BaseSessionStore(_Closeable, ABC):
     def load_since(self, id: str, length: int, revision: object) -> list[Message] | None:
         """The messages of ``id`` after its first ``length``, or ``None``: "load it all".
 
-        A caller holding the first ``length`` messages as of ``revision`` (a value
-        ``revision(id)`` returned, or ``append_and_delete`` returned) gets the ones
-        added since, without reading the whole transcript again. A store returns a
-        list only when it knows that nothing but appends changed ``id`` since
-        ``revision`` (no ``save``, ``delete`` or compaction); in every other case it
-        returns ``None`` and the caller calls ``load``. The default always returns ``None``.
+        A caller holding the first ``length`` messages as of ``revision`` (as returned by
+        ``revision(id)`` or ``append_and_delete``) gets the ones added since. A store
+        returns a list only when it knows that nothing but appends changed ``id`` since
+        ``revision`` (no ``save`` or ``delete``); else ``None``, and the caller calls
+        ``load``. The default always returns ``None``.
         """
         return None
 
@@ -442,13 +440,11 @@ class BaseCheckpointStore(_Closeable, ABC):
         *,
         fence: int | None = None,
     ) -> None:
-        """Save ``checkpoint`` under ``turn_id``, then delete the checkpoints ``delete``
-        (the turn's result records the new checkpoint holds).
+        """Save ``checkpoint`` under ``turn_id``, then delete the checkpoints ``delete`` (the
+        turn's result records it now holds); one transaction where the store can.
 
-        Raises what ``save`` raises, and then nothing was written. A store that can
-        overrides this to do both in one transaction. The default saves, then
-        deletes each with the same ``fence``; a failed delete after the save raises,
-        and leaves records a later ``save_and_delete`` or the turn's commit deletes.
+        Raises what ``save`` raises, and then nothing was written. The default saves,
+        then deletes each with the same ``fence`` (a failed delete raises).
         """
         self.save(turn_id, checkpoint, fence=fence)
         for key in delete:

@@ -156,7 +156,7 @@ class SqliteStore:
         self._identity: tuple[int, int] | None = None  # (st_dev, st_ino) of the file opened
         self._lock = threading.RLock()
         self._conn: sqlite3.Connection | None = self._open()
-        self._turns = SqliteTurns(self)
+        self._turns = SqliteTurns(self.path)
         self._reopen = False  # set in a forked child: open a connection of its own on first use
         self._inherited: list[sqlite3.Connection] = []
         _LIVE_STORES.add(self)
