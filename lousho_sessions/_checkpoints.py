@@ -1,12 +1,17 @@
 """Where a turn's checkpoints go: its state under the turn id, tool results beside it.
 
-The state is saved whole after the input is taken, after each model response, at a
-pause and when queued input joins. A tool result is saved as it finishes, in a small
-*result record* ``<turn id>-r<step>-<k>`` that holds at most ``RESULTS_PER_RECORD``
+The state is saved whole after the input is taken, after each model response that
+asks for tools, at a pause and when queued input joins; a final answer is not
+saved: the commit that appends the turn to the transcript records it. A tool
+result is saved as it finishes, in a small *result record* ``<turn id>-r<step>-<k>`` that holds at most ``RESULTS_PER_RECORD``
 results of one step: recording a result costs the same however many calls came
 before it in the step (saving the whole state for each would cost O(n) per call,
 O(n²) per step). Loading a turn merges the records of its current step back in;
-the next whole save holds their results, so the records are deleted after it.
+the next whole save holds their results, so it deletes the records (in its own
+transaction where the store can: ``save_and_delete``).
+
+Every write carries the fence of the session's lease (``fence``, ``None`` outside a
+lease): a turn whose lease was lost gets ``LeaseLostError`` and writes nothing.
 """
 
 from __future__ import annotations
@@ -17,7 +22,8 @@ from typing import Any
 from ._turn_state import TurnState
 from .errors import StoreCorruptError
 from .serde import message_from_dict, turn_checkpoint, turn_result_dict
-from .stores.base import CheckpointStore
+from .stores.adapters import adapt_checkpoints
+from .stores.base import BaseCheckpointStore, CheckpointStore
 
 __all__ = ["RESULTS_PER_RECORD", "TurnCheckpoints"]
 
@@ -33,11 +39,13 @@ class TurnCheckpoints:
 
     Not durable: only a turn paused on an approval is saved (so ``resolve()`` can go
     on), and tool results are not. Durable: every checkpoint and every tool result.
+    ``fence`` is the session lease's, carried by every write (``None``: no lease).
     """
 
-    def __init__(self, store: CheckpointStore, *, durable: bool) -> None:
-        self.store = store
+    def __init__(self, store: CheckpointStore, *, durable: bool, fence: int | None = None) -> None:
+        self.store: BaseCheckpointStore = adapt_checkpoints(store)
         self.durable = durable
+        self.fence = fence
         self._record_key: str | None = None
         self._record: dict[str, Any] = {}
         self._counter = 0
@@ -46,11 +54,11 @@ class TurnCheckpoints:
         """Save the whole state (when durable, or paused), then drop the records it now holds."""
         if not (self.durable or state.status == "awaiting-approval"):
             return
-        self.store.save(state.turn_id or "", turn_checkpoint(state))
+        self.store.save_and_delete(
+            state.turn_id or "", turn_checkpoint(state), list(state.records), fence=self.fence
+        )
         self._record_key, self._record = None, {}
-        while state.records:
-            self.store.delete(state.records[-1])
-            state.records.pop()
+        state.records.clear()
 
     def save_result(self, state: TurnState, call_id: str) -> None:
         """Save the recorded result of ``call_id`` in the step's current result record."""
@@ -71,6 +79,7 @@ class TurnCheckpoints:
                 "step": state.steps,
                 "results": self._record,
             },
+            fence=self.fence,
         )
 
     def merge_records(self, state: TurnState) -> None:
@@ -94,8 +103,12 @@ class TurnCheckpoints:
         numbers = [k.rpartition("-")[2] for k in state.records]
         self._counter = max([int(n) for n in numbers if n.isdigit()] + [self._counter])
 
+    def keys(self, state: TurnState) -> list[str]:
+        """What ``state`` keeps in the store: its result records and its checkpoint."""
+        return [*state.records, state.turn_id or ""]
+
     def forget(self, state: TurnState) -> None:
         """Delete the turn's checkpoint and its result records."""
-        for key in [*state.records, state.turn_id or ""]:
-            self.store.delete(key)
+        for key in self.keys(state):
+            self.store.delete(key, fence=self.fence)
         state.records.clear()

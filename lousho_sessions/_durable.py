@@ -4,7 +4,8 @@ Turn ``n`` of session ``id`` is checkpointed under ``TurnKey("session", id, n).t
 (``f"{id}.turn-{n}"``), ``n`` being the transcript's length when it started, so a new
 process finds the pending turn from the transcript alone. Without a checkpoint store
 only a turn paused on an approval is kept, in the agent's memory. Everything here runs
-on the session's worker thread, under the store's turn lock.
+on the session's worker thread, under the store's turn lock; every write carries its
+lease's fence (``Transcript.fence``).
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ from .approvals import TurnKey
 from .errors import SessionAwaitingApprovalError, SessionBusyError, StoreCorruptError
 from .events import Event
 from .results import ExecutionResult, Limits
-from .stores.base import CheckpointStore
+from .stores.adapters import adapt_checkpoints
+from .stores.base import BaseCheckpointStore, CheckpointStore
 
 __all__ = ["SessionTurns"]
 
@@ -46,8 +48,12 @@ class SessionTurns:
         self.id = transcript.id
         self.durable = checkpoint_store is not None
         # without a checkpoint store, only a turn paused on an approval is kept, in memory
-        self.pauses: CheckpointStore = checkpoint_store or runner.runtime.pauses
+        self.pauses: BaseCheckpointStore = adapt_checkpoints(
+            checkpoint_store or runner.runtime.pauses
+        )
         self.limits = limits
+        #: the turn id ``finish_pending`` just found free (under this lease): not read again
+        self._free: str | None = None
 
     def run(
         self,
@@ -81,7 +87,7 @@ class SessionTurns:
 
     def checkpoints(self) -> TurnCheckpoints:
         """Every checkpoint with a checkpoint store; else only a pause, in memory."""
-        return TurnCheckpoints(self.pauses, durable=self.durable)
+        return TurnCheckpoints(self.pauses, durable=self.durable, fence=self.transcript.fence)
 
     def next_turn(self) -> TurnKey:
         return TurnKey("session", self.id, len(self.transcript.messages))
@@ -100,6 +106,9 @@ class SessionTurns:
         free unless that turn could not end; a checkpoint is never overwritten by another turn.
         """
         turn = self.next_turn()
+        if self._free == turn.turn_id:  # finish_pending found nothing there, under this lock
+            self._free = None
+            return turn
         data = self.pauses.load(turn.turn_id)
         if data is not None:
             if data.get("status") == "awaiting-approval":
@@ -125,6 +134,7 @@ class SessionTurns:
     ) -> ExecutionResult | None:
         """Run the pending turn to an end (it becomes part of the transcript); None if none."""
         state = self.pending()
+        self._free = self.next_turn().turn_id if state is None else None
         if state is None:
             return None
         self.runner.release(state, lambda approval_id: self.awaiting(approval_id, "try again"))
@@ -173,4 +183,4 @@ class SessionTurns:
                 data = None
             if data and isinstance(data.get("approval_id"), str):
                 approvals.delete(data["approval_id"])
-            self.pauses.delete(turn_id)
+            self.pauses.delete(turn_id, fence=self.transcript.fence)

@@ -2,10 +2,15 @@
 
 ``TurnRunner.run`` builds the turn's ``TurnConfig`` from the agent's configuration,
 drives ``Turn``, and settles what the turn leaves: it commits a finished turn (through
-the caller's ``commit``), deletes the checkpoint of a turn that ended (finished,
-aborted, or failed for good — ``failures.is_permanent``) and keeps the one of a turn
-that paused or may succeed when tried again, and answers the callers that joined the
-turn. ``TurnRunner.release`` is the one "waits on approval" gate, ``finish`` loads a
+the caller's ``commit``, which deletes its checkpoint in the same write), deletes the
+checkpoint of a turn that ended otherwise (aborted, or failed for good —
+``failures.is_permanent``) and keeps the one of a turn that paused or may succeed
+when tried again, and answers the callers that joined the turn.
+
+A turn whose session lease was lost (``LeaseLostError`` from any of its writes:
+another turn holds the session now) ends at once with that error: it is not
+retried, writes nothing more, and leaves its checkpoint alone — the turn that took
+the session over owns it now. ``TurnRunner.release`` is the one "waits on approval" gate, ``finish`` loads a
 pending turn and runs it to an end.
 """
 
@@ -13,7 +18,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from ._checkpoints import TurnCheckpoints
 from ._config import AgentConfig, Approve
@@ -22,17 +27,26 @@ from ._runtime import Runtime
 from ._turn import Turn, TurnConfig, TurnState
 from .abort import AbortController
 from .approvals import TurnKey
-from .errors import StoreCorruptError
+from .errors import LeaseLostError, StoreCorruptError
 from .events import Event
 from .failures import is_permanent
 from .messages import Message, Usage
 from .results import ExecutionResult, Limits
 from .serde import message_to_dict, turn_state_from_checkpoint
-from .stores.base import ApprovalStore
+from .stores.adapters import adapt_approvals
+from .stores.base import ApprovalStore, BaseCheckpointStore
 
-__all__ = ["TurnRunner", "settle"]
+__all__ = ["Commit", "TurnRunner", "settle"]
 
 log = logging.getLogger("lousho_sessions.turn")
+
+
+class Commit(Protocol):
+    """Saves a finished turn's messages and deletes the checkpoints ``delete`` of ``checkpoints``."""
+
+    def __call__(
+        self, new: list[Message], checkpoints: BaseCheckpointStore, delete: Sequence[str]
+    ) -> None: ...
 
 
 class TurnRunner:
@@ -55,16 +69,15 @@ class TurnRunner:
         resumed: bool = False,
         session_limits: Limits | None = None,
         session_spent: tuple[Usage, int, int] = (Usage(), 0, 0),
-        commit: Callable[[list[Message]], None] | None = None,
+        commit: Commit | None = None,
         requeue: Callable[[Ticket], None] | None = None,
         approvals: ApprovalStore | None = None,
         context: Any = None,
     ) -> ExecutionResult:
         """Run ``state`` to an end and settle it; raises the turn's error.
 
-        ``commit`` saves a finished turn's messages (a session's transcript); then a
-        failure to delete its checkpoint is only logged: its key is behind the
-        transcript now. ``requeue`` runs input the turn never took as the next turn.
+        ``commit`` saves a finished turn's messages (a session's transcript) and deletes
+        its checkpoint in one go. ``requeue`` runs input the turn never took as the next turn.
         ``context`` is the caller's object for tools (``ToolContext.context``).
         """
         c = self.config
@@ -73,7 +86,7 @@ class TurnRunner:
             system=c.system,
             tools=c.tools,
             signal=controller.signal,
-            approvals=approvals or c.approvals,
+            approvals=adapt_approvals(approvals or c.approvals),
             settings=c.settings,
             max_steps=c.max_steps,
             limits=c.limits,
@@ -93,8 +106,16 @@ class TurnRunner:
         kept = checkpoints.durable or resumed  # a checkpoint may exist
         try:
             result = Turn(state, config).run()
-            if commit is not None and result.finish_reason not in ("aborted", "awaiting-approval"):
-                commit(list(state.new))
+            reason = result.finish_reason
+            if commit is not None and reason not in ("aborted", "awaiting-approval"):
+                commit(list(state.new), checkpoints.store, checkpoints.keys(state) if kept else [])
+                state.records.clear()
+                kept = False  # the commit deleted it
+        except LeaseLostError as exc:
+            # another turn holds the session now: its checkpoint, its approvals; write nothing
+            log.warning("turn %s lost its lease and ends: %s", state.turn_id, exc)
+            settle(inbox, None, exc, requeue)
+            raise
         except BaseException as exc:
             permanent = is_permanent(exc)
             left = inbox.close() if inbox is not None else []
@@ -103,19 +124,20 @@ class TurnRunner:
                     {"input_id": t.input_id, "messages": [message_to_dict(m) for m in t.messages]}
                     for t in left
                 )
-                checkpoints.save(state)
+                try:
+                    checkpoints.save(state)
+                except Exception:  # the turn's own error is the one to raise
+                    log.warning(
+                        "could not save the queued input of %s", state.turn_id, exc_info=True
+                    )
             if permanent and kept:
                 # would fail the same way on every try: end the turn instead of keeping it
                 log.warning("turn %s ended by a permanent failure: %r", state.turn_id, exc)
                 _forget_quietly(checkpoints, state)
             settle(inbox, None, exc, requeue)
             raise
-        reason = result.finish_reason
         if kept and reason != "awaiting-approval":
-            if commit is not None and reason != "aborted":
-                _forget_quietly(checkpoints, state)
-            else:
-                checkpoints.forget(state)
+            checkpoints.forget(state)
         settle(inbox, result, None, requeue)
         return result
 
@@ -149,7 +171,7 @@ class TurnRunner:
                 log.warning(
                     "dropping stale checkpoint %s: the transcript changed under it", turn_id
                 )
-                checkpoints.store.delete(turn_id)
+                checkpoints.store.delete(turn_id, fence=checkpoints.fence)
                 return None
         try:
             state = turn_state_from_checkpoint(data, history, source=f"checkpoint {turn_id!r}")

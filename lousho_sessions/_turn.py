@@ -7,7 +7,8 @@ emitting events, queued input — comes in through ``TurnConfig`` and the
 ``Inbox``, so the loop can be driven and tested step by step.
 
 The state is the checkpoint: ``serde.turn_checkpoint(state)`` is saved after the
-input is taken, after each model response and after each tool result, and
+input is taken, after each model response that asks for tools and after each tool
+result (a final answer is recorded by the commit that ends the turn), and
 ``serde.turn_state_from_checkpoint()`` resumes it without asking the model again
 for a recorded response or running a recorded tool again.
 """
@@ -56,7 +57,7 @@ from .providers.base import (
 )
 from .results import ExecutionResult, FinishReason, Limits
 from .serde import message_from_dict
-from .stores.base import ApprovalStore
+from .stores.base import BaseApprovalStore
 from .tools import Tool, ToolContext, ToolLoop, tool_error_text
 
 __all__ = [
@@ -100,7 +101,7 @@ class TurnConfig:
     system: str | None
     tools: Mapping[str, Tool]
     signal: AbortSignal
-    approvals: ApprovalStore
+    approvals: BaseApprovalStore
     settings: Mapping[str, Any] = attrs.field(factory=dict)
     max_steps: int = 20
     limits: Limits | None = None
@@ -202,7 +203,8 @@ class Turn:
         message = attrs.evolve(message, usage=usage, tool_calls=calls)
         state.new.append(message)
         state.usage = state.usage + usage
-        self._checkpoint()
+        if calls:  # a final answer is not saved here: the commit records it with the turn
+            self._checkpoint()
         for call in calls:
             self._emit(ToolCallEvent(state.run_id, call))
         if response.finish_reason == "length" and not calls:
@@ -365,7 +367,8 @@ class Turn:
                 call=call,
                 turn=config.turn,
             )
-            config.approvals.create(record)
+            checkpoints = config.checkpoints
+            config.approvals.create(record, fence=checkpoints.fence if checkpoints else None)
         state.status = "awaiting-approval"
         state.approval_id = approval_id
         self._checkpoint()

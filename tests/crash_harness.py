@@ -16,7 +16,7 @@ import json
 import os
 import signal
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -33,22 +33,25 @@ from lousho_sessions import (
 )
 from lousho_sessions.stores.base import AgentStore
 
-#: Points a turn can die at, in turn order (checkpoint saves are numbered from 1).
+#: Points a turn can die at, in turn order (checkpoint writes are numbered from 1).
 POINTS = (
     "after-input",  # checkpoint 1: the user message is taken
     "inside-model-1",
     "after-model-1",  # checkpoint 2: the response asking for tool_a
     "inside-tool-a",
     "after-tool-a",  # checkpoint 3: tool_a's result
-    "after-model-2",  # checkpoint 4: the response asking for tool_b
+    "after-model-2",  # checkpoint 4: the response asking for tool_b (drops tool_a's record)
     "between-tools",  # tool_b about to start, tool_a's result recorded
     "inside-tool-b",
     "after-last-tool",  # checkpoint 5: tool_b's result
-    "after-model-3",  # checkpoint 6: the final answer recorded
-    "final-save-before",  # in the transcript append, before it writes
-    "final-save-after",  # after the append, before the checkpoint is deleted
+    "inside-model-3",  # the final answer is being made
+    "final-save-before",  # the final answer arrived (not checkpointed): the commit starts
+    "final-append-only",  # files: appended, the checkpoints not deleted yet (SQLite: one write)
+    "final-save-after",  # the commit is done: transcript appended, checkpoints deleted
 )
-_AFTER_SAVE = {"after-input": 1, "after-model-1": 2, "after-tool-a": 3, "after-model-2": 4, "after-last-tool": 5, "after-model-3": 6}  # fmt: skip
+#: Points where the commit is one transaction, so there is no moment to die at.
+ONE_TRANSACTION = {"final-append-only": ("sqlite",)}
+_AFTER_SAVE = {"after-input": 1, "after-model-1": 2, "after-tool-a": 3, "after-model-2": 4, "after-last-tool": 5}  # fmt: skip
 
 
 def log(path: str, line: str) -> None:
@@ -108,29 +111,54 @@ def build(kind: str, path: str, logfile: str, point: str | None, how: str) -> An
 
     assert store.checkpoints is not None and store.sessions is not None
     if point in _AFTER_SAVE:
-        checkpoints = store.checkpoints
-        original = checkpoints.save
-        count = [0]
+        hook_checkpoint_writes(store.checkpoints, _AFTER_SAVE[point], crash)
+    if point in ("final-save-before", "final-save-after", "final-append-only"):
+        hook_commit(store.sessions, point, crash)
+    return create_agent(provider=FunctionProvider(model), tools=[tool_a, tool_b], store=store)
 
-        def save(turn_id: str, data: Mapping[str, Any]) -> None:
-            original(turn_id, data)
-            count[0] += 1
-            if count[0] == _AFTER_SAVE[point]:
-                crash()
 
-        checkpoints.save = save  # type: ignore[method-assign, assignment]
-    if point in ("final-save-before", "final-save-after"):
-        sessions: Any = store.sessions
-        original_append = sessions.append
+def hook_checkpoint_writes(checkpoints: Any, at: int, crash: Callable[[], None]) -> None:
+    """Die after the ``at``-th checkpoint write (``save`` or ``save_and_delete``, outermost)."""
+    count = [0]
+    depth = [0]
 
-        def append(id: str, messages: Sequence[Message], expected_length: int) -> None:
-            if point == "final-save-before":
-                crash()
-            original_append(id, messages, expected_length)
+    def hooked(original: Callable[..., None]) -> Callable[..., None]:
+        def write(*args: Any, **kwargs: Any) -> None:
+            depth[0] += 1
+            try:
+                original(*args, **kwargs)
+            finally:
+                depth[0] -= 1
+            if depth[0] == 0:
+                count[0] += 1
+                if count[0] == at:
+                    crash()
+
+        return write
+
+    checkpoints.save = hooked(checkpoints.save)
+    checkpoints.save_and_delete = hooked(checkpoints.save_and_delete)
+
+
+def hook_commit(sessions: Any, point: str, crash: Callable[[], None]) -> None:
+    """Die as the turn's commit (``append_and_delete``) starts, after its append, or after it."""
+    original_commit = sessions.append_and_delete
+    original_append = sessions.append
+
+    def commit(*args: Any, **kwargs: Any) -> object:
+        if point == "final-save-before":
+            crash()
+        revision = original_commit(*args, **kwargs)
+        crash()
+        return revision
+
+    def append(*args: Any, **kwargs: Any) -> None:
+        original_append(*args, **kwargs)
+        if point == "final-append-only":
             crash()
 
-        sessions.append = append
-    return create_agent(provider=FunctionProvider(model), tools=[tool_a, tool_b], store=store)
+    sessions.append_and_delete = commit
+    sessions.append = append
 
 
 def main(argv: list[str]) -> None:

@@ -21,6 +21,7 @@ from lousho_sessions import (
     ModelRequest,
     PropagatingToolError,
     ScriptedProvider,
+    ToolCall,
     ToolContext,
     create_agent,
     memory_store,
@@ -118,9 +119,18 @@ def test_send_resumes_pending_first() -> None:
 
 
 def test_failed_checkpoint_write_then_resume() -> None:
-    checkpoints = FlakyCheckpoints(fail_at=2)  # 1: input taken, 2: after the model response
-    provider = ScriptedProvider(["first answer", "second answer"])
-    agent = create_agent(provider=provider, store={"checkpoints": checkpoints})
+    # 1: input taken, 2: the response asking for a tool (a final answer is not
+    # checkpointed: the commit records it)
+    checkpoints = FlakyCheckpoints(fail_at=2)
+    asks = Message.assistant("", tool_calls=[ToolCall("c1", "noop", {})])
+    provider = ScriptedProvider([asks, asks, "second answer"])
+
+    @tool
+    def noop() -> str:
+        """Does nothing."""
+        return "done"
+
+    agent = create_agent(provider=provider, tools=[noop], store={"checkpoints": checkpoints})
     session = agent.session("d3")
     with pytest.raises(OSError, match="disk full"):
         session.send("hi")
@@ -128,7 +138,7 @@ def test_failed_checkpoint_write_then_resume() -> None:
     assert session.pending() is not None
     result = session.resume()
     assert result is not None and result.text == "second answer"
-    assert [m.text for m in session.load()] == ["hi", "second answer"]
+    assert [m.text for m in session.load()] == ["hi", "", "done", "second answer"]
 
 
 def test_aborted_durable_turn_drops_checkpoint() -> None:

@@ -17,7 +17,9 @@ import pytest
 from lousho_sessions.errors import (
     LeaseLostError,
     SchemaVersionError,
+    SessionBusyError,
     StoreClosedError,
+    StoreConflictError,
     StoreCorruptError,
 )
 from lousho_sessions.messages import ImagePart, Message
@@ -127,7 +129,7 @@ def test_fences_are_checked_in_the_writes_transaction(tmp_path: Path) -> None:
     with SqliteStore(tmp_path / "a.db") as store:
         with store.turn_lock("s1") as lease:
             conn = raw(tmp_path / "a.db")
-            conn.execute("UPDATE leases SET fence = fence + 1 WHERE session_id = 's1'")
+            conn.execute("INSERT INTO leases VALUES ('s1', ?)", (lease.fence + 1,))
             conn.close()
             with pytest.raises(LeaseLostError):
                 store.sessions.append("s1", turn(1), 0, fence=lease.fence)
@@ -334,8 +336,12 @@ def test_memory_databases_are_separate() -> None:
         one.sessions.save("s1", turn(1))
         assert two.sessions.load("s1") is None
         with one.turn_lock("s1"):
-            assert not one._memory_turns["s1"][0].acquire(blocking=False)
-        assert one._memory_turns == {}  # per-id locks do not pile up
+            with pytest.raises(SessionBusyError):
+                one.turn_lock("s1", timeout=0)
+            with two.turn_lock("s1", timeout=0):  # another database: not held
+                pass
+        leases = one._turns.memory
+        assert leases is not None and leases._held == {}  # per-id locks do not pile up
 
 
 def test_store_opened_before_a_fork_works_in_the_child(tmp_path: Path) -> None:
@@ -364,3 +370,52 @@ def test_store_opened_before_a_fork_works_in_the_child(tmp_path: Path) -> None:
     store.sessions.append("s1", turn(3), 4)  # the parent's connection still works
     assert len(store.sessions.load("s1") or []) == 6
     store.close()
+
+
+def test_load_since_reads_only_appended_messages(tmp_path: Path) -> None:
+    one, two, three = turn(1), turn(2), turn(3)
+    with SqliteStore(tmp_path / "a.db") as store:
+        sessions = store.sessions
+        sessions.save("s1", one)
+        first = sessions.revision("s1")
+        sessions.append("s1", two, 2)
+        second = sessions.revision("s1")
+        assert second != first
+        assert sessions.load_since("s1", 2, first) == two
+        assert sessions.load_since("s1", 4, second) == []
+        revision = sessions.append_and_delete("s1", three, 4)
+        assert revision == sessions.revision("s1") != second
+        assert sessions.load_since("s1", 4, second) == three
+        sessions.save("s1", one)  # replaced, not appended to: the caller must load it all
+        assert sessions.load_since("s1", 6, revision) is None
+        assert sessions.load_since("s1", 0, revision) is None
+        sessions.delete("s1")
+        assert sessions.load_since("s1", 0, revision) is None
+        assert sessions.load_since("s1", 0, "not a revision of ours") is None
+
+
+def test_append_and_delete_is_one_transaction(tmp_path: Path) -> None:
+    messages = turn(1)
+    with SqliteStore(tmp_path / "a.db") as store:
+        store.checkpoints.save("s1.turn-0", {"step": 1})
+        store.checkpoints.save("s1.turn-0-r1-1", {"step": 1})
+        statements: list[str] = []
+        with store.connection() as conn:
+            conn.set_trace_callback(statements.append)
+        store.sessions.append_and_delete(
+            "s1", messages, 0, checkpoints=store.checkpoints, delete=["s1.turn-0-r1-1", "s1.turn-0"]
+        )
+        with store.connection() as conn:
+            conn.set_trace_callback(None)
+        assert [s for s in statements if s.split()[0] in ("BEGIN", "COMMIT")] == [
+            "BEGIN IMMEDIATE",
+            "COMMIT",
+        ]
+        assert store.checkpoints.list() == []
+        assert store.sessions.load("s1") == messages
+        store.checkpoints.save("s1.turn-2", {"step": 1})
+        with pytest.raises(StoreConflictError):  # nothing is deleted when the append is refused
+            store.sessions.append_and_delete(
+                "s1", turn(2), 0, checkpoints=store.checkpoints, delete=["s1.turn-2"]
+            )
+        assert store.checkpoints.list() == ["s1.turn-2"]

@@ -13,6 +13,11 @@ use this module (``filelock`` does an equivalent check since version 4).
 Lock files are created with mode 0600 and never followed through a symlink.
 Where ``fcntl`` does not exist (Windows), ``filelock`` locks the file instead
 and lock files are never deleted.
+
+``acquire_fenced`` also hands out a fence (``lease.next_fence``) and writes it into
+the lock file while holding it; ``read_fence`` reads it back. The fence is not
+fsynced: should a power loss undo it, ``next_fence`` still grows with the clock.
+Where ``fcntl`` does not exist, the fence lives in a ``<name>.fence`` file beside.
 """
 
 from __future__ import annotations
@@ -24,19 +29,30 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from ..errors import StoreError
+from ..errors import StoreCorruptError, StoreError
+from .lease import bump_fence_file, next_fence, read_fence_file
 
 try:
     import fcntl
 except ImportError:  # pragma: no cover - Windows
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["LOCK_FILE_MODE", "LockTimeout", "acquire", "hold", "remove_if_free"]
+__all__ = [
+    "LOCK_FILE_MODE",
+    "LockTimeout",
+    "acquire",
+    "acquire_fenced",
+    "hold",
+    "read_fence",
+    "remove_if_free",
+]
 
 #: Mode of new lock files; the store's data files are 0600 too.
 LOCK_FILE_MODE = 0o600
 _POLL_MIN = 0.001
 _POLL_MAX = 0.05
+#: A fence is written as this many ASCII digits (padded), so a rewrite never leaves a tail.
+_FENCE_WIDTH = 24
 
 
 class LockTimeout(Exception):
@@ -82,12 +98,26 @@ def _try_lock(fd: int) -> bool:
     return True
 
 
-def _acquire(path: Path, timeout: float | None, mode: int) -> int:
+def _open_or_make_parent(path: Path, mode: int, make_parent: Callable[[], None] | None) -> int:
+    """``_open``; if the directory is missing, ``make_parent()`` and open again (once per
+    missing directory, not a ``mkdir`` per lock)."""
+    try:
+        return _open(path, mode)
+    except StoreError as exc:
+        if make_parent is None or not isinstance(exc.__cause__, FileNotFoundError):
+            raise
+    make_parent()
+    return _open(path, mode)
+
+
+def _acquire(
+    path: Path, timeout: float | None, mode: int, make_parent: Callable[[], None] | None = None
+) -> int:
     """An fd holding the lock on the file now at ``path``; ``LockTimeout`` after ``timeout``."""
     deadline = None if timeout is None else time.monotonic() + max(timeout, 0.0)
     delay = _POLL_MIN
     while True:
-        fd = _open(path, mode)
+        fd = _open_or_make_parent(path, mode, make_parent)
         try:
             if timeout is None:
                 fcntl.flock(fd, fcntl.LOCK_EX)
@@ -108,21 +138,96 @@ def _acquire(path: Path, timeout: float | None, mode: int) -> int:
         delay = min(delay * 2, _POLL_MAX)
 
 
-def acquire(path: Path, timeout: float | None, *, mode: int = LOCK_FILE_MODE) -> Callable[[], None]:
+def acquire(
+    path: Path,
+    timeout: float | None,
+    *,
+    mode: int = LOCK_FILE_MODE,
+    make_parent: Callable[[], None] | None = None,
+) -> Callable[[], None]:
     """Take the lock file ``path`` (created if missing) and return the function that releases
     it; ``LockTimeout`` if not acquired in ``timeout`` seconds (``None``: wait as long as it
-    takes), ``StoreError`` naming the lock file if it cannot be used (a symlink, not writable)."""
+    takes), ``StoreError`` naming the lock file if it cannot be used (a symlink, not writable).
+    ``make_parent`` creates the directory when opening finds it missing."""
     if fcntl is None:  # pragma: no cover - Windows
         from filelock import FileLock, Timeout
 
+        if make_parent is not None:
+            make_parent()
         lock = FileLock(path, timeout=-1 if timeout is None else timeout)
         try:
             lock.acquire()
         except Timeout as exc:
             raise LockTimeout(str(path)) from exc
         return lambda: lock.release()
-    fd = _acquire(path, timeout, mode)
+    fd = _acquire(path, timeout, mode, make_parent)
     return lambda: os.close(fd)  # closing the last descriptor releases the flock
+
+
+def acquire_fenced(
+    path: Path,
+    timeout: float | None,
+    *,
+    mode: int = LOCK_FILE_MODE,
+    make_parent: Callable[[], None] | None = None,
+) -> tuple[Callable[[], None], int]:
+    """``acquire``, then write a fence newer than the one the file holds into it.
+
+    Returns the release function and the fence. ``make_parent`` creates the lock
+    file's directory when opening finds it missing.
+    """
+    if fcntl is None:  # pragma: no cover - Windows
+        if make_parent is not None:
+            make_parent()
+        release = acquire(path, timeout, mode=mode)
+        try:
+            fence = bump_fence_file(_fence_twin(path))
+        except BaseException:
+            release()
+            raise
+        return release, fence
+    fd = _acquire(path, timeout, mode, make_parent)
+    try:
+        fence = next_fence(_parse_fence(path, os.pread(fd, _FENCE_WIDTH + 8, 0)))
+        os.pwrite(fd, str(fence).ljust(_FENCE_WIDTH).encode("ascii"), 0)
+    except BaseException as exc:
+        os.close(fd)
+        if isinstance(exc, OSError):
+            raise StoreError(f"lock file {path}: cannot write the fence: {exc}") from exc
+        raise
+    return lambda: os.close(fd), fence
+
+
+def read_fence(path: Path) -> int | None:
+    """The fence last written into the lock file ``path`` by ``acquire_fenced``, or ``None``."""
+    if fcntl is None:  # pragma: no cover - Windows
+        return read_fence_file(_fence_twin(path))
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise StoreError(f"lock file {path}: cannot read the fence: {exc}") from exc
+    try:
+        return _parse_fence(path, os.pread(fd, _FENCE_WIDTH + 8, 0))
+    finally:
+        os.close(fd)
+
+
+def _parse_fence(path: Path, data: bytes) -> int | None:
+    text = data.strip()
+    if not text:
+        return None  # a new lock file, or one written before fences were kept in it
+    try:
+        return int(text.decode("ascii"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise StoreCorruptError(
+            f"lock file {path}: holds {data[:40]!r}, not a fence (an integer)"
+        ) from exc
+
+
+def _fence_twin(path: Path) -> Path:  # pragma: no cover - Windows
+    return path.with_name(path.name + ".fence")
 
 
 @contextmanager

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import sqlite3
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -71,12 +71,24 @@ class SqliteCheckpointStore(Part, BaseCheckpointStore):
         text = encode_json_object(checkpoint, what=f"checkpoint {turn_id!r}")
         with self.store.transaction() as conn:
             self.store.check_fence(conn, fence_session_id(turn_id), fence)
-            conn.execute(
-                "INSERT INTO checkpoints (turn_id, json, updated_at) VALUES (?, ?, ?) "
-                "ON CONFLICT (turn_id) DO UPDATE SET json = excluded.json, "
-                "updated_at = excluded.updated_at",
-                (turn_id, text, time.time()),
-            )
+            _upsert(conn, turn_id, text)
+
+    def save_and_delete(
+        self,
+        turn_id: str,
+        checkpoint: Mapping[str, Any],
+        delete: Sequence[str] = (),
+        *,
+        fence: int | None = None,
+    ) -> None:
+        """``save``, then delete the checkpoints ``delete``, in one transaction."""
+        validate_turn_id(turn_id)
+        keys = [(validate_turn_id(key),) for key in delete]
+        text = encode_json_object(checkpoint, what=f"checkpoint {turn_id!r}")
+        with self.store.transaction() as conn:
+            self.store.check_fence(conn, fence_session_id(turn_id), fence)
+            _upsert(conn, turn_id, text)
+            conn.executemany("DELETE FROM checkpoints WHERE turn_id = ?", keys)
 
     def delete(self, turn_id: str, *, fence: int | None = None) -> None:
         validate_turn_id(turn_id)
@@ -214,6 +226,15 @@ class SqliteApprovalStore(Part, BaseApprovalStore):
         if not isinstance(text, str):
             raise StoreCorruptError(f"{source}: the json column holds {type(text).__name__}")
         return check_approval_record(decode_json_object(text, source=source), source=source)
+
+
+def _upsert(conn: sqlite3.Connection, turn_id: str, text: str) -> None:
+    conn.execute(
+        "INSERT INTO checkpoints (turn_id, json, updated_at) VALUES (?, ?, ?) "
+        "ON CONFLICT (turn_id) DO UPDATE SET json = excluded.json, "
+        "updated_at = excluded.updated_at",
+        (turn_id, text, time.time()),
+    )
 
 
 def prune_sessions(conn: sqlite3.Connection, cutoff: float) -> int:

@@ -14,11 +14,19 @@ do more subclass the base classes (``BaseSessionStore``, ``BaseCheckpointStore``
 * ``turn_lock(id, *, timeout=None)``: a ``Lease`` holding the session for a whole
   turn, with a fence its writes carry (``lousho_sessions.stores.lease``).
   ``lock_scope`` says what it excludes: ``"process"``, ``"machine"`` or ``"cluster"``.
+* ``load_since(id, length, revision)``: only the messages after the first
+  ``length``, when the store can tell that nothing but appends changed ``id``
+  since ``revision`` (``None``: load it all).
+* ``append_and_delete(id, messages, expected_length, ...)``: commit a turn: append
+  it and delete its checkpoints, in one transaction when both share a database.
+* ``BaseCheckpointStore.save_and_delete(turn_id, checkpoint, delete, fence=)``:
+  save a checkpoint and delete the records it replaces, in one transaction where it can.
 * ``prune(older_than)``: delete what was not updated for that long.
 """
 
 from __future__ import annotations
 
+import logging
 import re
 import threading
 from abc import ABC, abstractmethod
@@ -65,6 +73,8 @@ __all__ = [
     "validate_session_id",
     "validate_turn_id",
 ]
+
+log = logging.getLogger("lousho_sessions.stores")
 
 SESSION_ID_PATTERN = r"^[A-Za-z0-9_-]{1,128}$"
 #: A durable turn's key: ``<session id>.turn-<n>``, or ``<session id>.send`` for ``agent.send``.
@@ -334,6 +344,47 @@ class BaseSessionStore(_Closeable, ABC):
         """
         return object()
 
+    def load_since(self, id: str, length: int, revision: object) -> list[Message] | None:
+        """The messages of ``id`` after its first ``length``, or ``None``: "load it all".
+
+        A caller holding the first ``length`` messages as of ``revision`` (as returned by
+        ``revision(id)`` or ``append_and_delete``) gets the ones added since. A store
+        returns a list only when it knows that nothing but appends changed ``id`` since
+        ``revision`` (no ``save`` or ``delete``); else ``None``, and the caller calls
+        ``load``. The default always returns ``None``.
+        """
+        return None
+
+    def append_and_delete(
+        self,
+        id: str,
+        messages: Sequence[Message],
+        expected_length: int,
+        *,
+        checkpoints: BaseCheckpointStore | None = None,
+        delete: Sequence[str] = (),
+        fence: int | None = None,
+    ) -> object | None:
+        """Commit a finished turn: ``append`` its messages, then delete the checkpoints
+        ``delete`` from ``checkpoints``; returns the session's revision after the write.
+
+        Raises what ``append`` raises (``StoreConflictError``, ``LeaseLostError``), and
+        then nothing was written. A store that keeps ``checkpoints`` in the same
+        database overrides this to do both in one transaction. The default appends,
+        then deletes each checkpoint with the same ``fence``; a delete that fails after
+        the append is logged, not raised: the turn is committed, and its checkpoint's
+        turn id is behind the transcript now, so no turn loads it again (``prune()``,
+        ``clear()`` and ``discard_pending()`` remove it).
+        """
+        self.append(id, messages, expected_length, fence=fence)
+        if checkpoints is not None:
+            for turn_id in delete:
+                try:
+                    checkpoints.delete(turn_id, fence=fence)
+                except Exception:
+                    log.warning("could not delete checkpoint %s", turn_id, exc_info=True)
+        return self.revision(id)
+
     def turn_lock(self, id: str, *, timeout: float | None = None) -> Lease:
         """Hold session ``id`` for a turn; ``SessionBusyError`` if not acquired within ``timeout`` s."""
         validate_session_id(id)
@@ -380,6 +431,24 @@ class BaseCheckpointStore(_Closeable, ABC):
     @abstractmethod
     def list(self, prefix: str = "") -> list[str]:
         """The stored turn ids that start with ``prefix``, sorted."""
+
+    def save_and_delete(
+        self,
+        turn_id: str,
+        checkpoint: Mapping[str, Any],
+        delete: Sequence[str] = (),
+        *,
+        fence: int | None = None,
+    ) -> None:
+        """Save ``checkpoint`` under ``turn_id``, then delete the checkpoints ``delete`` (the
+        turn's result records it now holds); one transaction where the store can.
+
+        Raises what ``save`` raises, and then nothing was written. The default saves,
+        then deletes each with the same ``fence`` (a failed delete raises).
+        """
+        self.save(turn_id, checkpoint, fence=fence)
+        for key in delete:
+            self.delete(key, fence=fence)
 
     def prune(self, older_than: timedelta | float) -> PruneResult:
         """Delete the checkpoints not updated within ``older_than``."""

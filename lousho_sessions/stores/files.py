@@ -311,9 +311,8 @@ class FileSessionStore(BaseSessionStore):
         ``<dir>/<id>.fence`` while the lock is held.
         """
         lock_path = self._dir.path / f"{validate_session_id(id)}.lock"
-        self._dir.ensure()
         try:
-            release = _lockfile.acquire(lock_path, timeout)
+            release = _lockfile.acquire(lock_path, timeout, make_parent=self._dir.ensure)
         except _lockfile.LockTimeout as exc:
             raise SessionBusyError(
                 f"session {id!r} is held by another turn: {lock_path} not acquired within {timeout} s"

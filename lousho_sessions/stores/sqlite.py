@@ -5,8 +5,9 @@ never imports ``sqlite3``. Messages are rows ``(session_id, seq, json)``, so an
 ``append`` writes only the new messages; a per-session row holds the length and
 a revision. The schema is versioned with ``PRAGMA user_version``: each entry of
 ``MIGRATIONS`` takes the database one version up, applied on open. A ``leases``
-row keeps the fence handed out last with each session's turn lock; fenced writes
-compare with it in their own transaction.
+row keeps the newest fence a write of each session carried; fenced writes compare
+with it, and with the fence in the session's turn lock file, in their own
+transaction (``_sqlite_turns``).
 """
 
 from __future__ import annotations
@@ -18,15 +19,13 @@ import sqlite3
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
 
 from ..errors import (
     SchemaVersionError,
-    SessionBusyError,
     StoreClosedError,
     StoreConflictError,
     StoreCorruptError,
@@ -43,15 +42,18 @@ from ._sqlite_records import (
     prune_checkpoints,
     prune_sessions,
 )
+from ._sqlite_turns import SqliteTurns
 from .base import (
+    BaseCheckpointStore,
     BaseSessionStore,
     LockScope,
     PruneResult,
     message_json,
     older_than_seconds,
     validate_session_id,
+    validate_turn_id,
 )
-from .lease import Lease, check_fence, next_fence
+from .lease import Lease
 
 __all__ = [
     "MIGRATIONS",
@@ -154,7 +156,7 @@ class SqliteStore:
         self._identity: tuple[int, int] | None = None  # (st_dev, st_ino) of the file opened
         self._lock = threading.RLock()
         self._conn: sqlite3.Connection | None = self._open()
-        self._memory_turns: dict[str, list[Any]] = {}  # ":memory:" turn locks: id -> [lock, users]
+        self._turns = SqliteTurns(self.path)
         self._reopen = False  # set in a forked child: open a connection of its own on first use
         self._inherited: list[sqlite3.Connection] = []
         _LIVE_STORES.add(self)
@@ -204,7 +206,7 @@ class SqliteStore:
         return PruneResult(sessions, checkpoints, approvals, lock_files=lock_files)
 
     def _lock_dir(self) -> Path:
-        return Path(self.path + ".locks")
+        return self._turns.lock_dir
 
     def _prune_lock_files(self) -> int:
         """Remove the turn lock files of sessions that have no row (unless held right now)."""
@@ -262,80 +264,20 @@ class SqliteStore:
         """Hold session ``id`` for a turn across threads and processes; see ``docs/stores.md``.
 
         A file database uses an OS file lock ``<db>.locks/<id>.lock`` (freed when
-        the holding process dies); ``":memory:"`` a lock per id in this store.
-        ``SessionBusyError`` when not acquired within ``timeout`` seconds. The
-        lease's fence is written to the ``leases`` table while the lock is held.
+        the holding process dies) and writes the lease's fence into it: no
+        transaction is committed. ``":memory:"`` uses a lock per id in this store.
+        ``SessionBusyError`` when not acquired within ``timeout`` seconds.
         """
         validate_session_id(id)
         with self._lock:
             if self._conn is None and not self._reopen:
                 raise StoreClosedError(f"{self.path}: the SQLite store was closed")
-        release = (
-            self._memory_turn(id, timeout) if self.path == _MEMORY else self._file_turn(id, timeout)
-        )
-        try:
-            with self.transaction() as conn:
-                row = conn.execute(
-                    "SELECT fence FROM leases WHERE session_id = ?", (id,)
-                ).fetchone()
-                fence = next_fence(None if row is None else int(row[0]))
-                conn.execute(
-                    "INSERT INTO leases (session_id, fence) VALUES (?, ?) "
-                    "ON CONFLICT (session_id) DO UPDATE SET fence = excluded.fence",
-                    (id, fence),
-                )
-        except BaseException:
-            release()
-            raise
-        return Lease(id, fence, release)
+        return self._turns.acquire(id, timeout)
 
     def check_fence(self, conn: sqlite3.Connection, session_id: str, fence: int | None) -> None:
-        """In a write transaction: ``LeaseLostError`` if ``fence`` is older than the session's."""
-        if fence is None:
-            return
-        row = conn.execute(
-            "SELECT fence FROM leases WHERE session_id = ?", (session_id,)
-        ).fetchone()
-        check_fence(session_id, fence, None if row is None else int(row[0]), where=self.path)
-
-    def _file_turn(self, id: str, timeout: float | None) -> Callable[[], None]:
-        lock_dir = self._lock_dir()
-        try:
-            lock_dir.mkdir(mode=0o700, exist_ok=True)
-        except OSError as exc:
-            raise StoreError(f"{lock_dir}: cannot create the lock directory: {exc}") from exc
-        lock_path = lock_dir / f"{id}.lock"
-        try:
-            release = _lockfile.acquire(lock_path, timeout)
-        except _lockfile.LockTimeout as exc:
-            raise SessionBusyError(
-                f"session {id!r} is held by another turn: {lock_path} not acquired within {timeout} s"
-            ) from exc
-        return release
-
-    def _memory_turn(self, id: str, timeout: float | None) -> Callable[[], None]:
-        with self._lock:
-            entry = self._memory_turns.setdefault(id, [threading.Lock(), 0])
-            entry[1] += 1
-        lock: threading.Lock = entry[0]
-
-        def leave() -> None:
-            with self._lock:
-                entry[1] -= 1
-                if entry[1] == 0:
-                    del self._memory_turns[id]
-
-        if not lock.acquire(timeout=-1 if timeout is None else timeout):
-            leave()
-            raise SessionBusyError(
-                f"session {id!r} is held by another turn (not acquired within {timeout} s)"
-            )
-
-        def release() -> None:
-            lock.release()
-            leave()
-
-        return release
+        """In a write transaction: ``LeaseLostError`` if ``fence`` is older than the session's
+        newest; the first write of a lease records its fence (see ``_sqlite_turns``)."""
+        self._turns.check(conn, session_id, fence)
 
     def _after_fork_in_child(self) -> None:
         # SQLite connections must not cross a fork (gunicorn --preload, multiprocessing
@@ -343,7 +285,7 @@ class SqliteStore:
         # (closing it could undo the parent's locks) and opens its own on first use.
         # Locks held by the parent's other threads at the fork are replaced.
         self._lock = threading.RLock()
-        self._memory_turns = {}
+        self._turns.after_fork_in_child()
         if self._conn is not None and self.path != _MEMORY:
             self._inherited.append(self._conn)
             self._conn = None
@@ -507,19 +449,73 @@ class SqliteSessionStore(Part, BaseSessionStore):
     ) -> None:
         """Add ``messages`` if ``expected_length`` are stored, else ``StoreConflictError``;
         ``LeaseLostError`` if ``fence`` is older than the session's newest."""
-        validate_session_id(id)
-        rows = _rows(id, messages, expected_length)
+        rows = _rows(validate_session_id(id), messages, expected_length)
         with self.store.transaction() as conn:
-            self.store.check_fence(conn, id, fence)
-            row = conn.execute("SELECT length FROM sessions WHERE id = ?", (id,)).fetchone()
-            length = row[0] if row else 0
-            if length != expected_length:
-                raise StoreConflictError(
-                    f"session {id!r} ({self.store.path}): expected {expected_length} stored "
-                    f"messages, found {length}"
-                )
-            conn.executemany("INSERT INTO messages (session_id, seq, json) VALUES (?, ?, ?)", rows)
-            _touch(conn, id, length + len(rows))
+            self._append(conn, id, rows, expected_length, fence)
+
+    def append_and_delete(
+        self,
+        id: str,
+        messages: Sequence[Message],
+        expected_length: int,
+        *,
+        checkpoints: BaseCheckpointStore | None = None,
+        delete: Sequence[str] = (),
+        fence: int | None = None,
+    ) -> object | None:
+        """``append`` and delete the checkpoints ``delete``: one transaction when
+        ``checkpoints`` is this database's; returns the new revision."""
+        rows = _rows(validate_session_id(id), messages, expected_length)
+        if not (isinstance(checkpoints, SqliteCheckpointStore) and checkpoints.store is self.store):
+            return super().append_and_delete(
+                id, messages, expected_length, checkpoints=checkpoints, delete=delete, fence=fence
+            )
+        keys = [(validate_turn_id(key),) for key in delete]
+        with self.store.transaction() as conn:
+            revision = self._append(conn, id, rows, expected_length, fence)
+            conn.executemany("DELETE FROM checkpoints WHERE turn_id = ?", keys)
+        return revision
+
+    def _append(
+        self,
+        conn: sqlite3.Connection,
+        id: str,
+        rows: list[tuple[str, int, str]],
+        expected_length: int,
+        fence: int | None,
+    ) -> int:
+        self.store.check_fence(conn, id, fence)
+        row = conn.execute("SELECT length, revision FROM sessions WHERE id = ?", (id,)).fetchone()
+        length = row[0] if row else 0
+        if length != expected_length:
+            raise StoreConflictError(
+                f"session {id!r} ({self.store.path}): expected {expected_length} stored "
+                f"messages, found {length}"
+            )
+        conn.executemany("INSERT INTO messages (session_id, seq, json) VALUES (?, ?, ?)", rows)
+        return _touch(conn, id, length + len(rows), None if row is None else int(row[1]))
+
+    def load_since(self, id: str, length: int, revision: object) -> list[Message] | None:
+        """The messages after the first ``length``, if only appends changed ``id`` since
+        ``revision`` (the same generation: see ``_touch``); else ``None``."""
+        validate_session_id(id)
+        if not isinstance(revision, int) or isinstance(revision, bool):
+            return None
+        with self.store.connection() as conn:
+            rows = conn.execute(  # one statement: one snapshot of the row and the messages
+                "SELECT s.revision, s.length, m.json FROM sessions s LEFT JOIN messages m "
+                "ON m.session_id = s.id AND m.seq >= ? WHERE s.id = ? ORDER BY m.seq",
+                (length, id),
+            ).fetchall()
+        if not rows or rows[0][0] >> _COUNTER_BITS != revision >> _COUNTER_BITS:
+            return None
+        if rows[0][1] < length:
+            return None
+        texts = [row[2] for row in rows if row[2] is not None]
+        if len(texts) != rows[0][1] - length:
+            return None
+        text = "[" + ",".join(texts) + "]"
+        return messages_from_json(text, source=f"{self.store.path}: session {id!r}")
 
     def delete(self, id: str) -> None:
         """Delete the transcript and its turn lock file (unless a turn holds it right now;
@@ -528,6 +524,7 @@ class SqliteSessionStore(Part, BaseSessionStore):
         with self.store.transaction() as conn:
             conn.execute("DELETE FROM messages WHERE session_id = ?", (id,))
             conn.execute("DELETE FROM sessions WHERE id = ?", (id,))
+            self.store._turns.keep_fence(conn, id)  # the lock file and its fence go next
         self.store.remove_lock_file(id)
 
     def revision(self, id: str) -> int | None:
@@ -557,12 +554,28 @@ def _rows(id: str, messages: Sequence[Message], start: int) -> list[tuple[str, i
     return rows
 
 
-def _touch(conn: sqlite3.Connection, id: str, length: int) -> None:
-    # A random revision, not a counter: a session deleted and saved again must not
-    # repeat a revision another process remembers.
+#: The low bits of a revision count appends; the high bits are the *generation*.
+_COUNTER_BITS = 32
+_COUNTER_MASK = (1 << _COUNTER_BITS) - 1
+
+
+def _touch(conn: sqlite3.Connection, id: str, length: int, appended_to: int | None = None) -> int:
+    """Write the session row with a new revision and return it.
+
+    A revision is a random *generation* (high bits) and an append counter (low
+    bits). ``save`` (``appended_to`` None) starts a new random generation: a
+    session deleted and saved again must not repeat a revision another process
+    remembers. An append keeps the generation and counts up, so ``load_since``
+    can tell that only appends happened since a revision of the same generation.
+    """
+    if appended_to is None:
+        revision = secrets.randbits(63)
+    else:
+        revision = (appended_to & ~_COUNTER_MASK) | ((appended_to + 1) & _COUNTER_MASK)
     conn.execute(
         "INSERT INTO sessions (id, length, revision, updated_at) VALUES (?, ?, ?, ?) "
         "ON CONFLICT (id) DO UPDATE SET length = excluded.length, revision = excluded.revision, "
         "updated_at = excluded.updated_at",
-        (id, length, secrets.randbits(63), time.time()),
+        (id, length, revision, time.time()),
     )
+    return revision
