@@ -60,21 +60,7 @@ def create_agent(
     code that makes an agent but never calls the model, such as tests that replace
     the provider).
     """
-    return Agent(
-        instructions=instructions,
-        provider=provider,
-        model=model,
-        tools=tools,
-        store=store,
-        limits=limits,
-        approve=approve,
-        project_instructions=project_instructions,
-        compaction=compaction,
-        pricing=pricing,
-        max_steps=max_steps,
-        settings=settings,
-        check_key=check_key,
-    )
+    return Agent(**locals())  # the same keywords, given once
 
 
 class Agent:
