@@ -20,7 +20,14 @@ import pytest
 
 DEFAULT_URL = "postgresql://postgres@127.0.0.1:5432/test"
 
-__all__ = ["DEFAULT_URL", "drop_schema", "postgres_url", "require_postgres", "schema_for"]
+__all__ = [
+    "DEFAULT_URL",
+    "drop_schema",
+    "fresh_schema",
+    "postgres_url",
+    "require_postgres",
+    "schema_for",
+]
 
 
 def postgres_url() -> str:
@@ -65,15 +72,9 @@ def drop_schema(schema: str) -> None:
         conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
 
 
-@pytest.fixture
-def pg_url() -> str:
-    """The reachable server's URL (skips or fails as ``require_postgres``)."""
-    return require_postgres()
-
-
-@pytest.fixture
-def pg_schema(pg_url: str) -> Iterator[str]:
-    """A fresh schema name, dropped after the test."""
+def fresh_schema() -> Iterator[str]:
+    """For a fixture: a new schema name on a reachable server, dropped afterwards."""
+    require_postgres()
     schema = "t_" + secrets.token_hex(8)
     try:
         yield schema

@@ -133,8 +133,14 @@ def migration_sql(schema: str = "lousho", *, since: int = 0) -> str:
 def stored_version(conn: psycopg.Connection[Any], schema: str) -> int:
     """The schema's version in the database: 0 when it has no ``schema_version`` table."""
     s = quoted(schema)
-    row = conn.execute("SELECT to_regclass(%s)", (f"{s}.schema_version",)).fetchone()
-    if row is None or row[0] is None:
+    # A query of the catalog tables, not to_regclass(): that one may answer from a cache
+    # not yet told of a table another process created while this one waited for the lock.
+    row = conn.execute(
+        "SELECT 1 FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n "
+        "ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relname = 'schema_version'",
+        (schema,),
+    ).fetchone()
+    if row is None:
         return 0
     row = conn.execute(f"SELECT coalesce(max(version), 0) FROM {s}.schema_version").fetchone()
     return int(row[0]) if row else 0

@@ -117,6 +117,8 @@ class PostgresStore:
         self._s = quoted(schema)
         self._channel = f"lousho_{schema}"
         self._closed = False
+        #: How many schema versions this open applied (0: the schema was up to date).
+        self.applied_migrations = 0
         self._held = threading.local()  # session id -> the lease this thread holds
         self._holder = f"{socket.gethostname()}:{os.getpid()}"
         pool: psycopg_pool.ConnectionPool[Any] | None = None
@@ -191,7 +193,7 @@ class PostgresStore:
         try:
             with self._connect() as conn:
                 if run:
-                    migrate(conn, self.schema, where=self.where)
+                    self.applied_migrations = migrate(conn, self.schema, where=self.where)
                     return
                 version = stored_version(conn, self.schema)
         except psycopg.Error as exc:
