@@ -5,9 +5,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..errors import ApprovalAlreadyResolvedError, ApprovalNotFoundError, StoreCorruptError
+from ._postgres_core import FENCED, PgPart
 from .base import (
     BaseApprovalStore,
     BaseCheckpointStore,
@@ -21,38 +22,9 @@ from .base import (
 )
 from .lease import fence_session_id
 
-if TYPE_CHECKING:
-    from .postgres import PostgresStore
-
-__all__ = ["FENCED", "PgPart", "PostgresApprovalStore", "PostgresCheckpointStore"]
+__all__ = ["PostgresApprovalStore", "PostgresCheckpointStore"]
 
 log = logging.getLogger("lousho_sessions.stores.postgres")
-
-#: CTEs every fenced write starts with: ``ok.fenced`` is false when the session's lease row
-#: carries a newer fence than ``%(fence)s`` (NULL: not written under a lease, never refused).
-#: ``FOR SHARE`` makes a concurrent ``turn_lock`` wait for this write's commit, so a write
-#: either lands before the new fence is handed out or is refused.
-FENCED = (
-    "WITH lease AS (SELECT fence FROM {s}.leases WHERE session_id = %(sid)s FOR SHARE), "
-    "ok AS (SELECT (%(fence)s::bigint IS NULL "
-    "OR NOT EXISTS (SELECT 1 FROM lease WHERE fence > %(fence)s::bigint)) AS fenced)"
-)
-
-
-class PgPart:
-    """A part of a ``PostgresStore``: its sessions, checkpoints or approvals."""
-
-    fenced_writes = True
-
-    def __init__(self, store: PostgresStore) -> None:
-        self.store = store
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.store.where!r})"
-
-    def close(self) -> None:
-        """Close the whole ``PostgresStore`` (its parts share one pool)."""
-        self.store.close()
 
 
 class PostgresCheckpointStore(PgPart, BaseCheckpointStore):

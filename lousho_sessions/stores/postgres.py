@@ -16,8 +16,7 @@ import secrets
 import socket
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -26,7 +25,6 @@ import psycopg_pool
 from psycopg.conninfo import conninfo_to_dict
 
 from ..errors import (
-    LeaseLostError,
     SchemaVersionError,
     SessionBusyError,
     StoreClosedError,
@@ -35,8 +33,9 @@ from ..errors import (
 )
 from ..messages import Message
 from ..serde import messages_from_json
+from ._postgres_core import FENCED, PgCore, PgPart
 from ._postgres_lease import PostgresLease, ReleaseListener
-from ._postgres_records import FENCED, PgPart, PostgresApprovalStore, PostgresCheckpointStore
+from ._postgres_records import PostgresApprovalStore, PostgresCheckpointStore
 from ._postgres_schema import (
     MIGRATIONS,
     SCHEMA_VERSION,
@@ -51,7 +50,6 @@ from .base import (
     LockScope,
     PruneResult,
     message_json,
-    older_than_seconds,
     validate_session_id,
 )
 from .lease import Lease
@@ -75,7 +73,7 @@ _RECHECK = 5.0
 _POLL_FIRST, _POLL_MAX = 0.05, 1.0
 
 
-class PostgresStore:
+class PostgresStore(PgCore):
     """Sessions, checkpoints and approvals in one PostgreSQL schema, shared by every machine.
 
     ``PostgresStore("postgresql://user@host/db")`` opens a pool of its own
@@ -210,67 +208,7 @@ class PostgresStore:
                 )
             )
 
-    @contextmanager
-    def connection(self) -> Iterator[psycopg.Connection[Any]]:
-        """A pooled connection for one statement or transaction; psycopg errors as ``StoreError``."""
-        if self._closed:
-            raise StoreClosedError(f"{self.where}: the PostgreSQL store was closed")
-        try:
-            with self._pool.connection() as conn:
-                yield conn
-        except psycopg_pool.PoolTimeout as exc:
-            raise StoreError(f"{self.where}: no connection available: {exc}") from exc
-        except psycopg.Error as exc:
-            if self._closed:
-                raise StoreClosedError(f"{self.where}: the PostgreSQL store was closed") from exc
-            raise StoreError(f"{self.where}: {exc}") from exc
-
-    @contextmanager
-    def transaction(self) -> Iterator[psycopg.Connection[Any]]:
-        """A pooled connection inside one transaction: committed on success, else rolled back."""
-        with self.connection() as conn, conn.transaction():
-            yield conn
-
-    def fetch(self, query: str, params: Mapping[str, Any] | None = None) -> list[tuple[Any, ...]]:
-        """Run one statement (``{s}`` is the schema) in a transaction of its own; its rows."""
-        sql = query.replace("{s}", self._s)
-        with self.connection() as conn:
-            if conn.autocommit:
-                cur = conn.execute(sql, params)
-                return cur.fetchall() if cur.description else []
-            with conn.transaction():
-                cur = conn.execute(sql, params)
-                return cur.fetchall() if cur.description else []
-
-    def run(self, conn: psycopg.Connection[Any], query: str, params: Any = None) -> Any:
-        """Run ``query`` (``{s}`` is the schema) on ``conn``; the cursor."""
-        return conn.execute(query.replace("{s}", self._s), params)
-
     # -- leases and fences -----------------------------------------------------------
-
-    def effective_fence(self, session_id: str, fence: int | None) -> int | None:
-        """``fence``, or, for ``None``, the fence of the lease this thread holds on the session."""
-        if fence is not None:
-            return fence
-        lease = self._held_leases().get(session_id)
-        return None if lease is None else lease.fence
-
-    def check_fenced(self, fenced: bool, session_id: str, fence: int | None) -> None:
-        """``LeaseLostError`` when a fenced statement reported the fence stale."""
-        if fenced:
-            return
-        used = self.effective_fence(session_id, fence)
-        raise LeaseLostError(
-            f"session {session_id!r} ({self.where}): the write carries fence {used} but a "
-            "newer fence was handed out since (the lease expired and another worker took the "
-            "session); nothing was written"
-        )
-
-    def _held_leases(self) -> dict[str, Lease]:
-        held: dict[str, Lease] | None = getattr(self._held, "leases", None)
-        if held is None:
-            held = self._held.leases = {}
-        return held
 
     def turn_lock(self, id: str, *, timeout: float | None = None) -> Lease:
         """Lease session ``id`` for a turn, across machines; ``SessionBusyError`` after ``timeout`` s.
@@ -363,49 +301,12 @@ class PostgresStore:
         ``timedelta``, by the database's clock) and approvals resolved that long ago."""
         return self.prune_parts(older_than)
 
-    def prune_parts(
-        self,
-        older_than: timedelta | float,
-        *,
-        sessions: bool = True,
-        checkpoints: bool = True,
-        approvals: bool = True,
-    ) -> PruneResult:
-        """``prune`` limited to some parts, in one transaction."""
-        params = {"age": older_than_seconds(older_than)}
-        cutoff = "now() - make_interval(secs => %(age)s)"
-        counts = [0, 0, 0]
-        with self.transaction() as conn:
-            if sessions:
-                counts[0] = self.run(
-                    conn,
-                    f"WITH old AS (DELETE FROM {{s}}.sessions WHERE updated_at <= {cutoff} "
-                    "RETURNING id), m AS (DELETE FROM {s}.messages WHERE session_id IN "
-                    "(SELECT id FROM old)), l AS (DELETE FROM {s}.leases WHERE session_id IN "
-                    "(SELECT id FROM old) AND (expires_at IS NULL OR expires_at < now())) "
-                    "SELECT count(*) FROM old",
-                    params,
-                ).fetchone()[0]
-            if checkpoints:
-                counts[1] = self.run(
-                    conn, f"DELETE FROM {{s}}.checkpoints WHERE updated_at <= {cutoff}", params
-                ).rowcount
-            if approvals:
-                counts[2] = self.run(
-                    conn,
-                    "DELETE FROM {s}.approvals WHERE status <> 'pending' "
-                    f"AND resolved_at <= {cutoff}",
-                    params,
-                ).rowcount
-        result = PruneResult(*counts)
-        log.info("%s: pruned %s", self.where, result)
-        return result
-
 
 class PostgresSessionStore(PgPart, BaseSessionStore):
     """The transcripts of a ``PostgresStore``: one row per message; ``lock_scope`` ``"cluster"``."""
 
     lock_scope: LockScope = "cluster"
+    store: PostgresStore
 
     def load(self, id: str) -> list[Message] | None:
         validate_session_id(id)
