@@ -5,9 +5,12 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
+from services_pg import drop_schema, postgres_url, require_postgres, schema_for
 from storekit import Kit
 
 from lousho_sessions import (
@@ -17,6 +20,7 @@ from lousho_sessions import (
     file_store,
     memory_store,
 )
+from lousho_sessions.postgres import PostgresStore
 from lousho_sessions.sqlite import SqliteStore
 from lousho_sessions.stores.adapters import sessions_contract, store_parts
 from lousho_sessions.testing import (
@@ -53,6 +57,42 @@ class TestSqliteMemoryStore(StoreContractTests):
         return SqliteStore(":memory:")
 
 
+class TestPostgresStore(StoreContractTests):
+    """The kit on the real server, one schema per test (named after ``tmp_path``, dropped after)."""
+
+    @pytest.fixture(autouse=True)
+    def _schema(self, tmp_path: Path) -> Iterator[None]:
+        require_postgres()
+        yield
+        drop_schema(schema_for(tmp_path))
+
+    def make_store(self, tmp_path: Path) -> Any:
+        return postgres(tmp_path)
+
+    def reopen_store(self, tmp_path: Path) -> Any:
+        return postgres(tmp_path)
+
+
+class DroppingPostgresStore(PostgresStore):
+    """A store whose ``close()`` drops its schema: the state machines make one per run."""
+
+    def close(self) -> None:
+        super().close()
+        drop_schema(self.schema)
+
+
+def postgres(path: Path) -> Any:
+    # a short lease: the kit's killed-holder test waits for it to run out
+    return PostgresStore(
+        postgres_url(), schema=schema_for(path), min_size=1, max_size=4, lease_ttl=2.0
+    )
+
+
+def postgres_machine(path: Path) -> Any:
+    require_postgres()
+    return DroppingPostgresStore(postgres_url(), schema=schema_for(path), max_size=2)
+
+
 def memory(path: Path) -> Any:
     return memory_store()
 
@@ -81,6 +121,9 @@ TestSqliteApprovals = approval_store_machine(sqlite).TestCase
 TestSqliteMemorySessions = session_store_machine(sqlite_memory).TestCase
 TestSqliteMemoryCheckpoints = checkpoint_store_machine(sqlite_memory).TestCase
 TestSqliteMemoryApprovals = approval_store_machine(sqlite_memory).TestCase
+TestPostgresSessions = session_store_machine(postgres_machine).TestCase
+TestPostgresCheckpoints = checkpoint_store_machine(postgres_machine).TestCase
+TestPostgresApprovals = approval_store_machine(postgres_machine).TestCase
 
 
 def test_our_parts_subclass_the_bases_and_check_fences(store: Kit) -> None:

@@ -1,0 +1,159 @@
+"""What every part of a ``PostgresStore`` uses: pooled connections, statements, fence checks."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from datetime import timedelta
+from typing import Any
+
+import psycopg
+import psycopg_pool
+
+from ..errors import LeaseLostError, StoreClosedError, StoreError
+from .base import PruneResult, older_than_seconds
+from .lease import Lease
+
+__all__ = ["FENCED", "PgCore", "PgPart"]
+
+log = logging.getLogger("lousho_sessions.stores.postgres")
+
+#: CTEs every fenced write starts with: ``ok.fenced`` is false when the session's lease row
+#: carries a newer fence than ``%(fence)s`` (NULL: not written under a lease, never refused).
+#: ``FOR SHARE`` makes a concurrent ``turn_lock`` wait for this write's commit, so a write
+#: either lands before the new fence is handed out or is refused.
+FENCED = (
+    "WITH lease AS (SELECT fence FROM {s}.leases WHERE session_id = %(sid)s FOR SHARE), "
+    "ok AS (SELECT (%(fence)s::bigint IS NULL "
+    "OR NOT EXISTS (SELECT 1 FROM lease WHERE fence > %(fence)s::bigint)) AS fenced)"
+)
+
+
+class PgCore:
+    """A ``PostgresStore`` without its lifecycle: what its parts call (see ``PostgresStore``)."""
+
+    where: str
+    _s: str
+    _closed: bool
+    _pool: psycopg_pool.ConnectionPool[Any]
+    _held: threading.local
+
+    def close(self) -> None:
+        """Close the store (``PostgresStore.close``)."""
+        raise NotImplementedError
+
+    @contextmanager
+    def connection(self) -> Iterator[psycopg.Connection[Any]]:
+        """A pooled connection for one statement or transaction; psycopg errors as ``StoreError``."""
+        if self._closed:
+            raise StoreClosedError(f"{self.where}: the PostgreSQL store was closed")
+        try:
+            with self._pool.connection() as conn:
+                yield conn
+        except psycopg_pool.PoolTimeout as exc:
+            raise StoreError(f"{self.where}: no connection available: {exc}") from exc
+        except psycopg.Error as exc:
+            if self._closed:
+                raise StoreClosedError(f"{self.where}: the PostgreSQL store was closed") from exc
+            raise StoreError(f"{self.where}: {exc}") from exc
+
+    @contextmanager
+    def transaction(self) -> Iterator[psycopg.Connection[Any]]:
+        """A pooled connection inside one transaction: committed on success, else rolled back."""
+        with self.connection() as conn, conn.transaction():
+            yield conn
+
+    def fetch(self, query: str, params: Mapping[str, Any] | None = None) -> list[tuple[Any, ...]]:
+        """Run one statement (``{s}`` is the schema) in a transaction of its own; its rows."""
+        sql = query.replace("{s}", self._s)
+        with self.connection() as conn:
+            if conn.autocommit:
+                cur = conn.execute(sql, params)
+                return cur.fetchall() if cur.description else []
+            with conn.transaction():
+                cur = conn.execute(sql, params)
+                return cur.fetchall() if cur.description else []
+
+    def run(self, conn: psycopg.Connection[Any], query: str, params: Any = None) -> Any:
+        """Run ``query`` (``{s}`` is the schema) on ``conn``; the cursor."""
+        return conn.execute(query.replace("{s}", self._s), params)
+
+    def effective_fence(self, session_id: str, fence: int | None) -> int | None:
+        """``fence``, or, for ``None``, the fence of the lease this thread holds on the session."""
+        if fence is not None:
+            return fence
+        lease = self._held_leases().get(session_id)
+        return None if lease is None else lease.fence
+
+    def check_fenced(self, fenced: bool, session_id: str, fence: int | None) -> None:
+        """``LeaseLostError`` when a fenced statement reported the fence stale."""
+        if fenced:
+            return
+        used = self.effective_fence(session_id, fence)
+        raise LeaseLostError(
+            f"session {session_id!r} ({self.where}): the write carries fence {used} but a "
+            "newer fence was handed out since (the lease expired and another worker took the "
+            "session); nothing was written"
+        )
+
+    def _held_leases(self) -> dict[str, Lease]:
+        held: dict[str, Lease] | None = getattr(self._held, "leases", None)
+        if held is None:
+            held = self._held.leases = {}
+        return held
+
+    def prune_parts(
+        self,
+        older_than: timedelta | float,
+        *,
+        sessions: bool = True,
+        checkpoints: bool = True,
+        approvals: bool = True,
+    ) -> PruneResult:
+        """``prune`` limited to some parts, in one transaction."""
+        params = {"age": older_than_seconds(older_than)}
+        cutoff = "now() - make_interval(secs => %(age)s)"
+        counts = [0, 0, 0]
+        with self.transaction() as conn:
+            if sessions:
+                counts[0] = self.run(
+                    conn,
+                    f"WITH old AS (DELETE FROM {{s}}.sessions WHERE updated_at <= {cutoff} "
+                    "RETURNING id), m AS (DELETE FROM {s}.messages WHERE session_id IN "
+                    "(SELECT id FROM old)), l AS (DELETE FROM {s}.leases WHERE session_id IN "
+                    "(SELECT id FROM old) AND (expires_at IS NULL OR expires_at < now())) "
+                    "SELECT count(*) FROM old",
+                    params,
+                ).fetchone()[0]
+            if checkpoints:
+                counts[1] = self.run(
+                    conn, f"DELETE FROM {{s}}.checkpoints WHERE updated_at <= {cutoff}", params
+                ).rowcount
+            if approvals:
+                counts[2] = self.run(
+                    conn,
+                    "DELETE FROM {s}.approvals WHERE status <> 'pending' "
+                    f"AND resolved_at <= {cutoff}",
+                    params,
+                ).rowcount
+        result = PruneResult(*counts)
+        log.info("%s: pruned %s", self.where, result)
+        return result
+
+
+class PgPart:
+    """A part of a ``PostgresStore``: its sessions, checkpoints or approvals."""
+
+    fenced_writes = True
+
+    def __init__(self, store: PgCore) -> None:
+        self.store = store
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.store.where!r})"
+
+    def close(self) -> None:
+        """Close the whole ``PostgresStore`` (its parts share one pool)."""
+        self.store.close()

@@ -1,0 +1,218 @@
+"""The PostgreSQL store's leases: a heartbeat per held lease, and waking waiters on release.
+
+A lease is a row ``leases(session_id, fence, holder, expires_at)``, never a held
+connection, transaction or advisory lock: between its statements the holder keeps
+no connection, so a turn's model and tool calls hold nothing in the pool. Every
+time is the database's (``now()``), so workers' clocks do not matter.
+
+``PostgresLease`` renews its row from a thread it owns every ``ttl / 3`` seconds
+and stops it on release. ``ReleaseListener`` holds one ``LISTEN`` connection
+per store (the only session-level state the store uses; ``notify=False`` turns it
+off for PgBouncer in transaction mode) and wakes the threads waiting for a session
+when its holder releases it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import select
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from .lease import Lease
+
+__all__ = ["PostgresLease", "ReleaseListener"]
+
+log = logging.getLogger("lousho_sessions.stores.postgres")
+
+
+class PostgresLease(Lease):
+    """A lease kept alive by a heartbeat thread it owns; ``lost`` once a renewal fails.
+
+    ``renew()`` returns whether the row still carries this lease's fence (then its
+    expiry moved ``ttl`` on). A renewal that finds another fence, or that cannot
+    reach the database for ``ttl`` seconds, marks the lease lost: ``lost`` turns
+    true and the turn's writes (which carry the fence) are refused by the database.
+    ``release()`` stops and joins the heartbeat, then frees the row.
+    """
+
+    def __init__(
+        self,
+        session_id: str,
+        fence: int,
+        *,
+        ttl: float,
+        renew: Callable[[], bool],
+        release: Callable[[], None],
+    ) -> None:
+        super().__init__(session_id, fence, self._finish)
+        self.ttl = ttl
+        self._renew = renew
+        self._free = release
+        self._lost = threading.Event()
+        self._stop = threading.Event()
+        self._heartbeat = threading.Thread(
+            target=self._beat, name=f"lousho-lease-{session_id}", daemon=True
+        )
+        self._heartbeat.start()
+
+    @property
+    def lost(self) -> bool:
+        """True once released, or once a renewal found the session taken over or failed for ``ttl`` s."""
+        return self._lost.is_set() or super().lost
+
+    def _beat(self) -> None:
+        interval = self.ttl / 3
+        last_ok = time.monotonic()
+        while not self._stop.wait(interval):
+            try:
+                held = self._renew()
+            except Exception as exc:  # the database is unreachable: retry until the ttl is spent
+                if time.monotonic() - last_ok < self.ttl:
+                    log.warning(
+                        "session %r: lease renewal failed, retrying: %s", self.session_id, exc
+                    )
+                    continue
+                log.error(
+                    "session %r: lease lost, not renewed for %.1f s", self.session_id, self.ttl
+                )
+                self._lost.set()
+                return
+            if not held:
+                log.warning(
+                    "session %r: lease with fence %d was taken over (it expired); "
+                    "this turn's writes will be refused",
+                    self.session_id,
+                    self.fence,
+                )
+                self._lost.set()
+                return
+            last_ok = time.monotonic()
+
+    def _finish(self) -> None:
+        self._stop.set()
+        if self._heartbeat is not threading.current_thread():
+            self._heartbeat.join()
+        self._free()
+
+
+class _Interest:
+    """How many threads wait for one session, and how many releases they were told of."""
+
+    __slots__ = ("generation", "users")
+
+    def __init__(self) -> None:
+        self.users = 0
+        self.generation = 0
+
+
+class ReleaseListener:
+    """``LISTEN``s on the store's channel on a thread of its own; wakes waiters of a released session.
+
+    Started on the first wait (``start()``), stopped by ``close()``. If its
+    connection breaks it reconnects with a backoff and then wakes every waiter
+    (a release may have been missed); waiters re-check on a bounded timer anyway.
+    """
+
+    def __init__(self, connect: Callable[[], Any], channel: str) -> None:
+        self._connect = connect
+        self._channel = channel
+        self._cond = threading.Condition()
+        self._interests: dict[str, _Interest] = {}
+        self._ready = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._wake_r, self._wake_w = -1, -1
+
+    @contextlib.contextmanager
+    def interest(self, session_id: str) -> Iterator[_Interest]:
+        """Register as a waiter for ``session_id`` while the block runs."""
+        with self._cond:
+            entry = self._interests.setdefault(session_id, _Interest())
+            entry.users += 1
+        try:
+            yield entry
+        finally:
+            with self._cond:
+                entry.users -= 1
+                if entry.users == 0 and self._interests.get(session_id) is entry:
+                    del self._interests[session_id]
+
+    def wait(self, entry: _Interest, seen: int, timeout: float) -> None:
+        """Wait until a release newer than ``seen`` is announced, or ``timeout`` seconds."""
+        with self._cond:
+            self._cond.wait_for(lambda: entry.generation != seen or self._stop.is_set(), timeout)
+
+    def start(self, timeout: float) -> bool:
+        """Start listening (once); whether ``LISTEN`` is in place within ``timeout`` seconds."""
+        with self._cond:
+            if self._thread is None and not self._stop.is_set():
+                self._wake_r, self._wake_w = os.pipe()
+                self._thread = threading.Thread(
+                    target=self._run, name="lousho-postgres-listen", daemon=True
+                )
+                self._thread.start()
+        return self._ready.wait(timeout)
+
+    def close(self) -> None:
+        """Stop the listening thread and close its connection; waiters re-check at once."""
+        with self._cond:
+            self._stop.set()
+            self._cond.notify_all()
+            thread = self._thread
+        if thread is not None:
+            os.write(self._wake_w, b"x")
+            thread.join()
+            os.close(self._wake_r)
+            os.close(self._wake_w)
+
+    def _announce(self, session_id: str | None) -> None:
+        with self._cond:
+            for key, entry in self._interests.items():
+                if session_id is None or key == session_id:
+                    entry.generation += 1
+            self._cond.notify_all()
+
+    def _run(self) -> None:
+        backoff = 0.1
+        while not self._stop.is_set():
+            try:
+                conn = self._connect()
+            except Exception as exc:
+                log.warning("cannot open the LISTEN connection, retrying: %s", exc)
+                if self._wait_stop(backoff):
+                    return
+                backoff = min(backoff * 2, 5.0)
+                continue
+            try:
+                conn.execute(f'LISTEN "{self._channel}"')
+                self._ready.set()
+                backoff = 0.1
+                self._announce(None)  # releases while not listening were missed
+                self._listen(conn)
+            except Exception as exc:
+                if not self._stop.is_set():
+                    log.warning("the LISTEN connection failed, reconnecting: %s", exc)
+            finally:
+                self._ready.clear()
+                with contextlib.suppress(Exception):
+                    conn.close()
+            if self._wait_stop(backoff):
+                return
+
+    def _listen(self, conn: Any) -> None:
+        fd = conn.fileno()
+        while not self._stop.is_set():
+            readable, _, _ = select.select([fd, self._wake_r], [], [])
+            if self._wake_r in readable:
+                return
+            for note in conn.notifies(timeout=0):
+                self._announce(note.payload)
+
+    def _wait_stop(self, seconds: float) -> bool:
+        with self._cond:
+            return self._cond.wait_for(self._stop.is_set, seconds)

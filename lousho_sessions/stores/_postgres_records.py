@@ -1,0 +1,181 @@
+"""The checkpoints and approvals of a ``PostgresStore`` (``lousho_sessions.stores.postgres``)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from datetime import timedelta
+from typing import Any
+
+from ..errors import ApprovalAlreadyResolvedError, ApprovalNotFoundError, StoreCorruptError
+from ._postgres_core import FENCED, PgPart
+from .base import (
+    BaseApprovalStore,
+    BaseCheckpointStore,
+    PruneResult,
+    check_approval_record,
+    decode_json_object,
+    encode_json_object,
+    resolved_approval,
+    validate_approval_id,
+    validate_turn_id,
+)
+from .lease import fence_session_id
+
+__all__ = ["PostgresApprovalStore", "PostgresCheckpointStore"]
+
+log = logging.getLogger("lousho_sessions.stores.postgres")
+
+
+class PostgresCheckpointStore(PgPart, BaseCheckpointStore):
+    """The checkpoints of a ``PostgresStore``: one ``json`` row per turn id, kept unchanged."""
+
+    def load(self, turn_id: str) -> dict[str, Any] | None:
+        validate_turn_id(turn_id)
+        rows = self.store.fetch(
+            "SELECT body::text FROM {s}.checkpoints WHERE turn_id = %(id)s", {"id": turn_id}
+        )
+        if not rows:
+            return None
+        return decode_json_object(rows[0][0], source=f"{self.store.where}: checkpoint {turn_id!r}")
+
+    def save(
+        self, turn_id: str, checkpoint: Mapping[str, Any], *, fence: int | None = None
+    ) -> None:
+        """Store ``checkpoint``; ``LeaseLostError`` (nothing written) if ``fence`` is stale."""
+        validate_turn_id(turn_id)
+        text = encode_json_object(checkpoint, what=f"checkpoint {turn_id!r}")
+        sid = fence_session_id(turn_id)
+        rows = self.store.fetch(
+            FENCED + ", w AS (INSERT INTO {s}.checkpoints (turn_id, body, updated_at) "
+            "SELECT %(id)s, %(body)s::json, now() WHERE (SELECT fenced FROM ok) "
+            "ON CONFLICT (turn_id) DO UPDATE SET body = excluded.body, updated_at = now()) "
+            "SELECT fenced FROM ok",
+            {
+                "sid": sid,
+                "fence": self.store.effective_fence(sid, fence),
+                "id": turn_id,
+                "body": text,
+            },
+        )
+        self.store.check_fenced(rows[0][0], sid, fence)
+
+    def delete(self, turn_id: str, *, fence: int | None = None) -> None:
+        """Forget the checkpoint; ``LeaseLostError`` (nothing deleted) if ``fence`` is stale."""
+        validate_turn_id(turn_id)
+        sid = fence_session_id(turn_id)
+        rows = self.store.fetch(
+            FENCED + ", d AS (DELETE FROM {s}.checkpoints WHERE turn_id = %(id)s "
+            "AND (SELECT fenced FROM ok)) SELECT fenced FROM ok",
+            {"sid": sid, "fence": self.store.effective_fence(sid, fence), "id": turn_id},
+        )
+        self.store.check_fenced(rows[0][0], sid, fence)
+
+    def list(self, prefix: str = "") -> list[str]:
+        """The stored turn ids that start with ``prefix``, sorted."""
+        rows = self.store.fetch(
+            "SELECT turn_id FROM {s}.checkpoints WHERE left(turn_id, %(n)s) = %(p)s "
+            'ORDER BY turn_id COLLATE "C"',
+            {"n": len(prefix), "p": prefix},
+        )
+        return [row[0] for row in rows]
+
+    def prune(self, older_than: timedelta | float) -> PruneResult:
+        """Delete the checkpoints not updated within ``older_than``."""
+        return self.store.prune_parts(older_than, sessions=False, approvals=False)
+
+
+class PostgresApprovalStore(PgPart, BaseApprovalStore):
+    """The approval records of a ``PostgresStore``; ``resolve`` is one compare-and-set
+    ``UPDATE … WHERE status = 'pending' RETURNING``, so across machines one caller wins."""
+
+    def create(self, record: Mapping[str, Any], *, fence: int | None = None) -> None:
+        """Store a new record; ``ValueError`` if one with its ``id`` exists or it is malformed."""
+        approval_id = validate_approval_id(record.get("id"))
+        check_approval_record(record, source=f"approval {approval_id!r}")
+        text = encode_json_object(record, what=f"approval {approval_id!r}")
+        status = str(record["status"])
+        session_id = record.get("session_id")
+        sid = session_id if isinstance(session_id, str) else None
+        rows = self.store.fetch(
+            FENCED + ", w AS (INSERT INTO {s}.approvals "
+            "(id, session_id, status, created_key, body, resolved_at) "
+            "SELECT %(id)s, %(sid)s, %(status)s, %(key)s, %(body)s::json, "
+            "CASE WHEN %(status)s = 'pending' THEN NULL ELSE now() END "
+            "WHERE (SELECT fenced FROM ok) ON CONFLICT (id) DO NOTHING RETURNING 1) "
+            "SELECT (SELECT fenced FROM ok), EXISTS (SELECT 1 FROM w)",
+            {
+                "sid": sid,
+                "fence": None if sid is None else self.store.effective_fence(sid, fence),
+                "id": approval_id,
+                "status": status,
+                "key": str(record.get("created_at", "")).replace("\x00", ""),
+                "body": text,
+            },
+        )
+        fenced, created = rows[0]
+        self.store.check_fenced(fenced, sid or "", fence)
+        if not created:
+            raise ValueError(f"approval {approval_id!r} exists already ({self.store.where})")
+
+    def get(self, id: str) -> dict[str, Any] | None:
+        validate_approval_id(id)
+        rows = self.store.fetch(
+            "SELECT body::text FROM {s}.approvals WHERE id = %(id)s", {"id": id}
+        )
+        return None if not rows else self._decode(id, rows[0][0])
+
+    def resolve(self, id: str, *, approved: bool, reason: str | None = None) -> dict[str, Any]:
+        """Approve or deny a pending record: exactly one caller wins, on any machine."""
+        validate_approval_id(id)
+        current = self.get(id)
+        if current is None:
+            raise ApprovalNotFoundError(f"no approval with id {id!r} in {self.store.where}")
+        record = resolved_approval(current, approved=approved, reason=reason, source=repr(id))
+        rows = self.store.fetch(
+            "UPDATE {s}.approvals SET status = %(status)s, body = %(body)s::json, "
+            "resolved_at = now() WHERE id = %(id)s AND status = 'pending' RETURNING 1",
+            {
+                "id": id,
+                "status": record["status"],
+                "body": encode_json_object(record, what=f"approval {id!r}"),
+            },
+        )
+        if not rows:  # another caller won between our read and this compare-and-set
+            now = self.get(id)
+            if now is None:
+                raise ApprovalNotFoundError(f"no approval with id {id!r} in {self.store.where}")
+            raise ApprovalAlreadyResolvedError(
+                f"approval {id!r} was already resolved ({now.get('status')})"
+            )
+        return record
+
+    def list(
+        self, session_id: str | None = None, status: str | None = "pending"
+    ) -> list[dict[str, Any]]:
+        rows = self.store.fetch(
+            "SELECT id, body::text FROM {s}.approvals "
+            "WHERE (%(sid)s::text IS NULL OR session_id = %(sid)s) "
+            "AND (%(status)s::text IS NULL OR status = %(status)s) "
+            'ORDER BY created_key COLLATE "C", id COLLATE "C"',
+            {"sid": session_id, "status": status},
+        )
+        records = []
+        for id, text in rows:
+            try:
+                records.append(self._decode(id, text))
+            except StoreCorruptError as exc:
+                log.warning("skipping unreadable approval record: %s", exc)
+        return records
+
+    def delete(self, id: str) -> None:
+        validate_approval_id(id)
+        self.store.fetch("DELETE FROM {s}.approvals WHERE id = %(id)s", {"id": id})
+
+    def prune(self, older_than: timedelta | float) -> PruneResult:
+        """Delete the records resolved more than ``older_than`` ago; pending ones stay."""
+        return self.store.prune_parts(older_than, sessions=False, checkpoints=False)
+
+    def _decode(self, id: str, text: str) -> dict[str, Any]:
+        source = f"{self.store.where}: approval {id!r}"
+        return check_approval_record(decode_json_object(text, source=source), source=source)

@@ -1,0 +1,192 @@
+"""The PostgreSQL store's schema: versioned migrations, applied under a transaction-scoped lock.
+
+Each entry of ``MIGRATIONS`` takes the schema one version up and runs in one
+transaction holding ``pg_advisory_xact_lock`` on the schema's name, so any number
+of processes may open a new database at once: the first applies the migration,
+the others wait for its commit, read the new version and apply nothing. The lock
+is released with the transaction, so nothing stays on the connection (PgBouncer
+in transaction mode is fine). ``schema_version`` keeps one row per applied version.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import TYPE_CHECKING, Any
+
+from ..errors import SchemaVersionError
+
+if TYPE_CHECKING:
+    import psycopg
+
+__all__ = [
+    "MIGRATIONS",
+    "SCHEMA_PATTERN",
+    "SCHEMA_VERSION",
+    "migrate",
+    "migration_sql",
+    "quoted",
+    "stored_version",
+    "validate_schema",
+]
+
+log = logging.getLogger("lousho_sessions.stores.postgres")
+
+#: Schema names: lowercase, so they need no quoting in a user's own SQL.
+SCHEMA_PATTERN = r"^[a-z_][a-z0-9_]{0,47}$"
+_SCHEMA = re.compile(SCHEMA_PATTERN)
+
+#: ``(summary, statements)`` per version; ``{s}`` is the quoted schema name. Never edit an
+#: entry once released: add one (tests/fixtures/postgres-v1.sql pins version 1).
+MIGRATIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    (
+        "1: sessions, messages as rows, checkpoints, approvals, leases with fences",
+        (
+            "CREATE SEQUENCE {s}.fences AS bigint",
+            """CREATE TABLE {s}.sessions (
+    id text PRIMARY KEY,
+    length integer NOT NULL,
+    revision bigint NOT NULL,
+    updated_at timestamptz NOT NULL DEFAULT now()
+)""",
+            """CREATE TABLE {s}.messages (
+    session_id text NOT NULL,
+    seq integer NOT NULL,
+    body json NOT NULL,
+    PRIMARY KEY (session_id, seq)
+)""",
+            """CREATE TABLE {s}.checkpoints (
+    turn_id text PRIMARY KEY,
+    body json NOT NULL,
+    updated_at timestamptz NOT NULL DEFAULT now()
+)""",
+            """CREATE TABLE {s}.approvals (
+    id text PRIMARY KEY,
+    session_id text,
+    status text NOT NULL,
+    created_key text NOT NULL,
+    body json NOT NULL,
+    resolved_at timestamptz
+)""",
+            """CREATE TABLE {s}.leases (
+    session_id text PRIMARY KEY,
+    fence bigint NOT NULL,
+    holder text,
+    expires_at timestamptz
+)""",
+            "CREATE INDEX sessions_updated ON {s}.sessions (updated_at)",
+            "CREATE INDEX checkpoints_updated ON {s}.checkpoints (updated_at)",
+            "CREATE INDEX approvals_session ON {s}.approvals (session_id, status)",
+            "CREATE INDEX approvals_resolved ON {s}.approvals (resolved_at)",
+        ),
+    ),
+)
+SCHEMA_VERSION = len(MIGRATIONS)
+
+_VERSION_TABLE = """CREATE TABLE IF NOT EXISTS {s}.schema_version (
+    version integer PRIMARY KEY,
+    summary text NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now()
+)"""
+
+
+def validate_schema(schema: object) -> str:
+    """``schema`` if it matches ``SCHEMA_PATTERN``, else ``ValueError``."""
+    if isinstance(schema, str) and _SCHEMA.fullmatch(schema):
+        return schema
+    raise ValueError(
+        f"invalid schema name {schema!r}: it must match {SCHEMA_PATTERN} "
+        "(lowercase letters, digits and '_', up to 48 characters)"
+    )
+
+
+def quoted(schema: str) -> str:
+    """The schema name as an SQL identifier (validated, so quoting is enough)."""
+    return '"' + validate_schema(schema) + '"'
+
+
+def migration_sql(schema: str = "lousho", *, since: int = 0) -> str:
+    """The SQL taking ``schema`` from version ``since`` to ``SCHEMA_VERSION``, as a script.
+
+    For users who migrate with their own tools: run it once, then open the store
+    with ``migrate=False``. Each version is one transaction.
+    """
+    s = quoted(schema)
+    if not 0 <= since <= SCHEMA_VERSION:
+        raise ValueError(f"since must be between 0 and {SCHEMA_VERSION}, got {since!r}")
+    lines = [
+        f"-- lousho_sessions PostgreSQL schema {schema!r}, versions {since} to {SCHEMA_VERSION}"
+    ]
+    for number, (summary, statements) in enumerate(MIGRATIONS[since:], since + 1):
+        lines += ["", f"-- version {summary}", "BEGIN;"]
+        if number == 1:
+            lines += [f"CREATE SCHEMA IF NOT EXISTS {s};", _VERSION_TABLE.format(s=s) + ";"]
+        lines += [statement.format(s=s) + ";" for statement in statements]
+        summary_literal = summary.replace("'", "''")
+        lines += [
+            f"INSERT INTO {s}.schema_version (version, summary) VALUES ({number}, '{summary_literal}');",
+            "COMMIT;",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def stored_version(conn: psycopg.Connection[Any], schema: str) -> int:
+    """The schema's version in the database: 0 when it has no ``schema_version`` table."""
+    s = quoted(schema)
+    # A query of the catalog tables, not to_regclass(): that one may answer from a cache
+    # not yet told of a table another process created while this one waited for the lock.
+    row = conn.execute(
+        "SELECT 1 FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n "
+        "ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relname = 'schema_version'",
+        (schema,),
+    ).fetchone()
+    if row is None:
+        return 0
+    row = conn.execute(f"SELECT coalesce(max(version), 0) FROM {s}.schema_version").fetchone()
+    return int(row[0]) if row else 0
+
+
+def check_version(version: int, schema: str, where: str) -> None:
+    """``SchemaVersionError`` for a schema written by a newer release."""
+    if version > SCHEMA_VERSION:
+        raise SchemaVersionError(
+            f"{where}: schema {schema!r} is at version {version}, written by a newer "
+            f"lousho_sessions; this release reads versions up to {SCHEMA_VERSION}"
+        )
+
+
+def migrate(conn: psycopg.Connection[Any], schema: str, *, where: str) -> int:
+    """Bring ``schema`` to ``SCHEMA_VERSION``, one transaction per version; the versions applied.
+
+    ``conn`` is in autocommit mode. Reads the version first without a lock (the
+    common case: nothing to do), then, per missing version, takes the schema's
+    advisory lock, reads the version again and applies the migration if still missing.
+    """
+    version = stored_version(conn, schema)
+    check_version(version, schema, where)
+    applied = 0
+    s = quoted(schema)
+    while version < SCHEMA_VERSION:
+        with conn.transaction():
+            conn.execute(
+                "SELECT pg_advisory_xact_lock(hashtext('lousho_sessions.migrate'), hashtext(%s))",
+                (schema,),
+            )
+            version = stored_version(conn, schema)
+            check_version(version, schema, where)
+            if version >= SCHEMA_VERSION:
+                break
+            summary, statements = MIGRATIONS[version]
+            log.info("%s: migrating schema %r to version %s", where, schema, summary)
+            if version == 0:
+                conn.execute(f"CREATE SCHEMA IF NOT EXISTS {s}")
+                conn.execute(_VERSION_TABLE.format(s=s))
+            for statement in statements:
+                conn.execute(statement.format(s=s))
+            conn.execute(
+                f"INSERT INTO {s}.schema_version (version, summary) VALUES (%s, %s)",
+                (version + 1, summary),
+            )
+            version += 1
+            applied += 1
+    return applied

@@ -1,0 +1,278 @@
+"""PostgresStore in one process: schema versions, the v1 fixture, leases and fences, pools.
+
+The conformance kit and state machines run in tests/test_store_kit.py, the
+multi-process tests in tests/test_postgres_processes.py.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import psycopg_pool
+import pytest
+from services_pg import fresh_schema, postgres_url
+
+from lousho_sessions import (
+    Lease,
+    LeaseLostError,
+    Message,
+    SchemaVersionError,
+    SessionBusyError,
+    StoreClosedError,
+    StoreError,
+)
+from lousho_sessions.postgres import SCHEMA_VERSION, PostgresStore, migration_sql
+
+FIXTURE = Path(__file__).parent / "fixtures" / "postgres-v1.sql"
+WAIT = 30.0
+
+
+@pytest.fixture
+def pg_schema() -> Iterator[str]:
+    """A schema of this test's own on the server, dropped after it."""
+    yield from fresh_schema()
+
+
+def open_store(schema: str, **options: object) -> PostgresStore:
+    options.setdefault("max_size", 2)
+    return PostgresStore(postgres_url(), schema=schema, **options)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def pg(pg_schema: str) -> Iterator[PostgresStore]:
+    with open_store(pg_schema, lease_ttl=1.0) as store:
+        yield store
+
+
+def sql(statement: str) -> list[tuple[object, ...]]:
+    with psycopg.connect(postgres_url(), autocommit=True) as conn:
+        cur = conn.execute(statement)
+        return cur.fetchall() if cur.description else []
+
+
+def until(condition: object, what: str) -> None:
+    """Poll ``condition()`` until true, failing after ``WAIT`` seconds."""
+    deadline = time.monotonic() + WAIT
+    pause = threading.Event()
+    while not condition():  # type: ignore[operator]
+        assert time.monotonic() < deadline, f"not within {WAIT} s: {what}"
+        pause.wait(0.02)
+
+
+def turn(n: int) -> list[Message]:
+    return [Message.user(f"q{n}"), Message.assistant(f"a{n}")]
+
+
+# -- schema versions ----------------------------------------------------------------
+
+
+def test_the_v1_fixture_pins_the_first_migration() -> None:
+    """Editing migration 1 in place would break every database made with it: add one instead."""
+    text = FIXTURE.read_text(encoding="utf-8")
+    assert text.startswith(migration_sql("lousho_v1", since=0).split("\n-- version 2")[0])
+
+
+def test_a_v1_database_opens_and_keeps_working(pg_schema: str) -> None:
+    sql(FIXTURE.read_text(encoding="utf-8").replace('"lousho_v1"', f'"{pg_schema}"'))
+    with open_store(pg_schema) as store:
+        assert store.applied_migrations == SCHEMA_VERSION - 1
+        messages = store.sessions.load("s1") or []
+        assert [m.role for m in messages] == ["user", "assistant"]
+        assert messages[0].text == "hello from v1"
+        assert messages[1].tool_calls[0].arguments == {"q": "x"}
+        assert store.checkpoints.load("s1.turn-1") == {
+            "version": 1,
+            "step": "model",
+            "future_field": [1, 2],
+        }
+        assert store.approvals.get("a1")["future_field"] == "kept"  # type: ignore[index]
+        with store.sessions.turn_lock("s1", timeout=WAIT) as lease:
+            assert lease.fence > 7  # after the fence the fixture's lease row holds
+            store.sessions.append("s1", turn(2), 2, fence=lease.fence)
+        with pytest.raises(LeaseLostError):
+            store.sessions.append("s1", turn(3), 4, fence=7)
+        assert store.approvals.resolve("a1", approved=True)["future_field"] == "kept"
+        assert len(store.sessions.load("s1") or []) == 4
+
+
+def test_a_schema_from_a_newer_release_is_refused(pg_schema: str) -> None:
+    open_store(pg_schema).close()
+    sql(f"INSERT INTO \"{pg_schema}\".schema_version (version, summary) VALUES (99, 'future')")
+    with pytest.raises(SchemaVersionError, match="version 99"):
+        open_store(pg_schema)
+    with pytest.raises(SchemaVersionError, match="version 99"):
+        open_store(pg_schema, migrate=False)
+
+
+def test_migrate_false_needs_the_printed_sql(pg_schema: str) -> None:
+    """Users who migrate with their own tools run ``migration_sql()``, then open with migrate=False."""
+    with pytest.raises(SchemaVersionError, match="migration_sql"):
+        open_store(pg_schema, migrate=False)
+    sql(PostgresStore.migration_sql(pg_schema))
+    with open_store(pg_schema, migrate=False) as store:
+        store.sessions.append("s1", turn(1), 0)
+        assert len(store.sessions.load("s1") or []) == 2
+    with open_store(pg_schema) as store:
+        assert store.applied_migrations == 0
+
+
+def test_bad_arguments_are_refused_before_connecting() -> None:
+    with pytest.raises(ValueError, match="schema name"):
+        PostgresStore(postgres_url(), schema="Robert'); DROP TABLE x;--")
+    with pytest.raises(ValueError, match="lease_ttl"):
+        PostgresStore(postgres_url(), lease_ttl=0)
+    with pytest.raises(TypeError, match="conninfo"):
+        PostgresStore(5432)  # type: ignore[arg-type]
+
+
+def test_an_unreachable_server_is_a_store_error_without_the_password() -> None:
+    with pytest.raises(StoreError) as caught:
+        PostgresStore("postgresql://u:sekrit@127.0.0.1:1/db?connect_timeout=2")
+    assert "127.0.0.1:1/db" in str(caught.value)
+    assert "sekrit" not in str(caught.value)
+
+
+# -- leases and fences --------------------------------------------------------------
+
+
+def test_the_heartbeat_keeps_a_lease_past_its_ttl(pg: PostgresStore) -> None:
+    """A turn longer than the TTL (a slow model call) keeps its session."""
+    with pg.sessions.turn_lock("s1", timeout=WAIT) as lease:
+        (start,) = sql("SELECT now()")[0]
+        until(lambda: sql(f"SELECT now() > '{start}'::timestamptz + interval '3 s'")[0][0], "3 s")
+        with pytest.raises(SessionBusyError):
+            pg.sessions.turn_lock("s1", timeout=0)
+        assert not lease.lost
+        pg.sessions.append("s1", turn(1), 0, fence=lease.fence)
+
+
+def expire(store: PostgresStore, session_id: str) -> None:
+    """What a long pause or a partition does to a lease: its row runs out, unrenewed."""
+    sql(
+        f"UPDATE \"{store.schema}\".leases SET expires_at = now() - interval '1 s' "
+        f"WHERE session_id = '{session_id}'"
+    )
+
+
+def elsewhere(store: PostgresStore, session_id: str) -> Lease:
+    """The session's lease, taken on another thread (as another worker would)."""
+    taken: list[Lease] = []
+    thread = threading.Thread(target=lambda: taken.append(store.turn_lock(session_id, timeout=0)))
+    thread.start()
+    thread.join(WAIT)
+    return taken[0]
+
+
+def test_a_lease_taken_over_refuses_every_write_of_its_turn(pg: PostgresStore) -> None:
+    pg.sessions.save("s1", turn(1))
+    pg.checkpoints.save("s1.turn-1", {"step": 1})
+    old = pg.sessions.turn_lock("s1", timeout=WAIT)
+    try:
+        expire(pg, "s1")
+        new = elsewhere(pg, "s1")  # another worker takes the session
+        before = pg.sessions.revision("s1")
+        with pytest.raises(LeaseLostError):
+            pg.sessions.append("s1", turn(2), 2, fence=old.fence)
+        with pytest.raises(LeaseLostError):  # no fence given: the thread's lease is used
+            pg.sessions.append("s1", turn(2), 2)
+        with pytest.raises(LeaseLostError):
+            pg.sessions.save("s1", turn(9))
+        with pytest.raises(LeaseLostError):
+            pg.checkpoints.save("s1.turn-1", {"step": 2}, fence=old.fence)
+        with pytest.raises(LeaseLostError):
+            pg.checkpoints.delete("s1.turn-1", fence=old.fence)
+        with pytest.raises(LeaseLostError):
+            pg.approvals.create({"id": "a1", "session_id": "s1", "status": "pending"})
+        assert pg.sessions.revision("s1") == before
+        assert [m.text for m in pg.sessions.load("s1") or []] == ["q1", "a1"]
+        assert pg.checkpoints.load("s1.turn-1") == {"step": 1}
+        assert pg.approvals.get("a1") is None
+        until(lambda: old.lost, "the old lease's heartbeat notices the takeover")
+        assert not new.lost
+        pg.sessions.append("s1", turn(2), 2, fence=new.fence)
+        new.release()
+    finally:
+        old.release()  # releasing a lost lease frees nothing of the new holder's
+    assert len(pg.sessions.load("s1") or []) == 4
+
+
+def test_releasing_a_lost_lease_does_not_free_the_new_holder(pg: PostgresStore) -> None:
+    old = pg.sessions.turn_lock("s1", timeout=WAIT)
+    expire(pg, "s1")
+    new = elsewhere(pg, "s1")
+    old.release()
+    with pytest.raises(SessionBusyError):
+        pg.sessions.turn_lock("s1", timeout=0)
+    new.release()
+
+
+@pytest.mark.parametrize("notify", [True, False], ids=["listen", "poll"])
+def test_a_waiter_gets_the_session_on_release(pg_schema: str, notify: bool) -> None:
+    """Released with LISTEN/NOTIFY or found by polling with a backoff (PgBouncer)."""
+    with open_store(pg_schema, lease_ttl=60.0, notify=notify) as store:
+        first = store.sessions.turn_lock("s1", timeout=WAIT)
+        got = threading.Event()
+        fences: list[int] = []
+
+        def waiter() -> None:
+            with store.sessions.turn_lock("s1", timeout=WAIT) as lease:
+                fences.append(lease.fence)
+                got.set()
+
+        thread = threading.Thread(target=waiter)
+        thread.start()
+        assert not got.wait(0.2)
+        first.release()
+        assert got.wait(WAIT)
+        thread.join(WAIT)
+        assert fences[0] > first.fence
+
+
+def test_a_pool_of_yours_is_used_and_left_open(pg_schema: str) -> None:
+    with psycopg_pool.ConnectionPool(
+        postgres_url(), min_size=1, max_size=2, open=True, kwargs={"autocommit": False}
+    ) as pool:
+        with PostgresStore(pool, schema=pg_schema) as store:
+            with store.sessions.turn_lock("s1", timeout=WAIT) as lease:
+                store.sessions.append("s1", turn(1), 0, fence=lease.fence)
+            store.approvals.create({"id": "a1", "session_id": "s1", "status": "pending"})
+            assert store.approvals.resolve("a1", approved=False)["status"] == "denied"
+            assert len(store.sessions.load("s1") or []) == 2
+        with pool.connection() as conn:  # still open
+            assert conn.execute("SELECT 1").fetchone() == (1,)
+
+
+def test_no_connection_is_held_while_a_turn_holds_its_lease(pg_schema: str) -> None:
+    """The lease is a row: a held turn leaves the pool's connections free."""
+    with open_store(pg_schema, min_size=1, max_size=1, timeout=2.0) as store:
+        leases = [store.sessions.turn_lock(f"s{n}", timeout=WAIT) for n in range(5)]
+        for n, lease in enumerate(leases):
+            store.sessions.append(f"s{n}", turn(n), 0, fence=lease.fence)
+        for lease in leases:
+            lease.release()
+        assert store._pool.get_stats()["pool_size"] == 1
+
+
+def test_a_closed_store_refuses_calls(pg: PostgresStore) -> None:
+    pg.close()
+    pg.close()
+    with pytest.raises(StoreClosedError):
+        pg.sessions.load("s1")
+    with pytest.raises(StoreClosedError):
+        pg.sessions.turn_lock("s1")
+
+
+def test_prune_keeps_what_is_recent_and_pending(pg: PostgresStore) -> None:
+    pg.sessions.save("s1", turn(1))
+    pg.checkpoints.save("s1.turn-1", {"x": 1})
+    pg.approvals.create({"id": "p", "session_id": "s1", "status": "pending"})
+    pg.approvals.create({"id": "r", "session_id": "s1", "status": "pending"})
+    pg.approvals.resolve("r", approved=True)
+    assert pg.prune(3600) == type(pg.prune(3600))(0, 0, 0)
+    result = pg.prune(0)
+    assert (result.sessions, result.checkpoints, result.approvals) == (1, 1, 1)
+    assert [r["id"] for r in pg.approvals.list()] == ["p"]
