@@ -5,10 +5,13 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from storekit import Kit
+import pytest
+from services_redis import drop_prefix, prefix_for, redis_url, require_redis
+from storekit import REDIS_LEASE_TTL, Kit
 
 from lousho_sessions import (
     BaseApprovalStore,
@@ -17,6 +20,7 @@ from lousho_sessions import (
     file_store,
     memory_store,
 )
+from lousho_sessions.redis import RedisStore
 from lousho_sessions.sqlite import SqliteStore
 from lousho_sessions.stores.adapters import sessions_contract, store_parts
 from lousho_sessions.testing import (
@@ -53,6 +57,36 @@ class TestSqliteMemoryStore(StoreContractTests):
         return SqliteStore(":memory:")
 
 
+class TestRedisStore(StoreContractTests):
+    """The kit on the real server, one key prefix per test (named after ``tmp_path``, dropped after)."""
+
+    @pytest.fixture(autouse=True)
+    def _prefix(self, tmp_path: Path) -> Iterator[None]:
+        require_redis()
+        yield
+        drop_prefix(prefix_for(tmp_path))
+
+    def make_store(self, tmp_path: Path) -> Any:
+        # a short lease: the kit's killed-holder test waits for it to run out
+        return RedisStore(redis_url(), prefix=prefix_for(tmp_path), lease_ttl=REDIS_LEASE_TTL)
+
+    def reopen_store(self, tmp_path: Path) -> Any:
+        return self.make_store(tmp_path)
+
+
+class DroppingRedisStore(RedisStore):
+    """A store whose ``close()`` deletes its keys: the state machines make one per run."""
+
+    def close(self) -> None:
+        super().close()
+        drop_prefix(self.prefix)
+
+
+def redis_machine(path: Path) -> Any:
+    require_redis()
+    return DroppingRedisStore(redis_url(), prefix=prefix_for(path))
+
+
 def memory(path: Path) -> Any:
     return memory_store()
 
@@ -81,6 +115,9 @@ TestSqliteApprovals = approval_store_machine(sqlite).TestCase
 TestSqliteMemorySessions = session_store_machine(sqlite_memory).TestCase
 TestSqliteMemoryCheckpoints = checkpoint_store_machine(sqlite_memory).TestCase
 TestSqliteMemoryApprovals = approval_store_machine(sqlite_memory).TestCase
+TestRedisSessions = session_store_machine(redis_machine).TestCase
+TestRedisCheckpoints = checkpoint_store_machine(redis_machine).TestCase
+TestRedisApprovals = approval_store_machine(redis_machine).TestCase
 
 
 def test_our_parts_subclass_the_bases_and_check_fences(store: Kit) -> None:
