@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -293,14 +293,14 @@ class RedisApprovalStore(_Part, BaseApprovalStore):
 
     # -- helpers ------------------------------------------------------------------
 
-    def _groups(self) -> list[str]:
+    def _groups(self) -> Sequence[str]:
         groups: set[str] = set()
         with self.store.call("read the approval index") as client:
             for _, group in client.hscan_iter(self.store.approval_index, count=500):
                 groups.add(text(group, source=self.store.approval_index))
         return sorted(groups)
 
-    def _records(self, groups: list[str]) -> Iterator[tuple[str, Any]]:
+    def _records(self, groups: Sequence[str]) -> Iterator[tuple[str, Any]]:
         with self.store.call("read approvals") as client:
             for group in groups:
                 for id, raw in client.hgetall(self.store.key(group, "approvals")).items():

@@ -318,11 +318,18 @@ class RedisLease(Lease):
             sent = time.monotonic()
             try:
                 held = self._store.run(
-                    "RENEW", self.session_id, self._token, str(self.fence), self._ttl_ms, what="renew"
+                    "RENEW",
+                    self.session_id,
+                    self._token,
+                    str(self.fence),
+                    self._ttl_ms,
+                    what="renew",
                 )
             except StoreError as exc:
                 if self.lost:
-                    log.error("session %r: lease lost, not renewed in time: %s", self.session_id, exc)
+                    log.error(
+                        "session %r: lease lost, not renewed in time: %s", self.session_id, exc
+                    )
                     return
                 log.warning("session %r: lease renewal failed, retrying: %s", self.session_id, exc)
                 continue
