@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import os
+import re
 import signal
 import threading
 import time
@@ -379,6 +380,17 @@ def test_a_finished_session_expires(open_store: Callable[..., RedisStore]) -> No
     store.sessions.save("s", [Message.user("gone soon")])
     until(lambda: store.sessions.load("s") is None, "the session expired")
     assert store.sessions.revision("s") is None
+
+
+def test_the_docs_example_runs(location: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """docs/stores.md's Redis block (marked no-run there: the docs runner has no server)."""
+    doc = (Path(__file__).parent.parent / "docs" / "stores.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"```python\n(.*?)```", doc, flags=re.S)
+    (block,) = [b for b in blocks if "RedisStore(" in b]
+    assert 'prefix="myapp"' in block
+    exec(block.replace('prefix="myapp"', f"prefix={prefix_for(location)!r}"), {})
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[0] and printed[1].startswith("PruneResult(sessions=0")
 
 
 # -- corrupt data and prune ----------------------------------------------------------

@@ -26,6 +26,7 @@ __all__ = [
     "CHECKPOINT_PRUNE",
     "CHECKPOINT_SAVE",
     "INDEX_FORGET",
+    "LOAD",
     "RELEASE",
     "RENEW",
     "SAVE",
@@ -142,6 +143,11 @@ push_all(MESSAGES, 5)
 redis.call('HSET', META, 'length', length + #ARGV - 4, 'revision', ARGV[3], 'updated', fmt(now))
 settle(now, ARGV[4])
 return {'ok'}
+""")
+
+#: No ARGV; reads only. -> {length or false, {messages...}}, one consistent view
+LOAD = _script("""
+return {redis.call('HGET', META, 'length'), redis.call('LRANGE', MESSAGES, 0, -1)}
 """)
 
 #: ARGV: revision, session ttl, messages... -> 'ok'

@@ -380,11 +380,7 @@ class RedisSessionStore(BaseSessionStore):
     def load(self, id: str) -> list[Message] | None:
         validate_session_id(id)
         source = f"{self.store.where}: session {id!r}"
-        with self.store.call(f"load {id!r}") as client:
-            pipe = client.pipeline(transaction=True)
-            pipe.hget(self.store.key(id, "meta"), "length")
-            pipe.lrange(self.store.key(id, "messages"), 0, -1)
-            length, items = pipe.execute()
+        length, items = self.store.run("LOAD", id, what=f"load {id!r}")
         if length is None:
             if items:
                 raise StoreCorruptError(f"{source}: messages are stored but no length")
