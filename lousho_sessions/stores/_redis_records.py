@@ -15,9 +15,10 @@ import logging
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..errors import ApprovalAlreadyResolvedError, ApprovalNotFoundError, StoreCorruptError
+from ._redis_base import NO_SESSION, RedisConnection, text
 from .base import (
     SESSION_ID_PATTERN,
     BaseApprovalStore,
@@ -33,10 +34,6 @@ from .base import (
     validate_turn_id,
 )
 from .lease import fence_session_id
-from .redis import NO_SESSION, text
-
-if TYPE_CHECKING:
-    from .redis import RedisStore
 
 __all__ = ["RedisApprovalStore", "RedisCheckpointStore"]
 
@@ -53,7 +50,7 @@ def _fence(fence: int | None) -> str:
 class _Part:
     fenced_writes = True
 
-    def __init__(self, store: RedisStore) -> None:
+    def __init__(self, store: RedisConnection) -> None:
         self.store = store
 
     def __repr__(self) -> str:
