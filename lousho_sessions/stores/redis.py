@@ -57,7 +57,9 @@ class RedisStore(RedisConnection):
     a turn's lease lives without a heartbeat: a holder that dies blocks its session
     that long; a live holder renews it every third of it. ``ttl`` (seconds or a
     ``timedelta``, default none) lets a finished session expire that long after its
-    last write; see docs/stores.md "Redis". After ``close()`` every call raises
+    last write; see docs/stores.md "Redis". A waiting ``turn_lock`` blocks in
+    ``BLPOP`` for at most ``wake_poll`` seconds at a time, so a client's
+    ``socket_timeout``, if set, must be longer. After ``close()`` every call raises
     ``StoreClosedError``.
     """
 
