@@ -22,6 +22,9 @@ from lousho_sessions.stores.memory import (
 KINDS = ("memory", "files", "sqlite", "sqlite-memory")
 #: The stores that persist across processes.
 SHARED_KINDS = ("files", "sqlite")
+#: Seconds a Redis lease lives without a heartbeat in the tests: short, so that a
+#: killed holder's lease runs out soon; long enough for a busy 2-core machine.
+REDIS_LEASE_TTL = 2.0
 WAIT = 30.0  # seconds any wait on another thread or process may take before a test fails
 
 
@@ -58,4 +61,11 @@ def open_kit(kind: str, location: Path) -> Kit:
     if kind in ("sqlite", "sqlite-memory"):
         db = SqliteStore(":memory:" if kind == "sqlite-memory" else location / "store.db")
         return Kit(kind, db.sessions, db.checkpoints, db.approvals, db.close)
+    if kind == "redis":  # not in KINDS: tests/test_redis.py runs it, with its own cleanup
+        from services_redis import prefix_for, redis_url
+
+        from lousho_sessions.redis import RedisStore
+
+        store = RedisStore(redis_url(), prefix=prefix_for(location), lease_ttl=REDIS_LEASE_TTL)
+        return Kit(kind, store.sessions, store.checkpoints, store.approvals, store.close)
     raise ValueError(f"unknown store kind {kind!r}")

@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 from services_pg import drop_schema, postgres_url, require_postgres, schema_for
-from storekit import Kit
+from services_redis import drop_prefix, prefix_for, redis_url, require_redis
+from storekit import REDIS_LEASE_TTL, Kit
 
 from lousho_sessions import (
     BaseApprovalStore,
@@ -21,6 +22,7 @@ from lousho_sessions import (
     memory_store,
 )
 from lousho_sessions.postgres import PostgresStore
+from lousho_sessions.redis import RedisStore
 from lousho_sessions.sqlite import SqliteStore
 from lousho_sessions.stores.adapters import sessions_contract, store_parts
 from lousho_sessions.testing import (
@@ -93,6 +95,36 @@ def postgres_machine(path: Path) -> Any:
     return DroppingPostgresStore(postgres_url(), schema=schema_for(path), max_size=2)
 
 
+class TestRedisStore(StoreContractTests):
+    """The kit on the real server, one key prefix per test (named after ``tmp_path``, dropped after)."""
+
+    @pytest.fixture(autouse=True)
+    def _prefix(self, tmp_path: Path) -> Iterator[None]:
+        require_redis()
+        yield
+        drop_prefix(prefix_for(tmp_path))
+
+    def make_store(self, tmp_path: Path) -> Any:
+        # a short lease: the kit's killed-holder test waits for it to run out
+        return RedisStore(redis_url(), prefix=prefix_for(tmp_path), lease_ttl=REDIS_LEASE_TTL)
+
+    def reopen_store(self, tmp_path: Path) -> Any:
+        return self.make_store(tmp_path)
+
+
+class DroppingRedisStore(RedisStore):
+    """A store whose ``close()`` deletes its keys: the state machines make one per run."""
+
+    def close(self) -> None:
+        super().close()
+        drop_prefix(self.prefix)
+
+
+def redis_machine(path: Path) -> Any:
+    require_redis()
+    return DroppingRedisStore(redis_url(), prefix=prefix_for(path))
+
+
 def memory(path: Path) -> Any:
     return memory_store()
 
@@ -124,6 +156,9 @@ TestSqliteMemoryApprovals = approval_store_machine(sqlite_memory).TestCase
 TestPostgresSessions = session_store_machine(postgres_machine).TestCase
 TestPostgresCheckpoints = checkpoint_store_machine(postgres_machine).TestCase
 TestPostgresApprovals = approval_store_machine(postgres_machine).TestCase
+TestRedisSessions = session_store_machine(redis_machine).TestCase
+TestRedisCheckpoints = checkpoint_store_machine(redis_machine).TestCase
+TestRedisApprovals = approval_store_machine(redis_machine).TestCase
 
 
 def test_our_parts_subclass_the_bases_and_check_fences(store: Kit) -> None:

@@ -1,0 +1,157 @@
+"""The connection side of a ``RedisStore``: keys, scripts, errors, scanning.
+
+What the store (``lousho_sessions.stores.redis``) and its checkpoint and approval
+parts (``_redis_records``) share, in a module of its own so neither imports the other.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import timedelta
+from typing import Any
+
+import redis
+
+from ..errors import LeaseLostError, StoreClosedError, StoreCorruptError, StoreError
+from . import _redis_scripts as lua
+
+__all__ = ["NO_SESSION", "RedisConnection", "text"]
+
+#: The hash tag of approvals whose ``session_id`` is not a session id (``None``, say).
+NO_SESSION = "~"
+_FORBIDDEN_IN_PREFIX = set("{}*?[]\\ ")
+
+
+def text(value: object, *, source: str) -> str:
+    """A reply as ``str`` (clients may or may not decode); ``StoreCorruptError`` if not UTF-8."""
+    if isinstance(value, bytes):
+        try:
+            return value.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise StoreCorruptError(f"{source}: not UTF-8 text: {exc}") from exc
+    if isinstance(value, str):
+        return value
+    if isinstance(value, int):
+        return str(value)
+    raise StoreCorruptError(f"{source}: unexpected reply {type(value).__name__}")
+
+
+def _seconds(value: timedelta | float | None, what: str) -> float | None:
+    if value is None:
+        return None
+    seconds = value.total_seconds() if isinstance(value, timedelta) else float(value)
+    if not 0 < seconds < float("inf"):
+        raise ValueError(f"{what} must be a positive number of seconds, got {value!r}")
+    return seconds
+
+
+class RedisConnection:
+    """A Redis client, a key prefix and the store's scripts; Redis errors become ``StoreError``."""
+
+    def __init__(
+        self,
+        client: str | redis.Redis,
+        *,
+        prefix: str = "lousho",
+        lease_ttl: float = 20.0,
+        ttl: timedelta | float | None = None,
+        wake_poll: float = 2.0,
+    ) -> None:
+        if not isinstance(prefix, str) or not prefix or _FORBIDDEN_IN_PREFIX & set(prefix):
+            raise ValueError(
+                f"prefix must be a non-empty string without braces, glob characters or "
+                f"spaces, got {prefix!r}"
+            )
+        self.prefix = prefix
+        self.lease_ttl = _seconds(lease_ttl, "lease_ttl") or 0.0
+        self.ttl = _seconds(ttl, "ttl")
+        self.wake_poll = _seconds(wake_poll, "wake_poll") or 0.0
+        self._ttl_arg = "" if self.ttl is None else str(max(1, round(self.ttl * 1000)))
+        if isinstance(client, str):
+            self.client: Any = redis.Redis.from_url(client)
+            self._owns_client = True
+        else:
+            self.client = client
+            self._owns_client = False
+        kwargs = getattr(self.client, "connection_pool", None)
+        kwargs = getattr(kwargs, "connection_kwargs", {}) or {}
+        self.where = (
+            f"redis://{kwargs.get('host', '?')}:{kwargs.get('port', '?')}/{kwargs.get('db', 0)} "
+            f"prefix {prefix!r}"
+        )
+        self._closed = False
+        self._lock = threading.Lock()
+        self._scripts = {
+            name: self.client.register_script(getattr(lua, name))
+            for name in lua.__all__
+            if name != "SESSION_PARTS"
+        }
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    # -- keys ---------------------------------------------------------------------
+
+    def session_keys(self, id: str) -> list[str]:
+        """Every key session ``id`` can have, in ``SESSION_PARTS`` order; one hash tag, one slot."""
+        return [f"{self.prefix}:{{{id}}}:{part}" for part in lua.SESSION_PARTS]
+
+    def key(self, id: str, part: str) -> str:
+        return f"{self.prefix}:{{{id}}}:{part}"
+
+    @property
+    def approval_index(self) -> str:
+        """The hash ``approval id -> session id`` (a key of its own slot, written separately)."""
+        return f"{self.prefix}:approval-index"
+
+    # -- calls --------------------------------------------------------------------
+
+    @contextmanager
+    def call(self, what: str) -> Iterator[Any]:
+        """The client, with Redis errors raised as ``StoreError`` naming the server and ``what``."""
+        if self._closed:
+            raise StoreClosedError(f"{self.where}: the Redis store was closed")
+        try:
+            yield self.client
+        except redis.RedisError as exc:
+            raise StoreError(f"{self.where}: {what}: {type(exc).__name__}: {exc}") from exc
+
+    def run(self, name: str, id: str, *args: object, what: str) -> Any:
+        """Run script ``name`` on session ``id``'s keys with ``args``."""
+        with self.call(what):
+            return self._scripts[name](keys=self.session_keys(id), args=list(args))
+
+    def run_on(self, name: str, keys: list[str], *args: object, what: str) -> Any:
+        """Run script ``name`` on ``keys`` (all in one slot) with ``args``."""
+        with self.call(what):
+            return self._scripts[name](keys=keys, args=list(args))
+
+    def ttl_arg(self, id: str) -> str:
+        """The session TTL argument of the scripts: none for the group of session-less approvals."""
+        return "" if id == NO_SESSION else self._ttl_arg
+
+    def lease_lost(self, id: str, fence: object, latest: object) -> LeaseLostError:
+        return LeaseLostError(
+            f"session {id!r} ({self.where}): the write carries fence {fence} but fence "
+            f"{text(latest, source='fence')} was handed out since; this turn lost its lease, "
+            "so nothing was written"
+        )
+
+    def server_time_us(self) -> int:
+        """The server's clock in microseconds (what the scripts compare with)."""
+        with self.call("TIME") as client:
+            seconds, micros = client.time()
+        return int(seconds) * 1_000_000 + int(micros)
+
+    def scan(self, match: str) -> Iterator[str]:
+        """Keys matching ``match`` (``SCAN``, never ``KEYS``); a key may come twice."""
+        with self.call(f"SCAN {match}") as client:
+            for key in client.scan_iter(match=match, count=500):
+                yield text(key, source="SCAN")
+
+    def session_of(self, key: str) -> str:
+        """The session id inside ``key``'s hash tag."""
+        return key[key.index("{") + 1 : key.index("}")]

@@ -1,0 +1,345 @@
+"""Redis stores: transcripts, checkpoints and approvals on a plain Redis 6+ server (no modules).
+
+Import it as ``from lousho_sessions.redis import RedisStore`` (the ``redis``
+extra): the root package never imports ``redis``. Every key of a session shares
+one hash tag, ``<prefix>:{<id>}:<part>`` (parts in ``SESSION_PARTS``), so on Redis
+Cluster each session lives in one slot and no command or script ever spans two.
+Every mutation is one Lua script (``_redis_scripts``): it checks the fence and the
+expected length, writes, bumps the revision and settles the TTL atomically.
+
+The turn lock is a **lease** in the session's ``lease`` hash, taken, renewed and
+released by script against the server's clock, renewed by a heartbeat thread the
+``RedisLease`` owns, and fenced: writes carrying an older fence are refused with
+``LeaseLostError``. Waiters block on the session's ``wake`` list (``BLPOP``),
+pushed at each release, re-checking at least every ``wake_poll`` seconds and when
+a dead holder's lease runs out.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import threading
+import time
+import weakref
+from collections.abc import Sequence
+from datetime import timedelta
+
+import redis
+
+from ..errors import SessionBusyError, StoreConflictError, StoreCorruptError, StoreError
+from ..messages import Message
+from ..serde import messages_from_json
+from ._redis_base import RedisConnection, text
+from ._redis_records import RedisApprovalStore, RedisCheckpointStore
+from .base import (
+    BaseSessionStore,
+    LockScope,
+    PruneResult,
+    message_json,
+    older_than_seconds,
+    validate_session_id,
+)
+from .lease import Lease
+
+__all__ = ["RedisLease", "RedisSessionStore", "RedisStore"]
+
+log = logging.getLogger("lousho_sessions.stores.redis")
+
+
+class RedisStore(RedisConnection):
+    """Sessions, checkpoints and approvals on a Redis server: ``RedisStore(url | client)``.
+
+    ``client`` is a URL (``redis://[:password@]host:6379/0``, ``rediss://`` for
+    TLS) or a ``redis.Redis`` (or ``redis.cluster.RedisCluster``) you made; a
+    client you pass is yours to close. Keys start with ``prefix`` (default
+    ``"lousho"``; no braces, globs or spaces). ``lease_ttl`` (seconds) is how long
+    a turn's lease lives without a heartbeat: a holder that dies blocks its session
+    that long; a live holder renews it every third of it. ``ttl`` (seconds or a
+    ``timedelta``, default none) lets a finished session expire that long after its
+    last write; see docs/stores.md "Redis". A waiting ``turn_lock`` blocks in
+    ``BLPOP`` for at most ``wake_poll`` seconds at a time, so a client's
+    ``socket_timeout``, if set, must be longer. After ``close()`` every call raises
+    ``StoreClosedError``.
+    """
+
+    def __init__(
+        self,
+        client: str | redis.Redis,
+        *,
+        prefix: str = "lousho",
+        lease_ttl: float = 20.0,
+        ttl: timedelta | float | None = None,
+        wake_poll: float = 2.0,
+    ) -> None:
+        super().__init__(client, prefix=prefix, lease_ttl=lease_ttl, ttl=ttl, wake_poll=wake_poll)
+        self._leases: weakref.WeakSet[RedisLease] = weakref.WeakSet()
+        self.sessions = RedisSessionStore(self)
+        self.checkpoints = RedisCheckpointStore(self)
+        self.approvals = RedisApprovalStore(self)
+
+    def __repr__(self) -> str:
+        return f"RedisStore({self.where}, {'closed' if self._closed else 'open'})"
+
+    def __enter__(self) -> RedisStore:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Release the leases still held, stop their heartbeats, close a client made from a URL."""
+        with self._lock:
+            if self._closed:
+                return
+            leases = list(self._leases)
+        for lease in leases:
+            try:
+                lease.release()
+            except StoreError as exc:
+                log.warning("%s: releasing %r on close failed: %s", self.where, lease, exc)
+        with self._lock:
+            self._closed = True
+        if self._owns_client:
+            self.client.close()
+
+    # -- leases -------------------------------------------------------------------
+
+    def turn_lock(self, id: str, *, timeout: float | None = None) -> RedisLease:
+        """Hold session ``id`` for a turn; ``SessionBusyError`` if not acquired within ``timeout`` s."""
+        validate_session_id(id)
+        token = secrets.token_hex(12)
+        ttl_ms = str(max(1, round(self.lease_ttl * 1000)))
+        deadline = None if timeout is None else time.monotonic() + max(timeout, 0.0)
+        wake = self.key(id, "wake")
+        while True:
+            acquired, value = self.run("ACQUIRE", id, token, ttl_ms, self._ttl_arg, what="lease")
+            if int(acquired) == 1:
+                fence = int(text(value, source="fence"))
+                lease = RedisLease(self, id, fence, token)
+                with self._lock:
+                    self._leases.add(lease)
+                return lease
+            wait = min(self.wake_poll, int(value) / 1e6 + 0.005)
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise SessionBusyError(
+                        f"session {id!r} is held by another turn ({self.where}; "
+                        f"not acquired within {timeout} s)"
+                    )
+                wait = min(wait, left)
+            with self.call("waiting for a lease") as client:
+                client.blpop([wake], timeout=max(wait, 0.01))
+
+    def prune(self, older_than: timedelta | float) -> PruneResult:
+        """Delete sessions and checkpoints not written within ``older_than`` (seconds or a
+        ``timedelta``) and approvals resolved that long ago; pending approvals and sessions
+        whose turn is running are kept. Walks the keys with ``SCAN``."""
+        cutoff = self.server_time_us() - round(older_than_seconds(older_than) * 1e6)
+        result = (
+            self.sessions.prune_before(cutoff)
+            + self.checkpoints.prune_before(cutoff)
+            + self.approvals.prune_before(cutoff)
+        )
+        log.info("%s: pruned %s", self.where, result)
+        return result
+
+
+class RedisLease(Lease):
+    """A lease renewed by a heartbeat thread it owns; ``lost`` once renewal fails or time runs out.
+
+    The heartbeat renews every ``lease_ttl / 3`` seconds. The lease is lost when a
+    renewal finds another holder or fence, or when ``lease_ttl`` seconds passed
+    since the last renewal that succeeded was sent (a stopped process, a lost
+    network): by then the server may have handed the session to another turn,
+    whose newer fence makes the server refuse this turn's writes. ``release()``
+    stops and joins the heartbeat, then frees the session and wakes one waiter.
+    """
+
+    def __init__(self, store: RedisStore, session_id: str, fence: int, token: str) -> None:
+        super().__init__(session_id, fence, self._finish)
+        self._store = store
+        self._token = token
+        self._ttl_ms = str(max(1, round(store.lease_ttl * 1000)))
+        self._renewed = time.monotonic()
+        self._taken = threading.Event()
+        self._stop = threading.Event()
+        self._heartbeat = threading.Thread(
+            target=self._beat, name=f"lousho-redis-lease-{session_id}", daemon=True
+        )
+        self._heartbeat.start()
+
+    @property
+    def lost(self) -> bool:
+        """True once released, taken over, or not renewed for ``lease_ttl`` seconds."""
+        if super().lost or self._taken.is_set():
+            return True
+        if time.monotonic() - self._renewed >= self._store.lease_ttl:
+            self._taken.set()  # stays lost: another turn may have taken the session meanwhile
+            return True
+        return False
+
+    def _beat(self) -> None:
+        interval = self._store.lease_ttl / 3
+        while not self._stop.wait(interval):
+            sent = time.monotonic()
+            try:
+                held = self._store.run(
+                    "RENEW",
+                    self.session_id,
+                    self._token,
+                    str(self.fence),
+                    self._ttl_ms,
+                    what="renew",
+                )
+            except StoreError as exc:
+                if self.lost:
+                    log.error(
+                        "session %r: lease lost, not renewed in time: %s", self.session_id, exc
+                    )
+                    return
+                log.warning("session %r: lease renewal failed, retrying: %s", self.session_id, exc)
+                continue
+            if int(held) != 1:
+                log.warning(
+                    "session %r: the lease with fence %d was taken over (it expired); this "
+                    "turn's writes will be refused",
+                    self.session_id,
+                    self.fence,
+                )
+                self._taken.set()
+                return
+            self._renewed = sent
+
+    def _finish(self) -> None:
+        self._stop.set()
+        if self._heartbeat is not threading.current_thread():
+            self._heartbeat.join()
+        if self._store.closed:
+            return
+        self._store.run(
+            "RELEASE",
+            self.session_id,
+            self._token,
+            str(self.fence),
+            self._store.ttl_arg(self.session_id),
+            what="release",
+        )
+
+
+class RedisSessionStore(BaseSessionStore):
+    """The transcripts of a ``RedisStore``: a list of message JSON per session.
+
+    ``append`` is one script pushing only the new messages, ``revision`` one
+    ``HGET``, and ``turn_lock`` a fenced lease excluding every process and machine
+    using the server (``lock_scope`` ``"cluster"``).
+    """
+
+    lock_scope: LockScope = "cluster"
+    fenced_writes = True
+
+    def __init__(self, store: RedisStore) -> None:
+        self.store = store
+
+    def __repr__(self) -> str:
+        return f"RedisSessionStore({self.store.where})"
+
+    def load(self, id: str) -> list[Message] | None:
+        validate_session_id(id)
+        source = f"{self.store.where}: session {id!r}"
+        length, items = self.store.run("LOAD", id, what=f"load {id!r}")
+        if length is None:
+            if items:
+                raise StoreCorruptError(f"{source}: messages are stored but no length")
+            return None
+        if text(length, source=source) != str(len(items)):
+            raise StoreCorruptError(
+                f"{source}: the length says {text(length, source=source)} messages, "
+                f"{len(items)} are stored"
+            )
+        body = ",".join(text(item, source=source) for item in items)
+        messages = messages_from_json(f"[{body}]", source=source)
+        if len(messages) != len(items):
+            raise StoreCorruptError(f"{source}: a stored message is not one JSON object")
+        return messages
+
+    def save(self, id: str, messages: Sequence[Message]) -> None:
+        validate_session_id(id)
+        rows = _rows(id, messages)
+        self.store.run(
+            "SAVE", id, secrets.token_hex(8), self.store.ttl_arg(id), *rows, what=f"save {id!r}"
+        )
+
+    def append(
+        self,
+        id: str,
+        messages: Sequence[Message],
+        expected_length: int,
+        *,
+        fence: int | None = None,
+    ) -> None:
+        """Add ``messages`` if ``expected_length`` are stored, else ``StoreConflictError``;
+        ``LeaseLostError`` if ``fence`` is older than the session's newest."""
+        validate_session_id(id)
+        rows = _rows(id, messages)
+        reply = self.store.run(
+            "APPEND",
+            id,
+            str(int(expected_length)),
+            "" if fence is None else str(int(fence)),
+            secrets.token_hex(8),
+            self.store.ttl_arg(id),
+            *rows,
+            what=f"append to {id!r}",
+        )
+        outcome = text(reply[0], source="append")
+        if outcome == "lease-lost":
+            raise self.store.lease_lost(id, fence, reply[1])
+        if outcome == "conflict":
+            raise StoreConflictError(
+                f"session {id!r} ({self.store.where}): expected {expected_length} stored "
+                f"messages, found {reply[1]}"
+            )
+        if outcome == "corrupt":
+            raise StoreCorruptError(
+                f"{self.store.where}: session {id!r}: the length and the {reply[1]} stored "
+                "messages disagree; nothing was written"
+            )
+
+    def delete(self, id: str) -> None:
+        """Delete the transcript; the session's last fence is kept (fences keep growing)."""
+        validate_session_id(id)
+        self.store.run("SESSION_DELETE", id, self.store.ttl_arg(id), what=f"delete {id!r}")
+
+    def revision(self, id: str) -> str | None:
+        """A value that changes with every write of ``id``; ``None`` when nothing is stored."""
+        validate_session_id(id)
+        with self.store.call(f"revision of {id!r}") as client:
+            value = client.hget(self.store.key(id, "meta"), "revision")
+        return None if value is None else text(value, source=f"session {id!r}")
+
+    def turn_lock(self, id: str, *, timeout: float | None = None) -> Lease:
+        """Hold session ``id`` for a turn; see ``RedisStore.turn_lock``."""
+        return self.store.turn_lock(id, timeout=timeout)
+
+    def prune(self, older_than: timedelta | float) -> PruneResult:
+        """Delete the sessions not written within ``older_than``, unless a turn holds them."""
+        cutoff = self.store.server_time_us() - round(older_than_seconds(older_than) * 1e6)
+        return self.prune_before(cutoff)
+
+    def prune_before(self, cutoff_us: int) -> PruneResult:
+        deleted = 0
+        for key in set(self.store.scan(f"{self.store.prefix}:{{*}}:meta")):
+            id = self.store.session_of(key)
+            deleted += int(self.store.run("SESSION_PRUNE", id, str(cutoff_us), what="prune"))
+        return PruneResult(sessions=deleted, checkpoints=0, approvals=0)
+
+
+def _rows(id: str, messages: Sequence[Message]) -> list[str]:
+    rows = []
+    for m in messages:
+        if not isinstance(m, Message):
+            raise TypeError(f"session {id!r}: expected Message objects, got {type(m).__name__}")
+        rows.append(message_json(m))
+    return rows
