@@ -27,12 +27,9 @@ from lousho_sessions.providers.base import ModelEvent
 
 PACKAGE = Path(lousho_sessions.__file__).parent
 
-#: Cycles made only by ``if TYPE_CHECKING:`` imports in code other parts of issue 12 are
-#: rewriting (the checkpoint codec moves to serde; the stores get an explicit contract).
-#: The test fails when one of these is gone, so the list only shrinks.
-KNOWN_CYCLES = {
-    frozenset({"lousho_sessions.stores._sqlite_records", "lousho_sessions.stores.sqlite"}),
-}
+#: Import cycles still tolerated (none now). The test fails when one of these is gone,
+#: so the set only shrinks.
+KNOWN_CYCLES: set[frozenset[str]] = set()
 
 
 def ours() -> set[threading.Thread]:
