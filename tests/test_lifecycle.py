@@ -108,12 +108,10 @@ def test_no_import_cycle_in_the_package() -> None:
 
 
 def test_no_module_is_over_500_lines() -> None:
-    # the turn loop and the files store are being reworked by other parts of issue 12
-    exempt = {"_turn.py", "files.py", "sqlite.py", "_http.py"}
     long = {
         str(p.relative_to(PACKAGE)): n
         for p in PACKAGE.rglob("*.py")
-        if p.name not in exempt and (n := len(p.read_text(encoding="utf-8").splitlines())) > 500
+        if (n := len(p.read_text(encoding="utf-8").splitlines())) > 500
     }
     assert long == {}
 
