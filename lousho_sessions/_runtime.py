@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 
 from ._tool_loop import ToolLoop
-from ._turn import ToolOutcome
+from ._turn_config import ToolOutcome
 from ._worker import Workers
 from .stores.memory import MemoryCheckpointStore
 

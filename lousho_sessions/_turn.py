@@ -3,8 +3,9 @@
 ``Turn.run()`` drives a ``TurnState`` to an end: a final answer, a pause on an
 approval, a limit, an abort, or an error it raises. Everything outside the
 loop — the provider, running tools (perhaps on threads), saving checkpoints,
-emitting events, queued input — comes in through ``TurnConfig`` and the
-``Inbox``, so the loop can be driven and tested step by step.
+emitting events, queued input — comes in through ``TurnConfig`` (``_turn_config``)
+and the ``Inbox``, so the loop can be driven and tested step by step. The checks
+on the tool calls a model sends are ``_tool_calls``'.
 
 The state is the checkpoint: ``serde.turn_checkpoint(state)`` is saved after the
 input is taken, after each model response that asks for tools and after each tool
@@ -17,18 +18,17 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import attrs
 
-from ._arguments import malformed_arguments_problem
-from ._checkpoints import TurnCheckpoints
 from ._inbox import Inbox
+from ._tool_calls import MAX_MALFORMED_TOOL_CALLS, check_malformed, malformed_text, unique_call_ids
+from ._turn_config import ToolOutcome, TurnConfig
 from ._turn_state import CHECKPOINT_VERSION, TurnState
-from .abort import AbortController, AbortedError, AbortSignal
-from .approvals import ApprovalRequest, TurnKey, approval_id_for, new_record
+from .abort import AbortController, AbortedError
+from .approvals import ApprovalRequest, approval_id_for, new_record
 from .errors import (
     LoushoError,
     PropagatingToolError,
@@ -47,18 +47,16 @@ from .events import (
 )
 from .inputs import check_message
 from .messages import Message, ToolCall, Usage
-from .pricing import Pricing, price_usage
+from .pricing import price_usage
 from .providers.base import (
     ModelRequest,
     ModelResponse,
     ModelTextDelta,
     ModelToolCallDelta,
-    Provider,
 )
-from .results import ExecutionResult, FinishReason, Limits
+from .results import ExecutionResult, FinishReason
 from .serde import message_from_dict
-from .stores.base import BaseApprovalStore
-from .tools import Tool, ToolContext, ToolLoop, tool_error_text
+from .tools import Tool, ToolContext, tool_error_text
 
 __all__ = [
     "CHECKPOINT_VERSION",
@@ -70,57 +68,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("lousho_sessions.turn")
-
-#: Tool calls with malformed argument JSON answered with an error result in one turn;
-#: one more ends the turn with ``ProviderError``.
-MAX_MALFORMED_TOOL_CALLS = 3
-
-ToolOutcome = tuple[str, bool]  # (output, is_error)
-RunTools = Callable[
-    [Sequence[Callable[[], ToolOutcome]]], Iterator[tuple[int, "ToolOutcome | BaseException"]]
-]
-
-
-def run_tools_inline(
-    fns: Sequence[Callable[[], ToolOutcome]],
-) -> Iterator[tuple[int, ToolOutcome | BaseException]]:
-    """Run tools one after another on this thread (the default when no pool is given)."""
-    for index, fn in enumerate(fns):
-        try:
-            outcome: ToolOutcome | BaseException = fn()
-        except Exception as exc:  # handed to the turn, which decides
-            outcome = exc
-        yield index, outcome
-
-
-@attrs.define
-class TurnConfig:
-    """What a turn needs beyond its state."""
-
-    provider: Provider
-    system: str | None
-    tools: Mapping[str, Tool]
-    signal: AbortSignal
-    approvals: BaseApprovalStore
-    settings: Mapping[str, Any] = attrs.field(factory=dict)
-    max_steps: int = 20
-    limits: Limits | None = None
-    session_limits: Limits | None = None
-    #: what the session spent before this turn: usage, model calls, tool calls
-    session_spent: tuple[Usage, int, int] = (Usage(), 0, 0)
-    model_name: str | None = None
-    pricing: Mapping[str, Pricing] | None = None
-    approve: Callable[[ApprovalRequest], bool | None] | None = None
-    checkpoints: TurnCheckpoints | None = None
-    emit: Callable[[Event], None] | None = None
-    run_tools: RunTools = run_tools_inline
-    inbox: Inbox | None = None
-    #: where async tools run; None: a new event loop per call
-    tool_loop: ToolLoop | None = None
-    #: which turn this is, for the approval records it makes
-    turn: TurnKey | None = None
-    #: the caller's object for tools (``ToolContext.context``); never saved
-    context: Any = None
 
 
 class _Finish(Exception):
@@ -197,9 +144,9 @@ class Turn:
             config.model_name,
             config.pricing,
         )
-        calls = _unique_call_ids(message.tool_calls, state)
+        calls = unique_call_ids(message.tool_calls, state)
         # before it is kept: a resumed turn then asks the model again, as after any failed call
-        _check_malformed(state, calls, config.provider.name)
+        check_malformed(state, calls, config.provider.name)
         message = attrs.evolve(message, usage=usage, tool_calls=calls)
         state.new.append(message)
         state.usage = state.usage + usage
@@ -289,7 +236,7 @@ class Turn:
                 )
                 continue
             if call.raw_arguments is not None:  # not JSON: back to the model, which may retry
-                self._record(call, _malformed_text(call), True, checkpoint=False)
+                self._record(call, malformed_text(call), True, checkpoint=False)
                 continue
             try:  # arguments that do not fit go back to the model before anyone approves
                 tool.check_arguments(call.arguments)
@@ -521,44 +468,3 @@ class Turn:
             session_id=state.session_id,
             steps=state.steps,
         )
-
-
-def _malformed_text(call: ToolCall) -> str:
-    raw = call.raw_arguments or ""
-    shown = raw if len(raw) <= 200 else raw[:200] + f"... ({len(raw)} characters)"
-    return (
-        f"Error: the arguments of this call to {call.name!r} are "
-        f"{malformed_arguments_problem(raw)}: {shown!r}. The tool was not run; "
-        "call it again with a JSON object that fits its schema."
-    )
-
-
-def _check_malformed(state: TurnState, calls: Sequence[ToolCall], provider: str) -> None:
-    """``ProviderError`` when ``calls`` take the turn past the malformed calls the model may retry."""
-    malformed = [c for m in state.new for c in m.tool_calls if c.raw_arguments is not None]
-    malformed += [c for c in calls if c.raw_arguments is not None]
-    if len(malformed) <= MAX_MALFORMED_TOOL_CALLS:
-        return
-    last = malformed[-1]
-    raw = last.raw_arguments or ""
-    raise ProviderError(
-        None,
-        f"provider {provider!r}: the model sent {len(malformed)} tool calls with malformed "
-        f"arguments in this turn (at most {MAX_MALFORMED_TOOL_CALLS} are sent back to it); "
-        f"the last, to {last.name!r} (call {last.id}), was "
-        f"{malformed_arguments_problem(raw)}: {raw[:200]!r}",
-    )
-
-
-def _unique_call_ids(calls: Sequence[ToolCall], state: TurnState) -> tuple[ToolCall, ...]:
-    """Give every call an id unique within the turn (some servers send none or repeat them)."""
-    seen = {c.id for m in state.new for c in m.tool_calls}
-    out: list[ToolCall] = []
-    for index, call in enumerate(calls):
-        call_id = call.id
-        if not call_id or call_id in seen:
-            call_id = f"call_{state.steps}_{index}_{uuid.uuid4().hex[:8]}"
-            call = attrs.evolve(call, id=call_id)
-        seen.add(call_id)
-        out.append(call)
-    return tuple(out)

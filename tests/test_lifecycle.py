@@ -27,12 +27,9 @@ from lousho_sessions.providers.base import ModelEvent
 
 PACKAGE = Path(lousho_sessions.__file__).parent
 
-#: Cycles made only by ``if TYPE_CHECKING:`` imports in code other parts of issue 12 are
-#: rewriting (the checkpoint codec moves to serde; the stores get an explicit contract).
-#: The test fails when one of these is gone, so the list only shrinks.
-KNOWN_CYCLES = {
-    frozenset({"lousho_sessions.stores._sqlite_records", "lousho_sessions.stores.sqlite"}),
-}
+#: Import cycles still tolerated (none now). The test fails when one of these is gone,
+#: so the set only shrinks.
+KNOWN_CYCLES: set[frozenset[str]] = set()
 
 
 def ours() -> set[threading.Thread]:
@@ -111,12 +108,10 @@ def test_no_import_cycle_in_the_package() -> None:
 
 
 def test_no_module_is_over_500_lines() -> None:
-    # the turn loop and the files store are being reworked by other parts of issue 12
-    exempt = {"_turn.py", "files.py", "sqlite.py", "_http.py"}
     long = {
         str(p.relative_to(PACKAGE)): n
         for p in PACKAGE.rglob("*.py")
-        if p.name not in exempt and (n := len(p.read_text(encoding="utf-8").splitlines())) > 500
+        if (n := len(p.read_text(encoding="utf-8").splitlines())) > 500
     }
     assert long == {}
 

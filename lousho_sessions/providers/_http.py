@@ -31,20 +31,17 @@ yields the server-sent events of the reply:
 from __future__ import annotations
 
 import contextlib
-import http.client
 import json
 import logging
-import socket
 import time
 from collections.abc import Iterator, Mapping
 from typing import Any, TypeVar
-from urllib.parse import urlsplit
 
 import requests
-import urllib3.exceptions
 
 from ..abort import AbortedError, AbortSignal
 from ..errors import ProviderConfigError, ProviderError
+from ._failures import NETWORK_ERRORS, error_message, failure, host_port, request_id
 from ._redact import Redactor, Secret
 from ._retry import Deadline, RetryPolicy, parse_retry_after
 from ._sockets import AbortableAdapter, AbortScope, scoped
@@ -73,13 +70,6 @@ Timeout = float | tuple[float, float]
 
 # --- the client -----------------------------------------------------------------------
 
-_NETWORK_ERRORS: tuple[type[BaseException], ...] = (
-    requests.RequestException,
-    urllib3.exceptions.HTTPError,
-    http.client.HTTPException,
-    OSError,
-)
-
 
 class HttpStream:
     """An open streamed reply: its events, status and request id."""
@@ -93,7 +83,7 @@ class HttpStream:
         deadline: Deadline,
     ) -> None:
         self.response = response
-        self.request_id = _request_id(response.headers)
+        self.request_id = request_id(response.headers)
         self._client = client
         self._signal = signal
         self._scope = scope
@@ -144,11 +134,11 @@ class HttpStream:
         except Exception as exc:
             if self._signal.aborted:
                 raise AbortedError(self._signal.reason) from None
-            if not isinstance(exc, _NETWORK_ERRORS):
+            if not isinstance(exc, NETWORK_ERRORS):
                 raise
             if self._deadline.passed():
                 raise self._deadline.error(provider, self.request_id, "inside the stream") from exc
-            what = "timed out" if _failure(exc)[1] else "was interrupted"
+            what = "timed out" if failure(exc)[1] else "was interrupted"
             raise ProviderError(
                 None,
                 f"{provider}: the event stream {what}: {type(exc).__name__}: {exc}",
@@ -186,60 +176,6 @@ def _iter_body(response: requests.Response) -> Iterator[bytes]:
         if not chunk:
             return
         yield chunk
-
-
-def _chain(exc: BaseException) -> Iterator[BaseException]:
-    """``exc`` and what caused it: causes, contexts and the errors urllib3 wraps in args."""
-    seen: set[int] = set()
-    todo = [exc]
-    while todo and len(seen) < 20:
-        current = todo.pop(0)
-        if id(current) in seen:
-            continue
-        seen.add(id(current))
-        yield current
-        for linked in (current.__cause__, current.__context__):
-            if linked is not None:
-                todo.append(linked)
-        for arg in current.args:
-            if isinstance(arg, BaseException):
-                todo.append(arg)
-            reason = getattr(arg, "reason", None)
-            if isinstance(reason, BaseException):
-                todo.append(reason)
-        reason = getattr(current, "reason", None)
-        if isinstance(reason, BaseException):
-            todo.append(reason)
-
-
-_TIMEOUTS = (requests.Timeout, urllib3.exceptions.TimeoutError, socket.timeout, TimeoutError)
-
-
-def _failure(exc: BaseException) -> tuple[str, bool]:
-    """What went wrong underneath a network error, and whether it was a timeout."""
-    chain = list(_chain(exc))
-    if any(isinstance(e, ConnectionRefusedError) for e in chain):
-        return "connection refused", False
-    if any(isinstance(e, socket.gaierror) for e in chain):
-        return "host name not resolved", False
-    # urllib3's NewConnectionError is a ConnectTimeoutError for old code's sake;
-    # only a real timeout underneath it makes it one
-    if any(
-        isinstance(e, _TIMEOUTS) and not isinstance(e, urllib3.exceptions.NewConnectionError)
-        for e in chain
-    ):
-        return "timed out", True
-    return "failed", False
-
-
-def _host_port(url: str) -> str:
-    parts = urlsplit(url)
-    port = parts.port or (443 if parts.scheme == "https" else 80)
-    return f"{parts.hostname}:{port}"
-
-
-def _request_id(headers: Mapping[str, str]) -> str | None:
-    return headers.get("x-request-id") or headers.get("request-id")
 
 
 def _check_headers(provider: str, headers: Mapping[str, str]) -> None:
@@ -443,9 +379,9 @@ class HttpClient:
             if signal.aborted:
                 raise AbortedError(signal.reason) from None
             retryable = isinstance(exc, (requests.ConnectionError, requests.Timeout))
-            what, _ = _failure(exc)
+            what, _ = failure(exc)
             if what in ("connection refused", "host name not resolved"):
-                what = f"failed: {what} ({_host_port(url)})"
+                what = f"failed: {what} ({host_port(url)})"
             message = f"{self.provider}: POST {url} {what}: {type(exc).__name__}: {exc}"
             return ProviderError(None, message, retryable=retryable), None
         self._log(
@@ -455,7 +391,7 @@ class HttpClient:
             url,
             response.status_code,
             time.monotonic() - started,
-            _request_id(response.headers),
+            request_id(response.headers),
         )
         if response.status_code < 300:
             return response, None
@@ -471,7 +407,7 @@ class HttpClient:
         status = response.status_code
         try:
             text = response.content.decode("utf-8", errors="replace")
-        except _NETWORK_ERRORS as exc:
+        except NETWORK_ERRORS as exc:
             if signal.aborted:
                 raise AbortedError(signal.reason) from None
             text = f"(the error body could not be read: {type(exc).__name__})"
@@ -485,24 +421,6 @@ class HttpClient:
             status,
             f"{self.provider}: {message}",
             retryable=retryable,
-            request_id=_request_id(response.headers),
+            request_id=request_id(response.headers),
             retry_after=delay,
         )
-
-
-def error_message(text: str) -> str:
-    """The human message of an error body: ``error.message`` of the JSON, else the text."""
-    try:
-        body = json.loads(text)
-    except ValueError:
-        return text.strip()[:500]
-    if isinstance(body, dict):
-        error = body.get("error", body)
-        if isinstance(error, dict):
-            kind = error.get("type") or error.get("code")
-            message = error.get("message")
-            if isinstance(message, str):
-                return f"{message} ({kind})" if isinstance(kind, str) and kind else message
-        elif isinstance(error, str):
-            return error
-    return text.strip()[:500]

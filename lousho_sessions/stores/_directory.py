@@ -7,7 +7,8 @@ of a store object (and ``prune``) removes temp files whose writer is gone: its
 pid is not running on this machine and the file is older than
 ``DEAD_WRITER_GRACE`` seconds, or the file is older than ``STALE_TEMP_AGE``
 whatever its pid says (a pid may be reused, or belong to another PID namespace
-sharing the directory).
+sharing the directory). ``check_fence_file`` compares a fenced write with the
+fence a session's turn lock handed out last (``<dir>/<id>.fence``).
 """
 
 from __future__ import annotations
@@ -22,13 +23,22 @@ from pathlib import Path
 
 from ..errors import StoreError
 from . import _lockfile
+from .lease import check_fence, read_fence_file
 
-__all__ = ["DEAD_WRITER_GRACE", "STALE_TEMP_AGE", "Directory"]
+__all__ = [
+    "DEAD_WRITER_GRACE",
+    "STALE_TEMP_AGE",
+    "WRITE_LOCK_TIMEOUT",
+    "Directory",
+    "check_fence_file",
+]
 
 #: A temp file of a writer whose pid is gone is removed once it is this old (seconds).
 DEAD_WRITER_GRACE = 30.0
 #: Any temp file this old is removed: no write takes an hour.
 STALE_TEMP_AGE = 3600.0
+#: How long a write waits for another process's write of the same file; writes are short.
+WRITE_LOCK_TIMEOUT = 60.0
 #: Mode of every file the store writes: transcripts are private.
 FILE_MODE = 0o600
 _TEMP = re.compile(r"^\..+\.tmp$")
@@ -183,3 +193,10 @@ class Directory:
             yield
         finally:
             release()
+
+
+def check_fence_file(directory: Directory, session_id: str, fence: int | None) -> None:
+    """``LeaseLostError`` if ``fence`` is older than the one in ``<dir>/<id>.fence``."""
+    if fence is not None:
+        path = directory.path / f"{session_id}.fence"
+        check_fence(session_id, fence, read_fence_file(path), where=str(path))

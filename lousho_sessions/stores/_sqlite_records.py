@@ -7,9 +7,10 @@ import sqlite3
 import time
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..errors import ApprovalNotFoundError, StoreCorruptError
+from ._sqlite_db import SqliteDatabase
 from .base import (
     BaseApprovalStore,
     BaseCheckpointStore,
@@ -23,9 +24,6 @@ from .base import (
     validate_turn_id,
 )
 from .lease import fence_session_id
-
-if TYPE_CHECKING:
-    from .sqlite import SqliteStore
 
 __all__ = [
     "Part",
@@ -44,7 +42,7 @@ class Part:
 
     fenced_writes = True
 
-    def __init__(self, store: SqliteStore) -> None:
+    def __init__(self, store: SqliteDatabase) -> None:
         self.store = store
 
     def __repr__(self) -> str:

@@ -4,7 +4,8 @@ Import it as ``from lousho_sessions.sqlite import SqliteStore``: the root packag
 never imports ``sqlite3``. Messages are rows ``(session_id, seq, json)``, so an
 ``append`` writes only the new messages; a per-session row holds the length and
 a revision. The schema is versioned with ``PRAGMA user_version``: each entry of
-``MIGRATIONS`` takes the database one version up, applied on open. A ``leases``
+``MIGRATIONS`` takes the database one version up, applied on open (the connection,
+schema and migrations are ``_sqlite_db``'s). A ``leases``
 row keeps the newest fence a write of each session carried; fenced writes compare
 with it, and with the fence in the session's turn lock file, in their own
 transaction (``_sqlite_turns``).
@@ -16,24 +17,14 @@ import logging
 import os
 import secrets
 import sqlite3
-import threading
 import time
-import weakref
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from datetime import timedelta
-from pathlib import Path
 
-from ..errors import (
-    SchemaVersionError,
-    StoreClosedError,
-    StoreConflictError,
-    StoreCorruptError,
-    StoreError,
-)
+from ..errors import StoreConflictError
 from ..messages import Message
 from ..serde import messages_from_json
-from . import _lockfile
+from ._sqlite_db import MIGRATIONS, SCHEMA_VERSION, SqliteDatabase
 from ._sqlite_records import (
     Part,
     SqliteApprovalStore,
@@ -42,7 +33,6 @@ from ._sqlite_records import (
     prune_checkpoints,
     prune_sessions,
 )
-from ._sqlite_turns import SqliteTurns
 from .base import (
     BaseCheckpointStore,
     BaseSessionStore,
@@ -66,58 +56,10 @@ __all__ = [
 
 log = logging.getLogger("lousho_sessions.stores.sqlite")
 
-#: ``(summary, statements)`` per schema version; entry ``n`` takes version ``n`` to ``n + 1``.
-MIGRATIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    (
-        "1: sessions with length and revision, messages as rows, checkpoints, approvals",
-        (
-            """CREATE TABLE sessions (
-                id TEXT PRIMARY KEY,
-                length INTEGER NOT NULL,
-                revision INTEGER NOT NULL,
-                updated_at REAL NOT NULL
-            )""",
-            """CREATE TABLE messages (
-                session_id TEXT NOT NULL,
-                seq INTEGER NOT NULL,
-                json TEXT NOT NULL,
-                PRIMARY KEY (session_id, seq)
-            )""",
-            """CREATE TABLE checkpoints (
-                turn_id TEXT PRIMARY KEY,
-                json TEXT NOT NULL,
-                updated_at REAL NOT NULL
-            )""",
-            """CREATE TABLE approvals (
-                id TEXT PRIMARY KEY,
-                session_id TEXT,
-                status TEXT,
-                created_key TEXT NOT NULL,
-                json TEXT NOT NULL,
-                resolved_at REAL
-            )""",
-            "CREATE INDEX sessions_updated ON sessions (updated_at)",
-            "CREATE INDEX checkpoints_updated ON checkpoints (updated_at)",
-            "CREATE INDEX approvals_session ON approvals (session_id, status)",
-            "CREATE INDEX approvals_resolved ON approvals (resolved_at)",
-        ),
-    ),
-    (
-        "2: leases: the fence handed out last with each session's turn lock",
-        (
-            """CREATE TABLE leases (
-                session_id TEXT PRIMARY KEY,
-                fence INTEGER NOT NULL
-            ) WITHOUT ROWID""",
-        ),
-    ),
-)
-SCHEMA_VERSION = len(MIGRATIONS)
-_SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
 _MEMORY = ":memory:"
 
 
-class SqliteStore:
+class SqliteStore(SqliteDatabase):
     """Sessions, checkpoints and approvals in one SQLite database (or ``":memory:"``).
 
     ``.sessions``, ``.checkpoints`` and ``.approvals`` are the ``AgentStore``
@@ -142,24 +84,7 @@ class SqliteStore:
     def __init__(
         self, path: str | os.PathLike[str], *, synchronous: str = "NORMAL", mode: int = 0o600
     ) -> None:
-        raw = os.fspath(path)
-        self.path = raw if raw == _MEMORY else str(Path(raw).absolute())
-        level = synchronous.upper()
-        if level not in _SYNCHRONOUS:
-            raise ValueError(
-                f"synchronous must be one of {', '.join(_SYNCHRONOUS)}, got {synchronous!r}"
-            )
-        if not isinstance(mode, int) or not 0 <= mode <= 0o777:
-            raise ValueError(f"mode must be file permission bits like 0o600, got {mode!r}")
-        self.synchronous = level
-        self.mode = mode
-        self._identity: tuple[int, int] | None = None  # (st_dev, st_ino) of the file opened
-        self._lock = threading.RLock()
-        self._conn: sqlite3.Connection | None = self._open()
-        self._turns = SqliteTurns(self.path)
-        self._reopen = False  # set in a forked child: open a connection of its own on first use
-        self._inherited: list[sqlite3.Connection] = []
-        _LIVE_STORES.add(self)
+        super().__init__(path, synchronous=synchronous, mode=mode)
         self.sessions = SqliteSessionStore(self)
         self.checkpoints = SqliteCheckpointStore(self)
         self.approvals = SqliteApprovalStore(self)
@@ -173,18 +98,6 @@ class SqliteStore:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
-
-    @property
-    def closed(self) -> bool:
-        return self._conn is None and not self._reopen
-
-    def close(self) -> None:
-        """Close the database; later calls raise ``StoreClosedError``. Closing twice is fine."""
-        with self._lock:
-            self._reopen = False
-            if self._conn is not None:
-                self._conn.close()
-                self._conn = None
 
     def prune(self, older_than: timedelta | float) -> PruneResult:
         """Delete sessions and checkpoints not updated within ``older_than`` (seconds or a
@@ -204,204 +117,6 @@ class SqliteStore:
             lock_files,
         )
         return PruneResult(sessions, checkpoints, approvals, lock_files=lock_files)
-
-    def _lock_dir(self) -> Path:
-        return self._turns.lock_dir
-
-    def _prune_lock_files(self) -> int:
-        """Remove the turn lock files of sessions that have no row (unless held right now)."""
-        if self.path == _MEMORY:
-            return 0
-        try:
-            names = [n for n in os.listdir(self._lock_dir()) if n.endswith(".lock")]
-        except FileNotFoundError:
-            return 0
-        except OSError as exc:
-            raise StoreError(f"{self._lock_dir()}: cannot list: {exc}") from exc
-        with self.connection() as conn:
-            live = {row[0] for row in conn.execute("SELECT id FROM sessions")}
-        return sum(
-            _lockfile.remove_if_free(self._lock_dir() / n) for n in names if n[:-5] not in live
-        )
-
-    def remove_lock_file(self, id: str) -> None:
-        """Delete session ``id``'s turn lock file unless some turn holds it right now."""
-        if self.path != _MEMORY:
-            _lockfile.remove_if_free(self._lock_dir() / f"{validate_session_id(id)}.lock")
-
-    @contextmanager
-    def connection(self) -> Iterator[sqlite3.Connection]:
-        """The connection, held under the store's lock; SQLite errors come out as ``StoreError``."""
-        with self._lock:
-            if self._conn is None and self._reopen:
-                self._conn = self._open()
-                self._reopen = False
-            if self._conn is None:
-                raise StoreClosedError(f"{self.path}: the SQLite store was closed")
-            try:
-                yield self._conn
-            except sqlite3.Error as exc:
-                raise _wrap(self.path, exc) from exc
-
-    @contextmanager
-    def transaction(self) -> Iterator[sqlite3.Connection]:
-        """A write transaction (``BEGIN IMMEDIATE``): committed on success, else rolled back.
-
-        ``StoreError`` if the database file was deleted or replaced since it was opened.
-        """
-        with self.connection() as conn:
-            self._check_identity()
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                yield conn
-            except BaseException:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
-
-    def turn_lock(self, id: str, *, timeout: float | None = None) -> Lease:
-        """Hold session ``id`` for a turn across threads and processes; see ``docs/stores.md``.
-
-        A file database uses an OS file lock ``<db>.locks/<id>.lock`` (freed when
-        the holding process dies) and writes the lease's fence into it: no
-        transaction is committed. ``":memory:"`` uses a lock per id in this store.
-        ``SessionBusyError`` when not acquired within ``timeout`` seconds.
-        """
-        validate_session_id(id)
-        with self._lock:
-            if self._conn is None and not self._reopen:
-                raise StoreClosedError(f"{self.path}: the SQLite store was closed")
-        return self._turns.acquire(id, timeout)
-
-    def check_fence(self, conn: sqlite3.Connection, session_id: str, fence: int | None) -> None:
-        """In a write transaction: ``LeaseLostError`` if ``fence`` is older than the session's
-        newest; the first write of a lease records its fence (see ``_sqlite_turns``)."""
-        self._turns.check(conn, session_id, fence)
-
-    def _after_fork_in_child(self) -> None:
-        # SQLite connections must not cross a fork (gunicorn --preload, multiprocessing
-        # "fork"): the child keeps the parent's connection object unused and unclosed
-        # (closing it could undo the parent's locks) and opens its own on first use.
-        # Locks held by the parent's other threads at the fork are replaced.
-        self._lock = threading.RLock()
-        self._turns.after_fork_in_child()
-        if self._conn is not None and self.path != _MEMORY:
-            self._inherited.append(self._conn)
-            self._conn = None
-            self._reopen = True
-
-    def _check_identity(self) -> None:
-        """``StoreError`` if the file at ``path`` is not the database this store opened."""
-        if self._identity is None:
-            return
-        try:
-            st = os.stat(self.path)
-            now: tuple[int, int] | None = (st.st_dev, st.st_ino)
-        except FileNotFoundError:
-            now = None
-        except OSError as exc:
-            raise StoreError(f"{self.path}: cannot stat the database file: {exc}") from exc
-        if now != self._identity:
-            what = "deleted" if now is None else "replaced by another file"
-            raise StoreError(
-                f"{self.path}: the database file was {what} while this store had it open; "
-                "refusing to write where nobody would read it again (close this store and "
-                "open the path again)"
-            )
-
-    def _create_file(self) -> None:
-        """Create the database file with ``self.mode`` (SQLite copies it to -wal and -shm)."""
-        path = Path(self.path)
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise StoreError(f"{self.path}: cannot create the directory: {exc}") from exc
-        if path.is_dir():
-            raise StoreError(f"{self.path} is a directory, not an SQLite database file")
-        try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, self.mode)
-        except FileExistsError:
-            return  # an existing database keeps its mode
-        except OSError as exc:
-            raise StoreError(f"{self.path}: cannot create the database file: {exc}") from exc
-        try:
-            os.fchmod(fd, self.mode)  # exactly ``mode``, whatever the umask
-        finally:
-            os.close(fd)
-
-    def _open(self) -> sqlite3.Connection:
-        if self.path != _MEMORY:
-            self._create_file()
-        try:
-            conn = sqlite3.connect(
-                self.path, timeout=5.0, isolation_level=None, check_same_thread=False
-            )
-        except sqlite3.Error as exc:
-            raise _wrap(self.path, exc) from exc
-        try:
-            conn.execute("PRAGMA busy_timeout = 5000")
-            version = conn.execute("PRAGMA user_version").fetchone()[0]
-            self._check_version(version)
-            if self.path != _MEMORY:
-                mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-                if str(mode).lower() != "wal":
-                    log.warning("%s: could not switch to WAL (journal_mode is %s)", self.path, mode)
-            conn.execute(f"PRAGMA synchronous = {self.synchronous}")
-            if version < SCHEMA_VERSION:
-                self._migrate(conn)
-            if self.path != _MEMORY:
-                st = os.stat(self.path)
-                self._identity = (st.st_dev, st.st_ino)
-        except BaseException as exc:
-            conn.close()
-            if isinstance(exc, sqlite3.Error):
-                raise _wrap(self.path, exc) from exc
-            raise
-        return conn
-
-    def _check_version(self, version: int) -> None:
-        if version > SCHEMA_VERSION:
-            raise SchemaVersionError(
-                f"{self.path}: schema version {version} was written by a newer lousho_sessions; "
-                f"this release reads versions up to {SCHEMA_VERSION}"
-            )
-
-    def _migrate(self, conn: sqlite3.Connection) -> None:
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            # Read again under the write lock: another process may have migrated meanwhile.
-            version = conn.execute("PRAGMA user_version").fetchone()[0]
-            self._check_version(version)
-            for summary, statements in MIGRATIONS[version:]:
-                log.info("%s: migrating the schema to version %s", self.path, summary)
-                for statement in statements:
-                    conn.execute(statement)
-            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-        except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise
-        conn.execute("COMMIT")
-
-
-_LIVE_STORES: weakref.WeakSet[SqliteStore] = weakref.WeakSet()
-
-
-def _after_fork_in_child() -> None:
-    for store in list(_LIVE_STORES):
-        store._after_fork_in_child()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
-
-
-def _wrap(path: str, exc: sqlite3.Error) -> StoreError:
-    # OperationalError covers "locked", "unable to open", "disk full": not corruption.
-    if isinstance(exc, sqlite3.DatabaseError) and not isinstance(exc, sqlite3.OperationalError):
-        return StoreCorruptError(f"{path}: not a SQLite database, or a damaged one: {exc}")
-    return StoreError(f"{path}: {exc}")
 
 
 class SqliteSessionStore(Part, BaseSessionStore):
