@@ -37,35 +37,37 @@ __all__ = [
 
 
 @attrs.frozen
-class RunStart:
+class _RunEvent:
+    """What every event of a run carries: the id of the run it belongs to."""
+
     run_id: str
+
+
+@attrs.frozen
+class RunStart(_RunEvent):
     type: Literal["run.start"] = "run.start"
 
 
 @attrs.frozen
-class StepStart:
-    run_id: str
+class StepStart(_RunEvent):
     step: int
     type: Literal["step.start"] = "step.start"
 
 
 @attrs.frozen
-class TextDelta:
-    run_id: str
+class TextDelta(_RunEvent):
     text: str
     type: Literal["text.delta"] = "text.delta"
 
 
 @attrs.frozen
-class ToolCallEvent:
-    run_id: str
+class ToolCallEvent(_RunEvent):
     call: ToolCall
     type: Literal["tool.call"] = "tool.call"
 
 
 @attrs.frozen
-class ToolResultEvent:
-    run_id: str
+class ToolResultEvent(_RunEvent):
     call_id: str
     output: str
     is_error: bool = False
@@ -76,58 +78,57 @@ class ToolResultEvent:
 
 
 @attrs.frozen
-class ApprovalRequested:
-    run_id: str
+class ApprovalRequested(_RunEvent):
     approval_id: str
     call: ToolCall
     type: Literal["approval.requested"] = "approval.requested"
 
 
 @attrs.frozen
-class InputQueued:
-    run_id: str
+class InputQueued(_RunEvent):
     input_id: str
     type: Literal["input.queued"] = "input.queued"
 
 
 @attrs.frozen
-class InputApplied:
-    run_id: str
+class InputApplied(_RunEvent):
     input_id: str
     type: Literal["input.applied"] = "input.applied"
 
 
 @attrs.frozen
-class ErrorEvent:
-    run_id: str
+class ErrorEvent(_RunEvent):
     error: BaseException
     type: Literal["error"] = "error"
 
 
 @attrs.frozen
-class RunDone:
-    run_id: str
+class RunDone(_RunEvent):
     finish_reason: str
     result: ExecutionResult | None
     type: Literal["run.done"] = "run.done"
 
 
 @attrs.frozen
-class CompactionStart:
+class _SessionEvent:
+    """What every session event carries: the id of the session it happened to."""
+
     session_id: str
+
+
+@attrs.frozen
+class CompactionStart(_SessionEvent):
     type: Literal["compaction.start"] = "compaction.start"
 
 
 @attrs.frozen
-class CompactionDone:
-    session_id: str
+class CompactionDone(_SessionEvent):
     result: CompactionResult
     type: Literal["compaction.done"] = "compaction.done"
 
 
 @attrs.frozen
-class ContextCleared:
-    session_id: str
+class ContextCleared(_SessionEvent):
     type: Literal["context.cleared"] = "context.cleared"
 
 

@@ -55,10 +55,26 @@ def _method(inner: object, name: str) -> Callable[..., Any] | None:
 
 
 class _Adapter:
+    """What every adapter shares: the wrapped object, and its own ``prune`` and
+    ``close`` used when it has them (else the base class's ``prune``; nothing to close)."""
+
     inner: object
 
     def __init__(self, inner: Any) -> None:
         self.inner = inner
+        self._prune = _method(inner, "prune")
+        self._close = _method(inner, "close")
+
+    def prune(self, older_than: timedelta | float) -> PruneResult:
+        if self._prune is None:
+            base_prune: Callable[[timedelta | float], PruneResult] = super().prune  # type: ignore[misc]
+            return base_prune(older_than)
+        result: PruneResult = self._prune(older_than)
+        return result
+
+    def close(self) -> None:
+        if self._close is not None:
+            self._close()
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.inner!r})"
@@ -82,8 +98,6 @@ class SessionStoreAdapter(_Adapter, BaseSessionStore):
         self._append = _method(inner, "append")
         self._revision = _method(inner, "revision")
         self._turn_lock = _method(inner, "turn_lock")
-        self._prune = _method(inner, "prune")
-        self._close = _method(inner, "close")
         scope = getattr(inner, "lock_scope", "process") if self._turn_lock else "process"
         self.lock_scope: LockScope = (
             "cluster" if scope == "cluster" else "machine" if scope == "machine" else "process"
@@ -134,16 +148,6 @@ class SessionStoreAdapter(_Adapter, BaseSessionStore):
             current=lambda: leases.current(id, fence),
         )
 
-    def prune(self, older_than: timedelta | float) -> PruneResult:
-        if self._prune is None:
-            return super().prune(older_than)
-        result: PruneResult = self._prune(older_than)
-        return result
-
-    def close(self) -> None:
-        if self._close is not None:
-            self._close()
-
 
 class CheckpointStoreAdapter(_Adapter, BaseCheckpointStore):
     """A plain ``CheckpointStore`` under the contract; ``fence`` is not checked."""
@@ -152,8 +156,6 @@ class CheckpointStoreAdapter(_Adapter, BaseCheckpointStore):
 
     def __init__(self, inner: CheckpointStore) -> None:
         super().__init__(inner)
-        self._prune = _method(inner, "prune")
-        self._close = _method(inner, "close")
 
     def load(self, turn_id: str) -> dict[str, Any] | None:
         return self.inner.load(turn_id)
@@ -169,16 +171,6 @@ class CheckpointStoreAdapter(_Adapter, BaseCheckpointStore):
     def list(self, prefix: str = "") -> list[str]:
         return self.inner.list(prefix)
 
-    def prune(self, older_than: timedelta | float) -> PruneResult:
-        if self._prune is None:
-            return super().prune(older_than)
-        result: PruneResult = self._prune(older_than)
-        return result
-
-    def close(self) -> None:
-        if self._close is not None:
-            self._close()
-
 
 class ApprovalStoreAdapter(_Adapter, BaseApprovalStore):
     """A plain ``ApprovalStore`` under the contract; ``fence`` is not checked."""
@@ -187,8 +179,6 @@ class ApprovalStoreAdapter(_Adapter, BaseApprovalStore):
 
     def __init__(self, inner: ApprovalStore) -> None:
         super().__init__(inner)
-        self._prune = _method(inner, "prune")
-        self._close = _method(inner, "close")
 
     def create(self, record: Mapping[str, Any], *, fence: int | None = None) -> None:
         self.inner.create(record)
@@ -206,16 +196,6 @@ class ApprovalStoreAdapter(_Adapter, BaseApprovalStore):
 
     def delete(self, id: str) -> None:
         self.inner.delete(id)
-
-    def prune(self, older_than: timedelta | float) -> PruneResult:
-        if self._prune is None:
-            return super().prune(older_than)
-        result: PruneResult = self._prune(older_than)
-        return result
-
-    def close(self) -> None:
-        if self._close is not None:
-            self._close()
 
 
 _A = TypeVar("_A", bound=_Adapter)
