@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from sweep_harness import TURNS, WAIT, build, open_store  # noqa: E402
+from sweep_harness import TURNS, WAIT, build, open_store
 
-from lousho_sessions.recovery import abandoned_turns, stale_turns, sweep  # noqa: E402
+from lousho_sessions.recovery import abandoned_turns, stale_turns, sweep
 
 HARNESS = str(Path(__file__).with_name("sweep_harness.py"))
 KINDS = ("files", "sqlite", "postgres", "redis")
