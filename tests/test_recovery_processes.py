@@ -11,6 +11,8 @@ import os
 import signal
 import subprocess
 import sys
+import threading
+import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +23,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 from sweep_harness import TURNS, WAIT, build, open_store
 
-from lousho_sessions.recovery import abandoned_turns, stale_turns, sweep
+from lousho_sessions.recovery import SweptTurn, abandoned_turns, stale_turns, sweep
 
 HARNESS = str(Path(__file__).with_name("sweep_harness.py"))
 KINDS = ("files", "sqlite", "postgres", "redis")
@@ -155,7 +157,7 @@ def test_a_stopped_worker_is_not_swept_while_it_holds_its_lock_and_refused_once_
                 assert [s.outcome for s in sweep(store, agent=agent)] == []
                 swept_by_us = False
             else:
-                swept = []
+                swept: list[SweptTurn] = []
                 while not swept:  # until the stopped worker's lease runs out
                     assert _before(deadline), "the lease never ran out"
                     swept = sweep(store, agent=agent)
@@ -183,18 +185,12 @@ def close(kind: str, store: Any) -> None:
 
 
 def _deadline() -> float:
-    import time
-
     return time.monotonic() + WAIT
 
 
 def _before(deadline: float) -> bool:
-    import time
-
     return time.monotonic() < deadline
 
 
 def _wait(seconds: float) -> None:
-    import threading
-
     threading.Event().wait(seconds)
