@@ -247,3 +247,26 @@ def test_bad_input_is_refused_with_a_clear_error() -> None:
         stale_turns(store, older_than=-1)
     with pytest.raises(ToolDefinitionError, match="reconcile"):
         tool(reconcile="nope")(lambda: "x")  # type: ignore[call-overload]
+
+
+def test_a_durable_send_of_the_session_its_tool_runs_in_is_refused_not_deadlocked() -> None:
+    """A durable single send holds its session's lease (so sweeps can tell it is alive):
+    started from a tool of that session's own turn it would wait for itself."""
+    store = memory_store()
+    errors: list[str] = []
+
+    @tool
+    def nested(ctx: ToolContext) -> str:
+        """Send again."""
+        try:
+            agent.send("inner", session_id="u")
+        except Exception as exc:
+            errors.append(f"{type(exc).__name__}: {exc}")
+        return "ok"
+
+    provider = ScriptedProvider(
+        [Message.assistant("", tool_calls=[ToolCall("c1", "nested", {})]), "done"]
+    )
+    agent = create_agent(provider=provider, tools=[nested], store=store)
+    assert agent.session("u").send("go").text == "done"
+    assert len(errors) == 1 and errors[0].startswith("SessionBusyError") and "lease" in errors[0]
