@@ -29,6 +29,8 @@ from lousho_sessions import (
     memory_store,
     tool,
 )
+from lousho_sessions._effects import rerun_approval_id
+from lousho_sessions.approvals import new_record
 from lousho_sessions.recovery import abandoned_turns, resume_turn, stale_turns, sweep
 from lousho_sessions.sqlite import SqliteStore
 from lousho_sessions.stores.base import AgentStore
@@ -270,3 +272,36 @@ def test_a_durable_send_of_the_session_its_tool_runs_in_is_refused_not_deadlocke
     agent = create_agent(provider=provider, tools=[nested], store=store)
     assert agent.session("u").send("go").text == "done"
     assert len(errors) == 1 and errors[0].startswith("SessionBusyError") and "lease" in errors[0]
+
+
+def test_a_call_run_again_and_interrupted_again_is_asked_about_again() -> None:
+    """The approved re-run recorded a new intent (in a result record) and the process died
+    again: the first approval does not cover the second start."""
+    store = memory_store()
+    crashed_in_lookup(store, started=True)
+    assert store.checkpoints is not None and store.approvals is not None
+    call = ToolCall("call-1", "lookup", {"city": "Paris"})
+    first = rerun_approval_id("run-golden", call, ["call-1"])
+    store.approvals.create(
+        new_record(
+            first, session_id="golden", turn_id="golden.turn-0", run_id="run-golden", call=call
+        )
+    )
+    store.approvals.resolve(first, approved=True)
+    store.checkpoints.save(  # the intent of the re-run, as TurnCheckpoints.save_started writes it
+        "golden.turn-0-r1-1",
+        {"format": "lousho.turn-results", "version": 1, "run_id": "run-golden", "step": 1,
+         "results": {}, "started": ["call-1"]},
+    )  # fmt: skip
+
+    @tool(idempotent=False)
+    def lookup(city: str) -> str:
+        """Look up."""
+        raise AssertionError("not without asking again")
+
+    agent = create_agent(provider=ScriptedProvider([]), tools=[lookup], store=store)
+    assert [s.outcome for s in sweep(store, agent=agent)] == ["parked"]
+    [pending] = agent.approvals.list()
+    assert pending.id != first and pending.id == rerun_approval_id(
+        "run-golden", call, ["call-1", "call-1"]
+    )
