@@ -40,9 +40,10 @@ FIXTURES = Path(__file__).parent / "fixtures"
 
 def crashed_in_lookup(store: AgentStore, *, started: bool) -> None:
     """Leave the checkpoint a process dies with inside the call ``call-1`` to ``lookup``
-    (the golden checkpoint: the model asked for it; no result), its intent recorded or not."""
+    (the golden checkpoint: the model asked for it; no result), its intent recorded or not,
+    saved under a lease (``fence``) the process held."""
     data = json.loads((FIXTURES / "checkpoint-v2.json").read_text())
-    data.update(attempts=0, fence=None, started=["call-1"] if started else [])
+    data.update(attempts=0, fence=1, started=["call-1"] if started else [])
     data["updated_at"] = datetime.now(timezone.utc).isoformat()
     assert store.checkpoints is not None
     store.checkpoints.save("golden.turn-0", data)
@@ -305,3 +306,15 @@ def test_a_call_run_again_and_interrupted_again_is_asked_about_again() -> None:
     assert pending.id != first and pending.id == rerun_approval_id(
         "run-golden", call, ["call-1", "call-1"]
     )
+
+
+def test_a_checkpoint_saved_outside_a_lease_is_never_listed_as_stale() -> None:
+    """``AgentExecutor`` holds no lease: its running turn looks like a dead one, so never swept."""
+    store = memory_store()
+    crashed_in_lookup(store, started=False)
+    assert store.checkpoints is not None
+    data = store.checkpoints.load("golden.turn-0")
+    assert data is not None
+    store.checkpoints.save("golden.turn-0", {**data, "fence": None})
+    agent = create_agent(provider=ScriptedProvider([]), store=store)
+    assert stale_turns(store) == [] and sweep(store, agent=agent) == []
