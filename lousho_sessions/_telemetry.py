@@ -1,0 +1,391 @@
+"""OpenTelemetry traces and metrics of turns, per the GenAI semantic conventions.
+
+``Telemetry.build`` decides once per agent whether anything is traced or measured:
+with no ``tracer_provider``/``meter_provider`` given it takes the global ones, and
+with neither configured (or ``opentelemetry-api`` not installed, the ``otel``
+extra) it returns ``None`` and the turn code skips every call here: one ``is None``
+test per model call and per tool. ``opentelemetry`` is imported here only, and only
+when an agent is made. No global provider is ever installed.
+
+Spans: ``invoke_agent {name}`` (INTERNAL) per run of a turn, ``chat {model}``
+(CLIENT) per model call and ``execute_tool {tool}`` (INTERNAL) per tool run, their
+children. A turn's span context is kept in its checkpoint (``trace`` in the
+checkpoint's fields, a W3C ``traceparent``) so the run that resumes it, in any
+process, continues that trace and links to the original span.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from .messages import Message, ToolCall, Usage
+
+__all__ = ["ChatTrace", "Telemetry", "TurnTrace"]
+
+#: The checkpoint field holding a turn's trace context (unknown fields round-trip,
+#: so a release without tracing keeps it).
+TRACE_FIELD = "trace"
+
+
+class Telemetry:
+    """An agent's tracer and instruments, made once by ``build``."""
+
+    def __init__(
+        self, otel: Any, tracer: Any, meter: Any, *, content: bool, name: str | None
+    ) -> None:
+        self.otel = otel  # the opentelemetry modules this needs, imported once
+        self.tracer = tracer
+        self.content = content
+        self.agent_name = name
+        self.token_usage = self.duration = self.resumed = self.leases_lost = None
+        if meter is not None:
+            self.token_usage = meter.create_histogram(
+                "gen_ai.client.token.usage", unit="{token}", description="Tokens per model call"
+            )
+            self.duration = meter.create_histogram(
+                "gen_ai.client.operation.duration", unit="s", description="Model call duration"
+            )
+            self.resumed = meter.create_counter(
+                "lousho.turns.resumed", unit="{turn}", description="Turns resumed from a checkpoint"
+            )
+            self.leases_lost = meter.create_counter(
+                "lousho.leases.lost", unit="{turn}", description="Turns ended by a lost lease"
+            )
+
+    @classmethod
+    def build(
+        cls,
+        tracer_provider: Any = None,
+        meter_provider: Any = None,
+        *,
+        content: bool = False,
+        name: str | None = None,
+    ) -> Telemetry | None:
+        """The agent's telemetry; ``None`` when nothing would be recorded."""
+        try:
+            from opentelemetry import context, metrics, propagate, trace
+        except ImportError:
+            if tracer_provider is not None or meter_provider is not None:
+                from .errors import LoushoError
+
+                raise LoushoError(
+                    "tracer_provider/meter_provider need opentelemetry-api: "
+                    "pip install 'lousho-sessions[otel]'"
+                ) from None
+            return None
+        tracer = meter = None
+        version = _version()
+        tp = tracer_provider if tracer_provider is not None else trace.get_tracer_provider()
+        if not isinstance(tp, (trace.NoOpTracerProvider, trace.ProxyTracerProvider)):
+            tracer = tp.get_tracer("lousho_sessions", version)
+        mp = meter_provider if meter_provider is not None else metrics.get_meter_provider()
+        if not isinstance(mp, metrics.NoOpMeterProvider) and type(mp).__name__ != (
+            "_ProxyMeterProvider"  # the API's default before a global one is set
+        ):
+            meter = mp.get_meter("lousho_sessions", version)
+        if tracer is None and meter is None:
+            return None
+        otel = _Otel(context, propagate, trace)
+        return cls(otel, tracer, meter, content=content, name=name)
+
+    def turn(
+        self,
+        state: Any,
+        *,
+        resumed: bool,
+        fence: int | None,
+        provider: str,
+        model: str | None,
+        system: str | None,
+    ) -> TurnTrace:
+        """Start tracing one run of ``state``'s turn (a ``TurnState``)."""
+        if resumed and self.resumed is not None:
+            self.resumed.add(1, {"gen_ai.provider.name": provider})
+        return TurnTrace(self, state, resumed, fence, provider, model, system)
+
+    def lease_lost(self, provider: str) -> None:
+        if self.leases_lost is not None:
+            self.leases_lost.add(1, {"gen_ai.provider.name": provider})
+
+
+def _version() -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("lousho-sessions")
+    except PackageNotFoundError:
+        return None
+
+
+class _Otel:
+    __slots__ = ("context", "propagate", "trace")
+
+    def __init__(self, context: Any, propagate: Any, trace: Any) -> None:
+        self.context, self.propagate, self.trace = context, propagate, trace
+
+
+class TurnTrace:
+    """The span of one run of a turn, and the spans of its model calls and tools."""
+
+    def __init__(
+        self,
+        telemetry: Telemetry,
+        state: Any,
+        resumed: bool,
+        fence: int | None,
+        provider: str,
+        model: str | None,
+        system: str | None,
+    ) -> None:
+        self.telemetry = telemetry
+        self.provider = provider
+        self.model = model
+        self.system = system
+        self.span: Any = None
+        self._token: object = None
+        otel, tracer = telemetry.otel, telemetry.tracer
+        if tracer is None:
+            return
+        saved = state.extra.get(TRACE_FIELD)
+        original = _restore(otel, saved) if resumed and isinstance(saved, Mapping) else None
+        attempt = 1
+        if original is not None and isinstance(saved, Mapping):
+            attempt = int(saved.get("attempt") or 1) + 1
+        name = telemetry.agent_name
+        attributes: dict[str, Any] = {
+            "gen_ai.operation.name": "invoke_agent",
+            "gen_ai.provider.name": provider,
+            "lousho.run.id": state.run_id,
+            "lousho.turn.attempt": attempt,
+            "lousho.turn.resumed": resumed,
+        }
+        optional = {
+            "gen_ai.agent.name": name,
+            "gen_ai.conversation.id": state.session_id,
+            "gen_ai.request.model": model,
+            "lousho.turn.id": state.turn_id,
+            "lousho.lease.fence": fence,
+        }
+        attributes.update((k, v) for k, v in optional.items() if v is not None)
+        if resumed:
+            attributes["lousho.turn.resumed_step"] = state.steps
+        parent = None
+        links: tuple[Any, ...] = ()
+        if original is not None:
+            # the same trace as the run that started the turn, and a link to its span
+            parent = otel.trace.set_span_in_context(otel.trace.NonRecordingSpan(original))
+            links = (otel.trace.Link(original, {"lousho.link": "resumed"}),)
+        self.span = tracer.start_span(
+            f"invoke_agent {name}" if name else "invoke_agent",
+            context=parent,
+            kind=otel.trace.SpanKind.INTERNAL,
+            attributes=attributes,
+            links=links,
+        )
+        if original is None:  # this run started the turn: its context goes in the checkpoint
+            carrier: dict[str, str] = {}
+            otel.propagate.inject(carrier, context=otel.trace.set_span_in_context(self.span))
+            carrier = {k: v for k, v in carrier.items() if k in ("traceparent", "tracestate")}
+            if carrier:
+                state.extra[TRACE_FIELD] = {**carrier, "attempt": attempt}
+        elif isinstance(saved, Mapping):
+            state.extra[TRACE_FIELD] = {**saved, "attempt": attempt}
+        self._token = otel.context.attach(otel.trace.set_span_in_context(self.span))
+
+    def chat(self, messages: Sequence[Message]) -> ChatTrace:
+        """Start tracing one model call with ``messages`` sent."""
+        return ChatTrace(self, messages)
+
+    def tool(self, call: ToolCall, run: Callable[[], str]) -> Callable[[], str]:
+        """``run`` (a tool's job) traced as ``execute_tool``, on whichever thread runs it."""
+        if self.span is None:
+            return run
+        otel, tracer = self.telemetry.otel, self.telemetry.tracer
+        parent = otel.trace.set_span_in_context(self.span)
+        content = self.telemetry.content
+
+        def traced() -> str:
+            attributes: dict[str, Any] = {
+                "gen_ai.operation.name": "execute_tool",
+                "gen_ai.tool.name": call.name,
+                "gen_ai.tool.call.id": call.id,
+                "gen_ai.tool.type": "function",
+            }
+            if content:
+                attributes["gen_ai.tool.call.arguments"] = _json(call.arguments)
+            span = tracer.start_span(
+                f"execute_tool {call.name}",
+                context=parent,
+                kind=otel.trace.SpanKind.INTERNAL,
+                attributes=attributes,
+            )
+            token = otel.context.attach(otel.trace.set_span_in_context(span))
+            try:
+                output = run()
+            except BaseException as exc:
+                otel.context.detach(token)
+                _fail(otel, span, exc)
+                span.end()
+                raise
+            otel.context.detach(token)
+            if content:
+                span.set_attribute("gen_ai.tool.call.result", output)
+            span.end()
+            return output
+
+        return traced
+
+    def end(self, result: Any = None, error: BaseException | None = None) -> None:
+        """End the turn's span with its ``ExecutionResult``, or the error it raised."""
+        if self.span is None:
+            return
+        span, otel = self.span, self.telemetry.otel
+        self.span = None
+        otel.context.detach(self._token)
+        if error is not None:
+            _fail(otel, span, error)
+        elif result is not None:
+            span.set_attribute("lousho.finish_reason", result.finish_reason)
+            usage = result.usage
+            span.set_attribute("gen_ai.usage.input_tokens", usage.input_tokens)
+            span.set_attribute("gen_ai.usage.output_tokens", usage.output_tokens)
+            if result.approval_id:
+                span.set_attribute("lousho.approval.id", result.approval_id)
+        span.end()
+
+
+class ChatTrace:
+    """One model call: its span and its measurements."""
+
+    def __init__(self, turn: TurnTrace, messages: Sequence[Message]) -> None:
+        self.turn = turn
+        self.started = time.perf_counter()
+        self.span: Any = None
+        self._token: object = None
+        telemetry = turn.telemetry
+        model = turn.model or turn.provider
+        self.attributes: dict[str, Any] = {
+            "gen_ai.operation.name": "chat",
+            "gen_ai.provider.name": turn.provider,
+        }
+        if turn.model:
+            self.attributes["gen_ai.request.model"] = turn.model
+        if turn.span is None:
+            return
+        otel = telemetry.otel
+        attributes = dict(self.attributes)
+        if telemetry.content:
+            attributes["gen_ai.input.messages"] = _json([_gen_ai_message(m) for m in messages])
+            if turn.system:
+                attributes["gen_ai.system_instructions"] = _json(
+                    [{"type": "text", "content": turn.system}]
+                )
+        self.span = telemetry.tracer.start_span(
+            f"chat {model}",
+            context=otel.trace.set_span_in_context(turn.span),
+            kind=otel.trace.SpanKind.CLIENT,
+            attributes=attributes,
+        )
+        self._token = otel.context.attach(otel.trace.set_span_in_context(self.span))
+
+    def end(self, response: Any = None, error: BaseException | None = None) -> None:
+        """End the call: its ``ModelResponse`` (``None``: dropped, steered), or its error."""
+        telemetry, span = self.turn.telemetry, self.span
+        attributes = self.attributes
+        usage: Usage | None = None
+        if response is not None:
+            usage = response.usage
+            if usage == Usage() and response.message.usage is not None:
+                usage = response.message.usage
+            model = getattr(response, "model", None)
+            if model:
+                attributes["gen_ai.response.model"] = model
+        if error is not None:
+            attributes["error.type"] = _error_type(error)
+        if telemetry.duration is not None:
+            telemetry.duration.record(time.perf_counter() - self.started, attributes)
+        if telemetry.token_usage is not None and usage is not None:
+            telemetry.token_usage.record(
+                usage.input_tokens, {**attributes, "gen_ai.token.type": "input"}
+            )
+            telemetry.token_usage.record(
+                usage.output_tokens, {**attributes, "gen_ai.token.type": "output"}
+            )
+        if span is None:
+            return
+        otel = telemetry.otel
+        otel.context.detach(self._token)
+        if error is not None:
+            _fail(otel, span, error)
+        elif response is None:
+            span.set_attribute("lousho.steered", True)
+        elif span.is_recording():
+            _response_attributes(span, response, usage or Usage(), telemetry.content)
+        span.end()
+
+
+def _response_attributes(span: Any, response: Any, usage: Usage, content: bool) -> None:
+    model = getattr(response, "model", None)
+    if model:
+        span.set_attribute("gen_ai.response.model", model)
+    span.set_attribute("gen_ai.response.finish_reasons", (response.finish_reason,))
+    span.set_attribute("gen_ai.usage.input_tokens", usage.input_tokens)
+    span.set_attribute("gen_ai.usage.output_tokens", usage.output_tokens)
+    for key in ("cache_read", "cache_creation"):
+        value = usage.extra.get(f"{key}_input_tokens")
+        if isinstance(value, int) and value:
+            span.set_attribute(f"gen_ai.usage.{key}.input_tokens", value)
+    if content:
+        out = _gen_ai_message(response.message)
+        out["finish_reason"] = response.finish_reason
+        span.set_attribute("gen_ai.output.messages", _json([out]))
+
+
+def _restore(otel: Any, saved: Mapping[str, Any]) -> Any:
+    """The span context kept in a checkpoint; None if there is none or it is unreadable."""
+    carrier = {k: str(v) for k, v in saved.items() if k in ("traceparent", "tracestate")}
+    span = otel.trace.get_current_span(otel.propagate.extract(carrier))
+    found = span.get_span_context()
+    return found if found.is_valid else None
+
+
+def _fail(otel: Any, span: Any, error: BaseException) -> None:
+    span.set_attribute("error.type", _error_type(error))
+    span.set_status(otel.trace.Status(otel.trace.StatusCode.ERROR, str(error)))
+
+
+def _error_type(error: BaseException) -> str:
+    return type(error).__qualname__
+
+
+def _gen_ai_message(message: Message) -> dict[str, Any]:
+    """``message`` in the GenAI conventions' message shape (role and parts)."""
+    parts: list[dict[str, Any]] = []
+    if message.role == "tool":
+        parts.append(
+            {"type": "tool_call_response", "id": message.tool_call_id, "response": message.text}
+        )
+    else:
+        if message.text:
+            parts.append({"type": "text", "content": message.text})
+        parts.extend(
+            {"type": "tool_call", "id": c.id, "name": c.name, "arguments": dict(c.arguments)}
+            for c in message.tool_calls
+        )
+    return {"role": message.role, "parts": parts}
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, default=_plain)
+
+
+def _plain(value: Any) -> Any:
+    """Frozen mappings and sequences (tool arguments) as JSON sees them; else their text."""
+    if isinstance(value, Mapping):
+        return dict(value)
+    if isinstance(value, (tuple, frozenset)):
+        return list(value)
+    return str(value)
