@@ -95,7 +95,7 @@ class TurnRunner:
                 state,
                 resumed=resumed,
                 fence=checkpoints.fence,
-                provider=c.provider.name,
+                provider=c.provider.name.split("/", 1)[0],  # "openai/gpt-4o" -> "openai"
                 model=c.model_name,
                 system=c.system,
             )
@@ -136,7 +136,7 @@ class TurnRunner:
             if trace is not None:
                 trace.end(error=exc)
             if self.telemetry is not None:
-                self.telemetry.lease_lost(c.provider.name)
+                self.telemetry.lease_lost(c.provider.name.split("/", 1)[0])
             settle(inbox, None, exc, requeue)
             raise
         except BaseException as exc:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +17,8 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import NoOpTracerProvider, SpanKind, StatusCode
+from provider_server import ProviderServer, SSEReply, sse_events
+from provider_wires import HttpProvider, Wire
 from storekit import open_kit
 from test_lease_lost import Takeover
 
@@ -315,3 +317,23 @@ def test_a_lost_lease_is_counted(otel: Otel, tmp_path: Path) -> None:
     assert lost.value == 1
     [turn] = otel.named("invoke_agent")
     assert attrs_of(turn)["error.type"] == "LeaseLostError"
+
+
+def test_http_providers_report_the_response_model_and_cache_tokens(
+    otel: Otel, wire: Wire, server: ProviderServer, make: Callable[..., HttpProvider]
+) -> None:
+    cached = {"openai": (b'"cached_tokens":0', b'"cached_tokens":200')}
+    cached["anthropic"] = (b'"cache_read_input_tokens":0', b'"cache_read_input_tokens":200')
+    old, new = cached[wire.kind]
+    events = [e.replace(old, new) for e in sse_events(wire.kind, "text")]
+    server.reply(SSEReply(events))
+    agent = otel.agent(provider=make())
+    agent.send("hi")
+    [chat] = otel.named("chat")
+    a = attrs_of(chat)
+    assert chat.name == "chat test-model" and a["gen_ai.provider.name"] == wire.kind
+    assert a["gen_ai.request.model"] == "test-model"
+    served = {"openai": "gpt-4o-mini-2024-07-18", "anthropic": "claude-3-5-haiku-20241022"}
+    assert a["gen_ai.response.model"] == served[wire.kind]
+    assert a["gen_ai.usage.cache_read.input_tokens"] == 200
+    assert "gen_ai.usage.cache_creation.input_tokens" not in a  # zero: not reported
