@@ -89,6 +89,10 @@ class TurnRunner:
         ``context`` is the caller's object for tools (``ToolContext.context``).
         """
         c = self.config
+        if resumed:
+            log.info(
+                "resuming turn %s (run %s) after step %d", state.turn_id, state.run_id, state.steps
+            )
         trace = None
         if self.telemetry is not None:
             trace = self.telemetry.turn(
@@ -161,6 +165,10 @@ class TurnRunner:
                 _forget_quietly(checkpoints, state)
             settle(inbox, None, exc, requeue)
             raise
+        log.debug(
+            "turn %s (run %s) ended: %s after %d model calls and %d tool calls",
+            state.turn_id, state.run_id, reason, state.steps, state.tool_calls,
+        )  # fmt: skip
         if trace is not None:
             trace.end(result)
         if kept and reason != "awaiting-approval":
