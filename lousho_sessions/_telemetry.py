@@ -66,7 +66,7 @@ class Telemetry:
     ) -> Telemetry | None:
         """The agent's telemetry; ``None`` when nothing would be recorded."""
         try:
-            from opentelemetry import context, metrics, propagate, trace
+            from opentelemetry import context, metrics, trace
         except ImportError:
             if tracer_provider is not None or meter_provider is not None:
                 from .errors import LoushoError
@@ -88,7 +88,7 @@ class Telemetry:
             meter = mp.get_meter("lousho_sessions", version)
         if tracer is None and meter is None:
             return None
-        otel = _Otel(context, propagate, trace)
+        otel = _Otel(context, trace)
         return cls(otel, tracer, meter, content=content, name=name)
 
     def turn(
@@ -121,10 +121,24 @@ def _version() -> str | None:
 
 
 class _Otel:
-    __slots__ = ("context", "propagate", "trace")
+    """The parts of the API the spans use, looked up once per agent."""
 
-    def __init__(self, context: Any, propagate: Any, trace: Any) -> None:
-        self.context, self.propagate, self.trace = context, propagate, trace
+    __slots__ = (
+        "Link", "NonRecordingSpan", "SpanContext", "Status", "TraceFlags", "TraceState",
+        "attach", "client", "detach", "error", "in_context", "internal",
+    )  # fmt: skip
+
+    def __init__(self, context: Any, trace: Any) -> None:
+        self.attach, self.detach = context.attach, context.detach
+        self.in_context = trace.set_span_in_context
+        self.Link, self.NonRecordingSpan = trace.Link, trace.NonRecordingSpan
+        self.SpanContext, self.TraceFlags, self.TraceState = (
+            trace.SpanContext,
+            trace.TraceFlags,
+            trace.TraceState,
+        )
+        self.Status, self.error = trace.Status, trace.StatusCode.ERROR
+        self.internal, self.client = trace.SpanKind.INTERNAL, trace.SpanKind.CLIENT
 
 
 class TurnTrace:
@@ -145,12 +159,13 @@ class TurnTrace:
         self.model = model
         self.system = system
         self.span: Any = None
+        self.context: Any = None
         self._token: object = None
         otel, tracer = telemetry.otel, telemetry.tracer
         if tracer is None:
             return
-        saved = state.extra.get(TRACE_FIELD)
-        original = _restore(otel, saved) if resumed and isinstance(saved, Mapping) else None
+        saved = state.extra.get(TRACE_FIELD) if resumed else None
+        original = _restore(otel, saved) if isinstance(saved, Mapping) else None
         attempt = 1
         if original is not None and isinstance(saved, Mapping):
             attempt = int(saved.get("attempt") or 1) + 1
@@ -162,38 +177,37 @@ class TurnTrace:
             "lousho.turn.attempt": attempt,
             "lousho.turn.resumed": resumed,
         }
-        optional = {
-            "gen_ai.agent.name": name,
-            "gen_ai.conversation.id": state.session_id,
-            "gen_ai.request.model": model,
-            "lousho.turn.id": state.turn_id,
-            "lousho.lease.fence": fence,
-        }
-        attributes.update((k, v) for k, v in optional.items() if v is not None)
+        if name is not None:
+            attributes["gen_ai.agent.name"] = name
+        if state.session_id is not None:
+            attributes["gen_ai.conversation.id"] = state.session_id
+        if model is not None:
+            attributes["gen_ai.request.model"] = model
+        if state.turn_id is not None:
+            attributes["lousho.turn.id"] = state.turn_id
+        if fence is not None:
+            attributes["lousho.lease.fence"] = fence
         if resumed:
             attributes["lousho.turn.resumed_step"] = state.steps
         parent = None
         links: tuple[Any, ...] = ()
         if original is not None:
             # the same trace as the run that started the turn, and a link to its span
-            parent = otel.trace.set_span_in_context(otel.trace.NonRecordingSpan(original))
-            links = (otel.trace.Link(original, {"lousho.link": "resumed"}),)
-        self.span = tracer.start_span(
+            parent = otel.in_context(otel.NonRecordingSpan(original))
+            links = (otel.Link(original, {"lousho.link": "resumed"}),)
+        span = self.span = tracer.start_span(
             f"invoke_agent {name}" if name else "invoke_agent",
             context=parent,
-            kind=otel.trace.SpanKind.INTERNAL,
+            kind=otel.internal,
             attributes=attributes,
             links=links,
         )
         if original is None:  # this run started the turn: its context goes in the checkpoint
-            carrier: dict[str, str] = {}
-            otel.propagate.inject(carrier, context=otel.trace.set_span_in_context(self.span))
-            carrier = {k: v for k, v in carrier.items() if k in ("traceparent", "tracestate")}
-            if carrier:
-                state.extra[TRACE_FIELD] = {**carrier, "attempt": attempt}
+            state.extra[TRACE_FIELD] = _traceparent(span.get_span_context(), attempt)
         elif isinstance(saved, Mapping):
             state.extra[TRACE_FIELD] = {**saved, "attempt": attempt}
-        self._token = otel.context.attach(otel.trace.set_span_in_context(self.span))
+        self.context = otel.in_context(span)
+        self._token = otel.attach(self.context)
 
     def chat(self, messages: Sequence[Message]) -> ChatTrace:
         """Start tracing one model call with ``messages`` sent."""
@@ -203,8 +217,7 @@ class TurnTrace:
         """``run`` (a tool's job) traced as ``execute_tool``, on whichever thread runs it."""
         if self.span is None:
             return run
-        otel, tracer = self.telemetry.otel, self.telemetry.tracer
-        parent = otel.trace.set_span_in_context(self.span)
+        otel, tracer, parent = self.telemetry.otel, self.telemetry.tracer, self.context
         content = self.telemetry.content
 
         def traced() -> str:
@@ -219,18 +232,18 @@ class TurnTrace:
             span = tracer.start_span(
                 f"execute_tool {call.name}",
                 context=parent,
-                kind=otel.trace.SpanKind.INTERNAL,
+                kind=otel.internal,
                 attributes=attributes,
             )
-            token = otel.context.attach(otel.trace.set_span_in_context(span))
+            token = otel.attach(otel.in_context(span))
             try:
                 output = run()
             except BaseException as exc:
-                otel.context.detach(token)
+                otel.detach(token)
                 _fail(otel, span, exc)
                 span.end()
                 raise
-            otel.context.detach(token)
+            otel.detach(token)
             if content:
                 span.set_attribute("gen_ai.tool.call.result", output)
             span.end()
@@ -240,121 +253,154 @@ class TurnTrace:
 
     def end(self, result: Any = None, error: BaseException | None = None) -> None:
         """End the turn's span with its ``ExecutionResult``, or the error it raised."""
-        if self.span is None:
-            return
         span, otel = self.span, self.telemetry.otel
+        if span is None:
+            return
         self.span = None
-        otel.context.detach(self._token)
+        otel.detach(self._token)
         if error is not None:
             _fail(otel, span, error)
         elif result is not None:
-            span.set_attribute("lousho.finish_reason", result.finish_reason)
             usage = result.usage
-            span.set_attribute("gen_ai.usage.input_tokens", usage.input_tokens)
-            span.set_attribute("gen_ai.usage.output_tokens", usage.output_tokens)
+            attributes = {
+                "lousho.finish_reason": result.finish_reason,
+                "gen_ai.usage.input_tokens": usage.input_tokens,
+                "gen_ai.usage.output_tokens": usage.output_tokens,
+            }
             if result.approval_id:
-                span.set_attribute("lousho.approval.id", result.approval_id)
+                attributes["lousho.approval.id"] = result.approval_id
+            span.set_attributes(attributes)
         span.end()
 
 
 class ChatTrace:
     """One model call: its span and its measurements."""
 
+    __slots__ = ("_token", "span", "started", "turn")
+
     def __init__(self, turn: TurnTrace, messages: Sequence[Message]) -> None:
         self.turn = turn
-        self.started = time.perf_counter()
+        telemetry = turn.telemetry
+        self.started = time.perf_counter() if telemetry.duration is not None else 0.0
         self.span: Any = None
         self._token: object = None
-        telemetry = turn.telemetry
-        model = turn.model or turn.provider
-        self.attributes: dict[str, Any] = {
+        if turn.span is None:
+            return
+        otel = telemetry.otel
+        attributes: dict[str, Any] = {
             "gen_ai.operation.name": "chat",
             "gen_ai.provider.name": turn.provider,
         }
         if turn.model:
-            self.attributes["gen_ai.request.model"] = turn.model
-        if turn.span is None:
-            return
-        otel = telemetry.otel
-        attributes = dict(self.attributes)
+            attributes["gen_ai.request.model"] = turn.model
         if telemetry.content:
             attributes["gen_ai.input.messages"] = _json([_gen_ai_message(m) for m in messages])
             if turn.system:
                 attributes["gen_ai.system_instructions"] = _json(
                     [{"type": "text", "content": turn.system}]
                 )
-        self.span = telemetry.tracer.start_span(
-            f"chat {model}",
-            context=otel.trace.set_span_in_context(turn.span),
-            kind=otel.trace.SpanKind.CLIENT,
+        span = self.span = telemetry.tracer.start_span(
+            f"chat {turn.model or turn.provider}",
+            context=turn.context,
+            kind=otel.client,
             attributes=attributes,
         )
-        self._token = otel.context.attach(otel.trace.set_span_in_context(self.span))
+        self._token = otel.attach(otel.in_context(span))
 
     def end(self, response: Any = None, error: BaseException | None = None) -> None:
         """End the call: its ``ModelResponse`` (``None``: dropped, steered), or its error."""
         telemetry, span = self.turn.telemetry, self.span
-        attributes = self.attributes
         usage: Usage | None = None
         if response is not None:
             usage = response.usage
             if usage == Usage() and response.message.usage is not None:
                 usage = response.message.usage
-            model = getattr(response, "model", None)
-            if model:
-                attributes["gen_ai.response.model"] = model
-        if error is not None:
-            attributes["error.type"] = _error_type(error)
         if telemetry.duration is not None:
-            telemetry.duration.record(time.perf_counter() - self.started, attributes)
-        if telemetry.token_usage is not None and usage is not None:
-            telemetry.token_usage.record(
-                usage.input_tokens, {**attributes, "gen_ai.token.type": "input"}
-            )
-            telemetry.token_usage.record(
-                usage.output_tokens, {**attributes, "gen_ai.token.type": "output"}
-            )
+            self._measure(response, usage, error)
         if span is None:
             return
         otel = telemetry.otel
-        otel.context.detach(self._token)
+        otel.detach(self._token)
         if error is not None:
             _fail(otel, span, error)
         elif response is None:
             span.set_attribute("lousho.steered", True)
-        elif span.is_recording():
-            _response_attributes(span, response, usage or Usage(), telemetry.content)
+        else:
+            usage = usage or Usage()
+            attributes: dict[str, Any] = {
+                "gen_ai.response.finish_reasons": (response.finish_reason,),
+                "gen_ai.usage.input_tokens": usage.input_tokens,
+                "gen_ai.usage.output_tokens": usage.output_tokens,
+            }
+            if response.model:
+                attributes["gen_ai.response.model"] = response.model
+            if usage.extra:
+                for key in ("cache_read", "cache_creation"):
+                    value = usage.extra.get(f"{key}_input_tokens")
+                    if isinstance(value, int) and value:
+                        attributes[f"gen_ai.usage.{key}.input_tokens"] = value
+            if telemetry.content:
+                out = _gen_ai_message(response.message)
+                out["finish_reason"] = response.finish_reason
+                attributes["gen_ai.output.messages"] = _json([out])
+            span.set_attributes(attributes)
         span.end()
 
+    def _measure(self, response: Any, usage: Usage | None, error: BaseException | None) -> None:
+        telemetry, turn = self.turn.telemetry, self.turn
+        attributes: dict[str, Any] = {
+            "gen_ai.operation.name": "chat",
+            "gen_ai.provider.name": turn.provider,
+        }
+        if turn.model:
+            attributes["gen_ai.request.model"] = turn.model
+        if response is not None and response.model:
+            attributes["gen_ai.response.model"] = response.model
+        if error is not None:
+            attributes["error.type"] = _error_type(error)
+        assert telemetry.duration is not None and telemetry.token_usage is not None
+        telemetry.duration.record(time.perf_counter() - self.started, attributes)
+        if usage is not None:
+            attributes["gen_ai.token.type"] = "input"
+            telemetry.token_usage.record(usage.input_tokens, attributes)
+            telemetry.token_usage.record(
+                usage.output_tokens, {**attributes, "gen_ai.token.type": "output"}
+            )
 
-def _response_attributes(span: Any, response: Any, usage: Usage, content: bool) -> None:
-    model = getattr(response, "model", None)
-    if model:
-        span.set_attribute("gen_ai.response.model", model)
-    span.set_attribute("gen_ai.response.finish_reasons", (response.finish_reason,))
-    span.set_attribute("gen_ai.usage.input_tokens", usage.input_tokens)
-    span.set_attribute("gen_ai.usage.output_tokens", usage.output_tokens)
-    for key in ("cache_read", "cache_creation"):
-        value = usage.extra.get(f"{key}_input_tokens")
-        if isinstance(value, int) and value:
-            span.set_attribute(f"gen_ai.usage.{key}.input_tokens", value)
-    if content:
-        out = _gen_ai_message(response.message)
-        out["finish_reason"] = response.finish_reason
-        span.set_attribute("gen_ai.output.messages", _json([out]))
+
+def _traceparent(context: Any, attempt: int) -> dict[str, Any]:
+    """A span context as the W3C trace context headers say it, and the run's attempt."""
+    saved: dict[str, Any] = {
+        "traceparent": f"00-{context.trace_id:032x}-{context.span_id:016x}-"
+        f"{context.trace_flags:02x}",
+        "attempt": attempt,
+    }
+    if context.trace_state:
+        saved["tracestate"] = context.trace_state.to_header()
+    return saved
 
 
 def _restore(otel: Any, saved: Mapping[str, Any]) -> Any:
     """The span context kept in a checkpoint; None if there is none or it is unreadable."""
-    carrier = {k: str(v) for k, v in saved.items() if k in ("traceparent", "tracestate")}
-    span = otel.trace.get_current_span(otel.propagate.extract(carrier))
-    found = span.get_span_context()
+    parts = str(saved.get("traceparent") or "").split("-")
+    if len(parts) != 4 or parts[0] != "00" or len(parts[1]) != 32 or len(parts[2]) != 16:
+        return None
+    try:
+        trace_id, span_id, flags = int(parts[1], 16), int(parts[2], 16), int(parts[3], 16)
+    except ValueError:
+        return None
+    state = (
+        otel.TraceState.from_header([str(saved["tracestate"])]) if saved.get("tracestate") else None
+    )
+    found = otel.SpanContext(
+        trace_id, span_id, is_remote=True, trace_flags=otel.TraceFlags(flags), trace_state=state
+    )
     return found if found.is_valid else None
 
 
 def _fail(otel: Any, span: Any, error: BaseException) -> None:
     span.set_attribute("error.type", _error_type(error))
-    span.set_status(otel.trace.Status(otel.trace.StatusCode.ERROR, str(error)))
+    span.set_status(otel.Status(otel.error, str(error)))
 
 
 def _error_type(error: BaseException) -> str:
