@@ -12,7 +12,10 @@ load hits all of them; the figure is the ratio of the median turn times to "off"
   the noise of the measurement.
 - ``spans``: an SDK ``TracerProvider`` with a ``SimpleSpanProcessor`` exporting to
   an exporter that drops everything.
-- ``spans+metrics``: the same, plus an SDK ``MeterProvider`` whose reader is never
+- ``sampled out``: an SDK ``TracerProvider`` whose sampler records nothing
+  (``ALWAYS_OFF``, as most turns are under ratio sampling): our code runs, the SDK
+  makes only the turn's non-recording span, and no children.
+- ``spans+metrics``: the same as ``spans``, plus an SDK ``MeterProvider`` whose reader is never
   collected (the instruments record; nothing is exported).
 
 The SDK's own cost is measured apart: ``sdk floor`` makes, per turn, the same
@@ -153,6 +156,13 @@ def sdk_providers() -> tuple[Any, Any, Any]:
     return tracer_provider, meter_provider, tracer_provider.get_tracer("floor")
 
 
+def sampled_out() -> Any:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
+
+    return TracerProvider(sampler=ALWAYS_OFF)
+
+
 def timed(fn: Callable[[], None], times: list[float], n: int) -> None:
     for _ in range(n):
         start = time.perf_counter()
@@ -162,9 +172,11 @@ def timed(fn: Callable[[], None], times: list[float], n: int) -> None:
 
 def measure(with_tool: bool, rounds: int, tmp: Path) -> dict[str, float]:
     tracer_provider, meter_provider, tracer = sdk_providers()
+    unsampled = sampled_out()
     made = {
         "off": make_turn(tmp / f"off-{with_tool}.db", with_tool),
         "off again": make_turn(tmp / f"off2-{with_tool}.db", with_tool),
+        "sampled out": make_turn(tmp / f"out-{with_tool}.db", with_tool, tracer_provider=unsampled),
         "spans": make_turn(
             tmp / f"spans-{with_tool}.db", with_tool, tracer_provider=tracer_provider
         ),
@@ -192,6 +204,7 @@ def measure(with_tool: bool, rounds: int, tmp: Path) -> dict[str, float]:
         close()
     tracer_provider.shutdown()
     meter_provider.shutdown()
+    unsampled.shutdown()
     return {name: statistics.median(t) for name, t in times.items()}
 
 
@@ -252,7 +265,7 @@ def main() -> None:
             print(
                 f"{label}: median turn, off = {off * 1e6:.0f} µs  [load {os.getloadavg()[0]:.2f}]"
             )
-            for name in ("off again", "spans", "spans+metrics"):
+            for name in ("off again", "sampled out", "spans", "spans+metrics"):
                 ratio = medians[name] / off
                 print(f"  {name:<14} {medians[name] * 1e6:8.0f} µs   x{ratio:.3f} of off")
             ours = medians["spans"] - off - floor

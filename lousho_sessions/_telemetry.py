@@ -160,6 +160,8 @@ class TurnTrace:
         self.system = system
         self.span: Any = None
         self.context: Any = None
+        #: the turn's span records (is sampled): only then are its children made
+        self.recording = False
         self._token: object = None
         otel, tracer = telemetry.otel, telemetry.tracer
         if tracer is None:
@@ -208,6 +210,7 @@ class TurnTrace:
             state.extra[TRACE_FIELD] = {**saved, "attempt": attempt}
         self.context = otel.in_context(span)
         self._token = otel.attach(self.context)
+        self.recording = span.is_recording()
 
     def chat(self, messages: Sequence[Message]) -> ChatTrace:
         """Start tracing one model call with ``messages`` sent."""
@@ -215,7 +218,7 @@ class TurnTrace:
 
     def tool(self, call: ToolCall, run: Callable[[], str]) -> Callable[[], str]:
         """``run`` (a tool's job) traced as ``execute_tool``, on whichever thread runs it."""
-        if self.span is None:
+        if not self.recording:
             return run
         otel, tracer, parent = self.telemetry.otel, self.telemetry.tracer, self.context
         content = self.telemetry.content
@@ -256,7 +259,7 @@ class TurnTrace:
         span, otel = self.span, self.telemetry.otel
         if span is None:
             return
-        self.span = None
+        self.span, self.recording = None, False
         otel.detach(self._token)
         if error is not None:
             _fail(otel, span, error)
@@ -284,7 +287,7 @@ class ChatTrace:
         self.started = time.perf_counter() if telemetry.duration is not None else 0.0
         self.span: Any = None
         self._token: object = None
-        if turn.span is None:
+        if not turn.recording:
             return
         otel = telemetry.otel
         attributes: dict[str, Any] = {

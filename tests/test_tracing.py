@@ -337,3 +337,29 @@ def test_http_providers_report_the_response_model_and_cache_tokens(
     assert a["gen_ai.response.model"] == served[wire.kind]
     assert a["gen_ai.usage.cache_read.input_tokens"] == 200
     assert "gen_ai.usage.cache_creation.input_tokens" not in a  # zero: not reported
+
+
+def test_a_sampled_out_turn_makes_no_child_spans_but_keeps_its_trace_context() -> None:
+    from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider(sampler=ALWAYS_OFF)
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    store = memory_store()
+    saved: list[Any] = []
+
+    @tool
+    def peek() -> str:
+        """Reads the turn's checkpoint while it runs."""
+        assert store.checkpoints is not None
+        saved.append(store.checkpoints.load("s-out.turn-0"))
+        return "ok"
+
+    provider_ = ScriptedProvider([calls(("peek", {})), "done"])
+    agent = create_agent(provider=provider_, tools=[peek], store=store, tracer_provider=provider)
+    assert agent.session("s-out").send("go").text == "done"
+    assert exporter.get_finished_spans() == ()
+    [checkpoint] = saved
+    flags = checkpoint["trace"]["traceparent"].rsplit("-", 1)[1]
+    assert int(flags, 16) & 1 == 0  # not sampled, and it says so: a resumed run is not either
+    provider.shutdown()
