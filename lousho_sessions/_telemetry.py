@@ -5,7 +5,9 @@ with no ``tracer_provider``/``meter_provider`` given it takes the global ones, a
 with neither configured (or ``opentelemetry-api`` not installed, the ``otel``
 extra) it returns ``None`` and the turn code skips every call here: one ``is None``
 test per model call and per tool. ``opentelemetry`` is imported here only, and only
-when an agent is made. No global provider is ever installed.
+when an agent is made, and not even then when no provider is given and nothing has
+imported it yet (so no global provider can be set). No global provider is ever
+installed.
 
 Spans: ``invoke_agent {name}`` (INTERNAL) per run of a turn, ``chat {model}``
 (CLIENT) per model call and ``execute_tool {tool}`` (INTERNAL) per tool run, their
@@ -17,6 +19,7 @@ process, continues that trace and links to the original span.
 from __future__ import annotations
 
 import json
+import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -64,7 +67,17 @@ class Telemetry:
         content: bool = False,
         name: str | None = None,
     ) -> Telemetry | None:
-        """The agent's telemetry; ``None`` when nothing would be recorded."""
+        """The agent's telemetry; ``None`` when nothing would be recorded.
+
+        With no provider given and ``opentelemetry`` not imported yet, no global one
+        can have been set: ``None`` without importing it.
+        """
+        if (
+            tracer_provider is None
+            and meter_provider is None
+            and "opentelemetry" not in sys.modules
+        ):
+            return None
         try:
             from opentelemetry import context, metrics, trace
         except ImportError:

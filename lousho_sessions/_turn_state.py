@@ -2,7 +2,11 @@
 
 The checkpoint codec is in ``serde`` (``turn_checkpoint``/``turn_state_from_checkpoint``),
 with every other format. The saved format is versioned by ``CHECKPOINT_VERSION``:
-1 — first release.
+1 — first release. Optional fields added since, without a new version (a release
+that does not know a field keeps it in ``extra`` and writes it back; one that does
+reads a checkpoint without it as before): ``trace`` — the W3C trace context of the
+run that started the turn and its attempt count (``_telemetry``), written only when
+the agent traces.
 """
 
 from __future__ import annotations

@@ -273,6 +273,22 @@ def test_without_the_api_nothing_is_imported_and_turns_run() -> None:
     assert "LoushoError" in error["error"] and "lousho-sessions[otel]" in error["error"]
 
 
+def test_an_agent_without_providers_does_not_import_the_api() -> None:
+    out = subprocess.run(
+        [sys.executable, CHILD, "lazy"], capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == []
+
+
+def test_a_global_provider_set_before_the_agent_is_made_is_used() -> None:
+    out = subprocess.run(
+        [sys.executable, CHILD, "global"], capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == ["chat function", "invoke_agent global"]
+
+
 def test_no_provider_anywhere_means_no_telemetry_and_no_global_is_installed() -> None:
     from opentelemetry import metrics, trace
 

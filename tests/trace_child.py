@@ -6,7 +6,9 @@ turn's span as JSON (``{"trace_id": …, "span_id": …}``) and kills its own pr
 with SIGKILL, mid-turn. ``python trace_child.py resume <db>`` finishes the turn in a
 new process and prints every span it exported as one JSON line each.
 ``python trace_child.py blocked`` runs a turn with ``opentelemetry`` made
-unimportable and prints what it imported.
+unimportable and prints what it imported; ``lazy`` runs one with it importable but
+not imported, and prints the ``opentelemetry`` modules loaded after it; ``global``
+sets a global tracer provider, then makes an agent, and prints the spans' names.
 """
 
 from __future__ import annotations
@@ -92,6 +94,29 @@ class _Blocker:
             raise ModuleNotFoundError(f"No module named {name!r}", name=name)
 
 
+def lazy() -> None:
+    """Installed but never imported by anyone: an agent does not import it either."""
+    agent = create_agent(provider=FunctionProvider(lambda r: "hi"))
+    assert agent.runner.telemetry is None and agent.send("hello").text == "hi"
+    print(json.dumps(sorted(m for m in sys.modules if m.split(".")[0] == "opentelemetry")))
+
+
+def global_provider() -> None:
+    """A global provider set before the agent is made is the one it traces to."""
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    trace.set_tracer_provider(provider)
+    agent = create_agent(provider=FunctionProvider(lambda r: "hi"), name="global")
+    agent.send("hello")
+    print(json.dumps(sorted(span.name for span in exporter.get_finished_spans())))
+
+
 def blocked() -> None:
     sys.meta_path.insert(0, _Blocker())
     agent = create_agent(provider=FunctionProvider(lambda r: "hi"))
@@ -111,5 +136,9 @@ if __name__ == "__main__":
         start(sys.argv[2])
     elif mode == "resume":
         resume(sys.argv[2])
+    elif mode == "lazy":
+        lazy()
+    elif mode == "global":
+        global_provider()
     else:
         blocked()
