@@ -93,16 +93,6 @@ class TurnRunner:
             log.info(
                 "resuming turn %s (run %s) after step %d", state.turn_id, state.run_id, state.steps
             )
-        trace = None
-        if self.telemetry is not None:
-            trace = self.telemetry.turn(
-                state,
-                resumed=resumed,
-                fence=checkpoints.fence,
-                provider=c.provider.name.split("/", 1)[0],  # "openai/gpt-4o" -> "openai"
-                model=c.model_name,
-                system=c.system,
-            )
         config = TurnConfig(
             provider=c.provider,
             system=c.system,
@@ -124,9 +114,19 @@ class TurnRunner:
             inbox=inbox,
             turn=turn,
             context=context,
-            trace=trace,
         )
         kept = checkpoints.durable or resumed  # a checkpoint may exist
+        trace = None  # started last: nothing between it and the try can leave it open
+        if self.telemetry is not None:
+            trace = self.telemetry.turn(
+                state,
+                resumed=resumed,
+                fence=checkpoints.fence,
+                provider=c.provider.name.split("/", 1)[0],  # "openai/gpt-4o" -> "openai"
+                model=c.model_name,
+                system=c.system,
+            )
+        config.trace = trace
         try:
             result = Turn(state, config).run()
             reason = result.finish_reason
