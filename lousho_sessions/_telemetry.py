@@ -225,8 +225,10 @@ class TurnTrace:
         self._token = otel.attach(self.context)
         self.recording = span.is_recording()
 
-    def chat(self, messages: Sequence[Message]) -> ChatTrace:
-        """Start tracing one model call with ``messages`` sent."""
+    def chat(self, messages: Sequence[Message]) -> ChatTrace | None:
+        """Start tracing one model call with ``messages`` sent; None: nothing to record."""
+        if not self.recording and self.telemetry.duration is None:
+            return None
         return ChatTrace(self, messages)
 
     def tool(self, call: ToolCall, run: Callable[[], str]) -> Callable[[], str]:
@@ -272,9 +274,11 @@ class TurnTrace:
         span, otel = self.span, self.telemetry.otel
         if span is None:
             return
-        self.span, self.recording = None, False
+        recording, self.span, self.recording = self.recording, None, False
         otel.detach(self._token)
-        if error is not None:
+        if not recording:
+            pass
+        elif error is not None:
             _fail(otel, span, error)
         elif result is not None:
             usage = result.usage
@@ -386,13 +390,11 @@ class ChatTrace:
 
 def _traceparent(context: Any, attempt: int) -> dict[str, Any]:
     """A span context as the W3C trace context headers say it, and the run's attempt."""
-    saved: dict[str, Any] = {
-        "traceparent": f"00-{context.trace_id:032x}-{context.span_id:016x}-"
-        f"{context.trace_flags:02x}",
-        "attempt": attempt,
-    }
-    if context.trace_state:
-        saved["tracestate"] = context.trace_state.to_header()
+    ids = f"{context.trace_id:032x}-{context.span_id:016x}-{context.trace_flags:02x}"
+    saved: dict[str, Any] = {"traceparent": f"00-{ids}", "attempt": attempt}
+    state = context.trace_state
+    if state:
+        saved["tracestate"] = state.to_header()
     return saved
 
 
