@@ -4,7 +4,9 @@ The turn: ``session.send`` with an instant ``FunctionProvider`` on a ``SqliteSto
 given whole to the agent (checkpoints on, ``synchronous=NORMAL``), with no tool
 call (2 spans) and with one tool call (4 spans). Configurations, each its own agent
 and database, timed turn by turn in interleaved blocks so that a change in machine
-load hits all of them; the figure is the ratio of the median turn times to "off":
+load hits all of them. The figure is a paired ratio: per round, a configuration's
+block median ÷ the "off" block median of that round, the median over rounds (the
+median turn times are printed beside it):
 
 - ``off``: no tracer or meter provider anywhere, so ``Telemetry.build`` returns
   ``None`` and the turn code skips every tracing call — the same path as with the
@@ -172,7 +174,10 @@ def timed(fn: Callable[[], None], times: list[float], n: int) -> None:
         times.append(time.perf_counter() - start)
 
 
-def measure(with_tool: bool, rounds: int, tmp: Path) -> dict[str, float]:
+def measure(with_tool: bool, rounds: int, tmp: Path) -> tuple[dict[str, float], dict[str, float]]:
+    """Per configuration: the median turn, and the median over rounds of its block's
+    median ÷ the ``off`` block's median of that round (paired: a load change between
+    rounds cancels out)."""
     tracer_provider, meter_provider, tracer = sdk_providers()
     unsampled = sampled_out()
     made = {
@@ -193,7 +198,7 @@ def measure(with_tool: bool, rounds: int, tmp: Path) -> dict[str, float]:
     assert made["spans"][1][0].runner.telemetry is not None
     fns = {name: turn for name, (turn, _) in made.items()}
     fns["sdk floor"] = sdk_floor(tracer, with_tool)
-    times: dict[str, list[float]] = {name: [] for name in fns}
+    blocks: dict[str, list[list[float]]] = {name: [] for name in fns}
     for fn in fns.values():
         timed(fn, [], WARMUP)
     done = 0
@@ -201,7 +206,8 @@ def measure(with_tool: bool, rounds: int, tmp: Path) -> dict[str, float]:
     while done < rounds:
         n = min(BLOCK, rounds - done)
         for name, fn in order:
-            timed(fn, times[name], n)
+            blocks[name].append([])
+            timed(fn, blocks[name][-1], n)
         done += n
         order = order[1:] + order[:1]  # each configuration in each place in turn
     for _, (_, close) in made.values():
@@ -209,7 +215,15 @@ def measure(with_tool: bool, rounds: int, tmp: Path) -> dict[str, float]:
     tracer_provider.shutdown()
     meter_provider.shutdown()
     unsampled.shutdown()
-    return {name: statistics.median(t) for name, t in times.items()}
+    medians = {name: statistics.median(t for b in bs for t in b) for name, bs in blocks.items()}
+    ratios = {
+        name: statistics.median(
+            statistics.median(mine) / statistics.median(off)
+            for mine, off in zip(bs, blocks["off"], strict=True)
+        )
+        for name, bs in blocks.items()
+    }
+    return medians, ratios
 
 
 BLOCKER = """
@@ -265,25 +279,26 @@ def main() -> None:
         tmp = Path(name)
         absent = extra_absent(max(rounds // 2, 30), tmp)
         for with_tool, label in ((False, "no tool (2 spans)"), (True, "one tool (4 spans)")):
-            medians = measure(with_tool, rounds, tmp)
+            medians, ratios = measure(with_tool, rounds, tmp)
             off = medians["off"]
-            floor = medians["sdk floor"]
             print(
                 f"{label}: median turn, off = {off * 1e6:.0f} µs  [load {os.getloadavg()[0]:.2f}]"
             )
             for name in ("off again", "sampled out", "spans", "spans+metrics"):
-                ratio = medians[name] / off
-                print(f"  {name:<14} {medians[name] * 1e6:8.0f} µs   x{ratio:.3f} of off")
-            ours = medians["sampled out"] - off
-            sdk = medians["spans"] - medians["sampled out"]
-            print(f"  {'sdk floor':<14} {floor * 1e6:8.0f} µs   (the SDK making these spans alone)")
+                print(f"  {name:<14} {medians[name] * 1e6:8.0f} µs   x{ratios[name]:.3f} of off")
+            floor = ratios["sdk floor"]
+            ours = ratios["sampled out"] - 1
+            recording = ratios["spans"] - ratios["sampled out"]
             print(
-                f"  our code, no span recorded (sampled out - off): {ours * 1e6:+.0f} µs "
-                f"= {ours / off * 100:+.1f}% of the turn"
+                f"  {'sdk floor':<14} {medians['sdk floor'] * 1e6:8.0f} µs   "
+                f"x{floor:.3f} of off (the SDK making these spans alone)"
             )
             print(
-                f"  recording the spans (spans - sampled out): {sdk * 1e6:+.0f} µs "
-                f"= {sdk / off * 100:+.1f}%; of which the sdk floor {floor / off * 100:.1f}%"
+                f"  our code, no span recorded (sampled out - off): {ours * 100:+.1f}% of the turn"
+            )
+            print(
+                f"  recording the spans (spans - sampled out): {recording * 100:+.1f}%, "
+                f"of which the sdk floor {floor * 100:.1f}%"
             )
             print(
                 f"  extra absent (child process, not interleaved): "
