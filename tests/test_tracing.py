@@ -379,3 +379,15 @@ def test_a_sampled_out_turn_makes_no_child_spans_but_keeps_its_trace_context() -
     flags = checkpoint["trace"]["traceparent"].rsplit("-", 1)[1]
     assert int(flags, 16) & 1 == 0  # not sampled, and it says so: a resumed run is not either
     provider.shutdown()
+
+
+def test_a_turn_span_is_a_child_of_the_callers_span(otel: Otel) -> None:
+    """The turn runs on a worker thread in a copy of the caller's context: a request's
+    span (web middleware, say) is the parent of the turn it sends."""
+    tracer = otel.tracer_provider.get_tracer("app")
+    agent = otel.agent(provider=ScriptedProvider(["hi"]))
+    with tracer.start_as_current_span("POST /chat") as request:
+        agent.session("s-request").send("hello")
+    [turn] = otel.named("invoke_agent")
+    assert turn.parent is not None and turn.parent.span_id == request.get_span_context().span_id
+    assert turn.context.trace_id == request.get_span_context().trace_id
