@@ -391,3 +391,30 @@ def test_a_turn_span_is_a_child_of_the_callers_span(otel: Otel) -> None:
     [turn] = otel.named("invoke_agent")
     assert turn.parent is not None and turn.parent.span_id == request.get_span_context().span_id
     assert turn.context.trace_id == request.get_span_context().trace_id
+
+
+@pytest.mark.parametrize("traced", [False, True])
+def test_a_golden_v1_checkpoint_resumes_with_or_without_a_trace_field(
+    otel: Otel, traced: bool
+) -> None:
+    """No version bump: ``trace`` is optional in format 1. Without it a resumed turn
+    starts a new trace; with it, the resumed span links to the span it names."""
+    data = json.loads((Path(__file__).parent / "fixtures" / "checkpoint-v1.json").read_text())
+    trace_id, span_id = 0x0AF7651916CD43DD8448EB211C80319C, 0xB7AD6B7169203331
+    if traced:
+        data["trace"] = {"traceparent": f"00-{trace_id:032x}-{span_id:016x}-01", "attempt": 1}
+    store = memory_store()
+    assert store.checkpoints is not None
+    store.checkpoints.save("golden.turn-0", data)
+    agent = otel.agent(provider=ScriptedProvider(["It is sunny."]), tools=[lookup], store=store)
+    result = agent.session("golden").resume()
+    assert result is not None and result.text == "It is sunny."
+    [turn] = otel.named("invoke_agent")
+    a = attrs_of(turn)
+    assert a["lousho.turn.resumed"] is True and a["lousho.turn.resumed_step"] == 1
+    if traced:
+        [link] = turn.links
+        assert (link.context.trace_id, link.context.span_id) == (trace_id, span_id)
+        assert turn.context.trace_id == trace_id and a["lousho.turn.attempt"] == 2
+    else:
+        assert turn.links == () and turn.parent is None and a["lousho.turn.attempt"] == 1
