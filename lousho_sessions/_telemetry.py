@@ -19,6 +19,7 @@ process, continues that trace and links to the original span.
 from __future__ import annotations
 
 import json
+import re
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -31,6 +32,8 @@ __all__ = ["ChatTrace", "Telemetry", "TurnTrace"]
 #: The checkpoint field holding a turn's trace context (unknown fields round-trip,
 #: so a release without tracing keeps it).
 TRACE_FIELD = "trace"
+#: A W3C traceparent of version 00: trace id, parent span id, flags, in lowercase hex.
+_TRACEPARENT = re.compile(r"00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})")
 
 
 class Telemetry:
@@ -183,7 +186,8 @@ class TurnTrace:
         original = _restore(otel, saved) if isinstance(saved, Mapping) else None
         attempt = 1
         if original is not None and isinstance(saved, Mapping):
-            attempt = int(saved.get("attempt") or 1) + 1
+            before = saved.get("attempt")  # a checkpoint is data: trust nothing in it
+            attempt = before + 1 if type(before) is int and before > 0 else 2
         name = telemetry.agent_name
         attributes: dict[str, Any] = {
             "gen_ai.operation.name": "invoke_agent",
@@ -400,20 +404,16 @@ def _traceparent(context: Any, attempt: int) -> dict[str, Any]:
 
 def _restore(otel: Any, saved: Mapping[str, Any]) -> Any:
     """The span context kept in a checkpoint; None if there is none or it is unreadable."""
-    parts = str(saved.get("traceparent") or "").split("-")
-    if len(parts) != 4 or parts[0] != "00" or len(parts[1]) != 32 or len(parts[2]) != 16:
+    found = _TRACEPARENT.fullmatch(str(saved.get("traceparent") or ""))
+    if found is None:
         return None
-    try:
-        trace_id, span_id, flags = int(parts[1], 16), int(parts[2], 16), int(parts[3], 16)
-    except ValueError:
-        return None
-    state = (
-        otel.TraceState.from_header([str(saved["tracestate"])]) if saved.get("tracestate") else None
-    )
-    found = otel.SpanContext(
+    trace_id, span_id, flags = (int(part, 16) for part in found.groups())
+    header = saved.get("tracestate")
+    state = otel.TraceState.from_header([header]) if isinstance(header, str) and header else None
+    context = otel.SpanContext(
         trace_id, span_id, is_remote=True, trace_flags=otel.TraceFlags(flags), trace_state=state
     )
-    return found if found.is_valid else None
+    return context if context.is_valid else None
 
 
 def _fail(otel: Any, span: Any, error: BaseException) -> None:

@@ -11,6 +11,8 @@ from typing import Any
 
 import pytest
 from helpers import calls
+from hypothesis import given
+from hypothesis import strategies as st
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
@@ -418,3 +420,50 @@ def test_a_golden_v1_checkpoint_resumes_with_or_without_a_trace_field(
         assert turn.context.trace_id == trace_id and a["lousho.turn.attempt"] == 2
     else:
         assert turn.links == () and turn.parent is None and a["lousho.turn.attempt"] == 1
+
+
+def _otel_helper() -> Any:
+    from opentelemetry import context, trace
+
+    from lousho_sessions._telemetry import _Otel
+
+    return _Otel(context, trace)
+
+
+@given(
+    trace_id=st.integers(1, 2**128 - 1),
+    span_id=st.integers(1, 2**64 - 1),
+    flags=st.integers(0, 255),
+)
+def test_a_span_context_round_trips_through_the_checkpoint_field(
+    trace_id: int, span_id: int, flags: int
+) -> None:
+    from opentelemetry.trace import SpanContext, TraceFlags
+
+    from lousho_sessions._telemetry import _restore, _traceparent
+
+    context = SpanContext(trace_id, span_id, False, TraceFlags(flags))
+    saved = json.loads(json.dumps(_traceparent(context, 3)))
+    back = _restore(_otel_helper(), saved)
+    assert (back.trace_id, back.span_id, back.trace_flags) == (trace_id, span_id, flags)
+    assert back.is_remote and saved["attempt"] == 3
+
+
+@given(
+    st.dictionaries(
+        st.sampled_from(["traceparent", "tracestate", "attempt"]),
+        st.one_of(
+            st.text(max_size=80),
+            st.from_regex(r"00-[-+_0-9a-fA-F ]{32}-[-+_0-9a-f]{16}-[0-9a-f]{2}", fullmatch=True),
+            st.integers(),
+            st.none(),
+            st.lists(st.integers()),
+        ),
+    )
+)
+def test_a_damaged_trace_field_never_stops_a_resume(saved: dict[str, Any]) -> None:
+    """Whatever a checkpoint's ``trace`` holds, reading it gives a span context or None."""
+    from lousho_sessions._telemetry import _restore
+
+    found = _restore(_otel_helper(), saved)
+    assert found is None or (found.is_valid and 0 < found.trace_id < 2**128 and found.span_id > 0)
