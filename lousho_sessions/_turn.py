@@ -180,6 +180,7 @@ class Turn:
             settings=config.settings,
             signal=controller.signal,
         )
+        chat = config.trace.chat(request.messages) if config.trace is not None else None
         response: ModelResponse | None = None
         try:
             for event in config.provider.stream(request, controller.signal):
@@ -194,25 +195,47 @@ class Turn:
                 elif isinstance(event, ModelResponse):
                     response = event
         except Exception as exc:
-            if config.signal.aborted:
-                raise AbortedError(config.signal.reason) from exc
-            if controller.signal.aborted:
+            error = self._call_error(controller, exc)
+            if chat is not None:
+                chat.end(None, error)
+            if error is None:
                 return None  # steered
-            if isinstance(exc, LoushoError):
+            if error is exc:
                 raise
-            raise ProviderError(None, f"model call failed: {type(exc).__name__}: {exc}") from exc
+            raise error from exc
+        except BaseException as exc:  # KeyboardInterrupt, SystemExit: the span ends too
+            if chat is not None:
+                chat.end(None, exc)
+            raise
         finally:
             remove()
             if inbox is not None:
                 inbox.set_steer_hook(None)
-        self._check_abort()
+        if response is None or config.signal.aborted or controller.signal.aborted:
+            error = self._call_error(controller, None)
+            if chat is not None:
+                chat.end(None, error)
+            if error is None:
+                return None  # steered
+            raise error
+        if chat is not None:
+            chat.end(response)
+        return response
+
+    def _call_error(
+        self, controller: AbortController, exc: Exception | None
+    ) -> BaseException | None:
+        """What a model call that raised ``exc`` (None: gave no response) raises; None: steered."""
+        if self.config.signal.aborted:
+            return AbortedError(self.config.signal.reason)
         if controller.signal.aborted:
             return None
-        if response is None:
-            raise ProviderError(
-                None, f"provider {config.provider.name!r} ended its stream without a response"
-            )
-        return response
+        if exc is None:
+            name = self.config.provider.name
+            return ProviderError(None, f"provider {name!r} ended its stream without a response")
+        if isinstance(exc, LoushoError):
+            return exc
+        return ProviderError(None, f"model call failed: {type(exc).__name__}: {exc}")
 
     def _tool_step(self, assistant: Message) -> None:
         state, config = self.state, self.config
@@ -337,10 +360,11 @@ class Turn:
             tool = config.tools[call.name]
             context = self.context(call)
 
-            def invoke() -> ToolOutcome:
-                return tool.invoke(call.arguments, context, loop=config.tool_loop), False
+            def run() -> str:
+                return tool.invoke(call.arguments, context, loop=config.tool_loop)
 
-            return invoke
+            traced = run if config.trace is None else config.trace.tool(call, run)
+            return lambda: (traced(), False)
 
         outcomes = config.run_tools([job(c) for c in calls])
         with contextlib.closing(outcomes):  # type: ignore[type-var]

@@ -4,7 +4,11 @@ The checkpoint codec is in ``serde`` (``turn_checkpoint``/``turn_state_from_chec
 with every other format. The saved format is versioned by ``CHECKPOINT_VERSION``:
 1 — first release; 2 — ``attempts`` (sweeps that claimed the turn), ``started`` (calls
 of the current step to non-idempotent tools that began: the effect ledger's intents),
-``fence`` (the lease that saved it) and the status ``"abandoned"``.
+``fence`` (the lease that saved it) and the status ``"abandoned"``. Optional fields
+added without a new version (a release that does not know a field keeps it in
+``extra`` and writes it back; one that does reads a checkpoint without it as before):
+``trace`` — the W3C trace context of the run that started the turn and its attempt
+count (``_telemetry``), written only when the agent traces.
 """
 
 from __future__ import annotations
