@@ -33,6 +33,7 @@ from ..errors import (
 )
 from ..messages import Message
 from ..serde import messages_from_json
+from ._heartbeat import Heartbeat
 from ._postgres_core import FENCED, PgCore, PgPart
 from ._postgres_lease import PostgresLease, ReleaseListener
 from ._postgres_records import PostgresApprovalStore, PostgresCheckpointStore
@@ -46,11 +47,13 @@ from ._postgres_schema import (
     validate_schema,
 )
 from .base import (
+    BaseCheckpointStore,
     BaseSessionStore,
     LockScope,
     PruneResult,
     message_json,
     validate_session_id,
+    validate_turn_id,
 )
 from .lease import Lease
 
@@ -149,6 +152,7 @@ class PostgresStore(PgCore):
             )
         self._pool = pool
         self._listener = ReleaseListener(self._connect, self._channel)
+        self._heartbeat = Heartbeat(f"lousho-postgres-heartbeat-{schema}")
         self.sessions = PostgresSessionStore(self)
         self.checkpoints = PostgresCheckpointStore(self)
         self.approvals = PostgresApprovalStore(self)
@@ -177,6 +181,7 @@ class PostgresStore(PgCore):
             return
         self._closed = True
         self._listener.close()
+        self._heartbeat.close()
         if self._own_pool:
             self._pool.close()
 
@@ -270,7 +275,8 @@ class PostgresStore(PgCore):
             return bool(
                 self.fetch(
                     "UPDATE {s}.leases SET expires_at = now() + make_interval(secs => %(ttl)s) "
-                    "WHERE session_id = %(id)s AND fence = %(fence)s RETURNING 1",
+                    "WHERE session_id = %(id)s AND fence = %(fence)s "
+                    "AND expires_at IS NOT NULL RETURNING 1",
                     params,
                 )
             )
@@ -279,10 +285,14 @@ class PostgresStore(PgCore):
             if held.get(id) is lease:
                 del held[id]
             try:
+                # Not flushed to disk before it returns (synchronous_commit off for this one
+                # transaction): a release lost in a server crash only leaves the lease to
+                # run out; the fence it frees was made durable by the turn's first write.
                 self.fetch(
                     "WITH r AS (UPDATE {s}.leases SET expires_at = NULL, holder = NULL "
                     "WHERE session_id = %(id)s AND fence = %(fence)s RETURNING session_id) "
-                    "SELECT pg_notify(%(channel)s, session_id) FROM r",
+                    "SELECT pg_notify(%(channel)s, session_id) FROM r "
+                    "WHERE set_config('synchronous_commit', 'off', true) IS NOT NULL",
                     params,
                 )
             except StoreError as exc:  # the row runs out by itself
@@ -290,7 +300,9 @@ class PostgresStore(PgCore):
                     "session %r: cannot release the lease (%s); it expires in time", id, exc
                 )
 
-        lease = PostgresLease(id, fence, ttl=self.lease_ttl, renew=renew, release=release)
+        lease = PostgresLease(
+            id, fence, ttl=self.lease_ttl, renew=renew, release=release, heartbeat=self._heartbeat
+        )
         held[id] = lease
         return lease
 
@@ -360,8 +372,41 @@ class PostgresSessionStore(PgPart, BaseSessionStore):
     ) -> None:
         """Add ``messages`` if ``expected_length`` are stored, else ``StoreConflictError``;
         ``LeaseLostError`` if ``fence`` is older than the session's newest. One statement."""
+        self._append(id, messages, expected_length, fence, ())
+
+    def append_and_delete(
+        self,
+        id: str,
+        messages: Sequence[Message],
+        expected_length: int,
+        *,
+        checkpoints: BaseCheckpointStore | None = None,
+        delete: Sequence[str] = (),
+        fence: int | None = None,
+    ) -> object | None:
+        """``append`` and delete the checkpoints ``delete``: one statement (one transaction)
+        when ``checkpoints`` is this store's; returns the new revision."""
+        if not (
+            isinstance(checkpoints, PostgresCheckpointStore) and checkpoints.store is self.store
+        ):
+            return super().append_and_delete(
+                id, messages, expected_length, checkpoints=checkpoints, delete=delete, fence=fence
+            )
+        return self._append(id, messages, expected_length, fence, delete)
+
+    def _append(
+        self,
+        id: str,
+        messages: Sequence[Message],
+        expected_length: int,
+        fence: int | None,
+        delete: Sequence[str],
+    ) -> int:
+        """The fenced, length-checked append, deleting the checkpoints ``delete`` if it lands."""
         validate_session_id(id)
         bodies = _bodies(id, messages)
+        keys = [validate_turn_id(key) for key in delete]
+        revision = secrets.randbits(63)
         if expected_length == 0:  # the session may not exist yet
             upsert = (
                 "INSERT INTO {s}.sessions AS t (id, length, revision, updated_at) "
@@ -381,21 +426,28 @@ class PostgresSessionStore(PgPart, BaseSessionStore):
             "SELECT %(sid)s, %(expected)s + u.seq - 1, u.body "
             "FROM unnest(%(bodies)s::json[]) WITH ORDINALITY AS u(body, seq) "
             "WHERE EXISTS (SELECT 1 FROM w) "
-            "ON CONFLICT (session_id, seq) DO UPDATE SET body = excluded.body) "
-            "SELECT EXISTS (SELECT 1 FROM w), (SELECT fenced FROM ok), "
+            "ON CONFLICT (session_id, seq) DO UPDATE SET body = excluded.body)"
+            + (
+                ", d AS (DELETE FROM {s}.checkpoints WHERE turn_id = ANY(%(delete)s::text[]) "
+                "AND EXISTS (SELECT 1 FROM w)) "
+                if keys
+                else " "
+            )
+            + "SELECT EXISTS (SELECT 1 FROM w), (SELECT fenced FROM ok), "
             "(SELECT length FROM {s}.sessions WHERE id = %(sid)s)",
             {
                 "sid": id,
                 "fence": self.store.effective_fence(id, fence),
                 "n": expected_length + len(bodies),
                 "expected": expected_length,
-                "rev": secrets.randbits(63),
+                "rev": revision,
                 "bodies": bodies,
+                "delete": keys,
             },
         )
         written, fenced, length = rows[0]
         if written:
-            return
+            return revision
         self.store.check_fenced(fenced, id, fence)
         raise StoreConflictError(
             f"session {id!r} ({self.store.where}): expected {expected_length} stored "

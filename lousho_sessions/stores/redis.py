@@ -30,6 +30,7 @@ import redis
 from ..errors import SessionBusyError, StoreConflictError, StoreCorruptError, StoreError
 from ..messages import Message
 from ..serde import messages_from_json
+from ._heartbeat import Heartbeat
 from ._redis_base import RedisConnection, text
 from ._redis_records import RedisApprovalStore, RedisCheckpointStore
 from .base import (
@@ -74,6 +75,8 @@ class RedisStore(RedisConnection):
     ) -> None:
         super().__init__(client, prefix=prefix, lease_ttl=lease_ttl, ttl=ttl, wake_poll=wake_poll)
         self._leases: weakref.WeakSet[RedisLease] = weakref.WeakSet()
+        #: renews every lease this store holds (one thread, started on the first lease)
+        self.heartbeat = Heartbeat(f"lousho-redis-heartbeat-{prefix}")
         self.sessions = RedisSessionStore(self)
         self.checkpoints = RedisCheckpointStore(self)
         self.approvals = RedisApprovalStore(self)
@@ -100,6 +103,7 @@ class RedisStore(RedisConnection):
                 log.warning("%s: releasing %r on close failed: %s", self.where, lease, exc)
         with self._lock:
             self._closed = True
+        self.heartbeat.close()
         if self._owns_client:
             self.client.close()
 
@@ -147,14 +151,15 @@ class RedisStore(RedisConnection):
 
 
 class RedisLease(Lease):
-    """A lease renewed by a heartbeat thread it owns; ``lost`` once renewal fails or time runs out.
+    """A lease renewed by the store's heartbeat; ``lost`` once renewal fails or time runs out.
 
-    The heartbeat renews every ``lease_ttl / 3`` seconds. The lease is lost when a
-    renewal finds another holder or fence, or when ``lease_ttl`` seconds passed
-    since the last renewal that succeeded was sent (a stopped process, a lost
-    network): by then the server may have handed the session to another turn,
-    whose newer fence makes the server refuse this turn's writes. ``release()``
-    stops and joins the heartbeat, then frees the session and wakes one waiter.
+    The store's ``Heartbeat`` renews it every ``lease_ttl / 3`` seconds. The lease
+    is lost when a renewal finds another holder or fence, or when ``lease_ttl``
+    seconds passed since the last renewal that succeeded was sent (a stopped
+    process, a lost network): by then the server may have handed the session to
+    another turn, whose newer fence makes the server refuse this turn's writes.
+    ``release()`` stops the renewals (waiting for one in progress), then frees the
+    session and wakes one waiter.
     """
 
     def __init__(self, store: RedisStore, session_id: str, fence: int, token: str) -> None:
@@ -164,11 +169,7 @@ class RedisLease(Lease):
         self._ttl_ms = str(max(1, round(store.lease_ttl * 1000)))
         self._renewed = time.monotonic()
         self._taken = threading.Event()
-        self._stop = threading.Event()
-        self._heartbeat = threading.Thread(
-            target=self._beat, name=f"lousho-redis-lease-{session_id}", daemon=True
-        )
-        self._heartbeat.start()
+        self._beat_entry = store.heartbeat.add(self._beat, store.lease_ttl / 3)
 
     @property
     def lost(self) -> bool:
@@ -180,42 +181,38 @@ class RedisLease(Lease):
             return True
         return False
 
-    def _beat(self) -> None:
-        interval = self._store.lease_ttl / 3
-        while not self._stop.wait(interval):
-            sent = time.monotonic()
-            try:
-                held = self._store.run(
-                    "RENEW",
-                    self.session_id,
-                    self._token,
-                    str(self.fence),
-                    self._ttl_ms,
-                    what="renew",
-                )
-            except StoreError as exc:
-                if self.lost:
-                    log.error(
-                        "session %r: lease lost, not renewed in time: %s", self.session_id, exc
-                    )
-                    return
-                log.warning("session %r: lease renewal failed, retrying: %s", self.session_id, exc)
-                continue
-            if int(held) != 1:
-                log.warning(
-                    "session %r: the lease with fence %d was taken over (it expired); this "
-                    "turn's writes will be refused",
-                    self.session_id,
-                    self.fence,
-                )
-                self._taken.set()
-                return
-            self._renewed = sent
+    def _beat(self) -> bool:
+        """One renewal; whether to go on renewing."""
+        sent = time.monotonic()
+        try:
+            held = self._store.run(
+                "RENEW",
+                self.session_id,
+                self._token,
+                str(self.fence),
+                self._ttl_ms,
+                what="renew",
+            )
+        except StoreError as exc:
+            if self.lost:
+                log.error("session %r: lease lost, not renewed in time: %s", self.session_id, exc)
+                return False
+            log.warning("session %r: lease renewal failed, retrying: %s", self.session_id, exc)
+            return True
+        if int(held) != 1:
+            log.warning(
+                "session %r: the lease with fence %d was taken over (it expired); this "
+                "turn's writes will be refused",
+                self.session_id,
+                self.fence,
+            )
+            self._taken.set()
+            return False
+        self._renewed = sent
+        return True
 
     def _finish(self) -> None:
-        self._stop.set()
-        if self._heartbeat is not threading.current_thread():
-            self._heartbeat.join()
+        self._store.heartbeat.remove(self._beat_entry)
         if self._store.closed:
             return
         self._store.run(
