@@ -34,14 +34,16 @@ from ._heartbeat import Heartbeat
 from ._redis_base import RedisConnection, text
 from ._redis_records import RedisApprovalStore, RedisCheckpointStore
 from .base import (
+    BaseCheckpointStore,
     BaseSessionStore,
     LockScope,
     PruneResult,
     message_json,
     older_than_seconds,
     validate_session_id,
+    validate_turn_id,
 )
-from .lease import Lease
+from .lease import Lease, fence_session_id
 
 __all__ = ["RedisLease", "RedisSessionStore", "RedisStore"]
 
@@ -117,10 +119,16 @@ class RedisStore(RedisConnection):
         deadline = None if timeout is None else time.monotonic() + max(timeout, 0.0)
         wake = self.key(id, "wake")
         while True:
-            acquired, value = self.run("ACQUIRE", id, token, ttl_ms, self._ttl_arg, what="lease")
+            acquired, value, *revision = self.run(
+                "ACQUIRE", id, token, ttl_ms, self._ttl_arg, what="lease"
+            )
             if int(acquired) == 1:
                 fence = int(text(value, source="fence"))
                 lease = RedisLease(self, id, fence, token)
+                stored = revision[0] if revision else None
+                lease.start_revision = (
+                    None if stored is None else text(stored, source="revision"),
+                )
                 with self._lock:
                     self._leases.add(lease)
                 return lease
@@ -278,15 +286,52 @@ class RedisSessionStore(BaseSessionStore):
     ) -> None:
         """Add ``messages`` if ``expected_length`` are stored, else ``StoreConflictError``;
         ``LeaseLostError`` if ``fence`` is older than the session's newest."""
+        self._append(id, messages, expected_length, fence, ())
+
+    def append_and_delete(
+        self,
+        id: str,
+        messages: Sequence[Message],
+        expected_length: int,
+        *,
+        checkpoints: BaseCheckpointStore | None = None,
+        delete: Sequence[str] = (),
+        fence: int | None = None,
+    ) -> object | None:
+        """``append`` and delete the checkpoints ``delete``: one script when ``checkpoints``
+        is this store's and they are this session's; returns the new revision."""
+        keys = [validate_turn_id(key) for key in delete]
+        if not (
+            isinstance(checkpoints, RedisCheckpointStore)
+            and checkpoints.store is self.store
+            and all(fence_session_id(key) == id for key in keys)
+        ):
+            return super().append_and_delete(
+                id, messages, expected_length, checkpoints=checkpoints, delete=delete, fence=fence
+            )
+        return self._append(id, messages, expected_length, fence, keys)
+
+    def _append(
+        self,
+        id: str,
+        messages: Sequence[Message],
+        expected_length: int,
+        fence: int | None,
+        delete: Sequence[str],
+    ) -> str:
+        """The fenced, length-checked append script, deleting the checkpoints ``delete``."""
         validate_session_id(id)
         rows = _rows(id, messages)
+        revision = secrets.token_hex(8)
         reply = self.store.run(
             "APPEND",
             id,
             str(int(expected_length)),
             "" if fence is None else str(int(fence)),
-            secrets.token_hex(8),
+            revision,
             self.store.ttl_arg(id),
+            str(len(delete)),
+            *delete,
             *rows,
             what=f"append to {id!r}",
         )
@@ -303,6 +348,7 @@ class RedisSessionStore(BaseSessionStore):
                 f"{self.store.where}: session {id!r}: the length and the {reply[1]} stored "
                 "messages disagree; nothing was written"
             )
+        return revision
 
     def delete(self, id: str) -> None:
         """Delete the transcript; the session's last fence is kept (fences keep growing)."""
