@@ -19,8 +19,9 @@ dropped at the end), run by the peers' interpreter as a subprocess
   assistant])``, without the model call or the agent loop.
 
 Every side starts from a conversation of the same length (seeded through its own
-API in one call) and adds two messages per turn. The sides take turns in blocks,
-so that a change in machine load hits all alike; the figures are medians, in µs.
+API in one call) and adds two messages per turn. All sides at all lengths take
+turns in blocks, so that a change in machine load hits all alike (the flatness
+ratio included); the figures are medians, in µs.
 Flat means t(5,000) / t(10) close to 1: an append writes only the new rows.
 
 Set the peers up once with ``make peers`` (a ``.peers-venv`` with
@@ -122,9 +123,13 @@ def load() -> str:
 def start_peers() -> PeerProcess | None:
     python = peers_python()
     if python is None:
-        print(SETUP)
+        print(f"peers not measured: no peers' interpreter. {SETUP}")
         return None
-    peer = PeerProcess(python, "pg_peers.py", URL)
+    try:
+        peer = PeerProcess(python, "pg_peers.py", URL)
+    except OSError as exc:
+        print(f"peers not measured: cannot run {python}: {exc}. {SETUP}")
+        return None
     try:
         versions = peer.ask(op="versions")["versions"]
     except PeerError as exc:
@@ -154,27 +159,32 @@ def main() -> None:
     try:
         floor = Floor(schema)
         agent = create_agent(provider=FunctionProvider(reply), store=store)
+        # every side at every length, set up first, then measured in interleaved blocks
+        sides: list[tuple[str, int, Callable[[], list[float]]]] = []
+        sessions = []
         for length in LENGTHS:
             sid = f"len-{length}"
             store.sessions.save(sid, history(length))
             session = agent.session(sid)
             session.send("warm up")
+            sessions.append(session)
+            sides.append(("floor", length, lambda: timed(floor.write, block)))
+            sides.append(
+                ("turn", length, lambda s=session: timed(lambda: s.send("weather?"), block))  # type: ignore[misc]
+            )
             for name in peers:
                 assert peer is not None
                 peer.ask(op="seed", peer=name, length=length)
                 peer.ask(op="turns", peer=name, length=length, n=2)  # warm up
-            sides: list[tuple[str, Callable[[], list[float]]]] = [
-                ("floor", lambda: timed(floor.write, block)),
-                ("turn", lambda s=session: timed(lambda: s.send("weather?"), block)),  # type: ignore[misc]
-            ]
-            if peer is not None:
-                sides += [(name, peer_turns(peer, name, length, peer_block)) for name in peers]
-            samples: dict[str, list[float]] = {name: [] for name, _ in sides}
-            for b in range(blocks):
-                for name, run in sides[b % len(sides) :] + sides[: b % len(sides)]:
-                    samples[name] += run()
-            for name, values in samples.items():
-                results[name][length] = statistics.median(values)
+                sides.append((name, length, peer_turns(peer, name, length, peer_block)))
+        samples: dict[tuple[str, int], list[float]] = {(n, k): [] for n, k, _ in sides}
+        for b in range(blocks):
+            shift = b * len(sides) // blocks
+            for name, length, run in sides[shift:] + sides[:shift]:
+                samples[name, length] += run()
+        for (name, length), values in samples.items():
+            results[name][length] = statistics.median(values)
+        for session in sessions:
             session.close()
         agent.close()
         floor.conn.close()
@@ -196,8 +206,8 @@ def report(
 ) -> None:
     turn, floor = results["turn"], results["floor"]
     print(
-        f"median µs per turn (2 new messages), {blocks} interleaved blocks of {block} "
-        f"(peers: {peer_block}) per length; load {load()} at the end"
+        f"median µs per turn (2 new messages), {blocks} blocks of {block} turns (peers: "
+        f"{peer_block}) per side and length, interleaved; load {load()} at the end"
     )
     head = f"{'length':>7} {'ours':>8} {'floor':>7} {'ours/floor':>10}"
     for name in peers:

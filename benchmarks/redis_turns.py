@@ -14,8 +14,9 @@ The peer, in the same run on the same server under a key prefix of its own
 Agents SDK's ``RedisSession``, a turn being what its ``Runner`` does with the
 session, ``get_items()`` then ``add_items([user, assistant])``, without the model
 call or the agent loop. Both start from a conversation of the same length
-(seeded through each one's API in one call). The sides take turns in blocks, so
-that a change in machine load hits both alike; the figures are medians, in µs.
+(seeded through each one's API in one call). All sides at all lengths take
+turns in blocks, so that a change in machine load hits all alike (the flatness
+ratio included); the figures are medians, in µs.
 
 Set the peer up once with ``make peers`` (a ``.peers-venv`` with
 ``benchmarks/peers/requirements.txt``), or point ``LOUSHO_PEERS_PYTHON`` at a
@@ -84,9 +85,13 @@ def load() -> str:
 def start_peer() -> PeerProcess | None:
     python = peers_python()
     if python is None:
-        print(SETUP)
+        print(f"peers not measured: no peers' interpreter. {SETUP}")
         return None
-    peer = PeerProcess(python, "redis_peers.py", URL)
+    try:
+        peer = PeerProcess(python, "redis_peers.py", URL)
+    except OSError as exc:
+        print(f"peers not measured: cannot run {python}: {exc}. {SETUP}")
+        return None
     try:
         versions = peer.ask(op="versions")["versions"]
     except PeerError as exc:
@@ -128,26 +133,32 @@ def main() -> None:
     results: dict[str, dict[int, float]] = {"send": {}, "append": {}, PEER: {}}
     try:
         agent = create_agent(provider=FunctionProvider(instant), store=store)
+        # every side at every length, set up first, then measured in interleaved blocks
+        sides: list[tuple[str, int, Callable[[], list[float]]]] = []
+        sessions = []
         for length in LENGTHS:
             id = f"bench-{length}"
             store.sessions.save(id, history(length))
             session = agent.session(id)
             timed(lambda s=session: s.send("warm up"), 5)  # type: ignore[misc]
+            sessions.append(session)
             appender = Appender(store, length)
-            sides: list[tuple[str, Callable[[], list[float]]]] = [
-                ("send", lambda s=session: timed(lambda: s.send("What about it?"), block)),  # type: ignore[misc]
-                ("append", lambda a=appender: timed(a.append, block)),  # type: ignore[misc]
-            ]
+            sides.append(
+                ("send", length, lambda s=session: timed(lambda: s.send("What about it?"), block))  # type: ignore[misc]
+            )
+            sides.append(("append", length, lambda a=appender: timed(a.append, block)))  # type: ignore[misc]
             if peer is not None:
                 peer.ask(op="seed", peer=PEER, length=length)
                 peer.ask(op="turns", peer=PEER, length=length, n=3)  # warm up
-                sides.append((PEER, peer_turns(peer, length, peer_block)))
-            samples: dict[str, list[float]] = {name: [] for name, _ in sides}
-            for b in range(blocks):
-                for name, run in sides[b % len(sides) :] + sides[: b % len(sides)]:
-                    samples[name] += run()
-            for name, values in samples.items():
-                results[name][length] = statistics.median(values)
+                sides.append((PEER, length, peer_turns(peer, length, peer_block)))
+        samples: dict[tuple[str, int], list[float]] = {(n, k): [] for n, k, _ in sides}
+        for b in range(blocks):
+            shift = b * len(sides) // blocks
+            for name, length, run in sides[shift:] + sides[:shift]:
+                samples[name, length] += run()
+        for (name, length), values in samples.items():
+            results[name][length] = statistics.median(values)
+        for session in sessions:
             session.close()
         agent.close()
     finally:
@@ -170,8 +181,8 @@ def report(
     results: dict[str, dict[int, float]], peered: bool, blocks: int, block: int, peer_block: int
 ) -> None:
     print(
-        f"median µs per turn (2 new messages), {blocks} interleaved blocks of {block} "
-        f"(peer: {peer_block}) per length; load {load()} at the end"
+        f"median µs per turn (2 new messages), {blocks} blocks of {block} turns (peer: "
+        f"{peer_block}) per side and length, interleaved; load {load()} at the end"
     )
     rows = [("durable session.send", results["send"]), ("raw append", results["append"])]
     if peered:

@@ -128,9 +128,8 @@ def serve(peers: dict[str, Peer], packages: list[str]) -> None:
 PEERS_DIR = Path(__file__).resolve().parent
 ROOT = PEERS_DIR.parent.parent
 SETUP = (
-    "peers not measured: no peers' interpreter. Set LOUSHO_PEERS_PYTHON to a python that has "
-    f"the packages of {PEERS_DIR.relative_to(ROOT)}/requirements.txt, or run `make peers` "
-    "(creates .peers-venv)."
+    "To measure the peers, run `make peers` (creates .peers-venv) or set LOUSHO_PEERS_PYTHON "
+    f"to a python that has the packages of {PEERS_DIR.relative_to(ROOT)}/requirements.txt."
 )
 
 
