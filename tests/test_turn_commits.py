@@ -220,3 +220,17 @@ def test_redis_hands_out_the_revision_with_the_lease(rs: RedisStore) -> None:
     rs.sessions.save("s1", turn(1))
     with rs.sessions.turn_lock("s1") as lease:
         assert lease.start_revision == (rs.sessions.revision("s1"),)
+
+
+def test_an_entry_due_sooner_wakes_the_sleeping_heartbeat() -> None:
+    heartbeat = Heartbeat("lousho-test-heartbeat")
+    heartbeat.add(lambda: True, 3600.0)  # the thread now sleeps for an hour
+    beaten = threading.Event()
+
+    def mark() -> bool:
+        beaten.set()
+        return True
+
+    heartbeat.add(mark, 0.01)
+    assert beaten.wait(WAIT)
+    heartbeat.close()

@@ -52,6 +52,8 @@ class Heartbeat:
         self._thread: threading.Thread | None = None
         self._pid = os.getpid()
         self._stopped = False
+        #: when the sleeping thread wakes next (0: it is awake and will look at the entries)
+        self._sleep_until = 0.0
 
     def add(self, beat: Callable[[], bool], interval: float) -> Beat:
         """Call ``beat`` every ``interval`` seconds from the heartbeat thread, starting then."""
@@ -63,7 +65,7 @@ class Heartbeat:
             if self._thread is None and not self._stopped:
                 self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
                 self._thread.start()
-            else:
+            elif entry.due < self._sleep_until:  # else the thread wakes in time by itself
                 self._cond.notify_all()
         return entry
 
@@ -96,8 +98,10 @@ class Heartbeat:
                     due = [b for b in self._beats if b.due <= now and not b.removed]
                     if due:
                         break
-                    wait = min((b.due for b in self._beats), default=now + 3600.0) - now
-                    self._cond.wait(max(wait, 0.0))
+                    wait = max(min((b.due for b in self._beats), default=now + 3600.0) - now, 0.0)
+                    self._sleep_until = now + wait
+                    self._cond.wait(wait)
+                    self._sleep_until = 0.0
                 for entry in due:
                     entry.running = True
             for entry in due:
