@@ -95,9 +95,12 @@ class Transcript:
         self.spent = (old_usage + usage, old_steps + steps, old_calls + calls)
 
     @contextmanager
-    def turn_lock(self) -> Iterator[Lease]:
-        """Hold the session in the store for a turn; writes made meanwhile carry its fence."""
-        with self.store.turn_lock(self.id) as lease:
+    def turn_lock(self, held: Lease | None = None) -> Iterator[Lease]:
+        """Hold the session in the store for a turn; writes made meanwhile carry its fence.
+
+        ``held``: a lease on the session taken already (a sweep's claim), used and released
+        instead of taking one."""
+        with held or self.store.turn_lock(self.id) as lease:
             self.fence = lease.fence
             # read with the lease: a writer with an older fence can no longer land
             self._start_revision = lease.start_revision
