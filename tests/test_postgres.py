@@ -17,6 +17,7 @@ import pytest
 from services_pg import fresh_schema, postgres_url
 
 from lousho_sessions import (
+    FunctionProvider,
     Lease,
     LeaseLostError,
     Message,
@@ -24,6 +25,7 @@ from lousho_sessions import (
     SessionBusyError,
     StoreClosedError,
     StoreError,
+    create_agent,
 )
 from lousho_sessions.postgres import SCHEMA_VERSION, PostgresStore, migration_sql
 
@@ -255,6 +257,27 @@ def test_no_connection_is_held_while_a_turn_holds_its_lease(pg_schema: str) -> N
         for lease in leases:
             lease.release()
         assert store._pool.get_stats()["pool_size"] == 1
+
+
+def test_pooled_connections_keep_no_session_state(pg_schema: str) -> None:
+    """What PgBouncer's transaction mode needs: no prepared statement, advisory lock or
+    setting outlives a statement (the release turns synchronous_commit off for its own
+    transaction only)."""
+    with open_store(pg_schema, min_size=1, max_size=1) as store:
+        agent = create_agent(
+            provider=FunctionProvider(lambda r: Message.assistant("ok")), store=store
+        )
+        session = agent.session("s1")
+        for n in range(8):  # more than psycopg's default prepare_threshold (5)
+            session.send(f"q{n}")
+        agent.close()
+        assert len(store.sessions.load("s1") or []) == 16
+        default = sql("SHOW synchronous_commit")
+        with store._pool.connection() as conn:  # the only one: every statement ran on it
+            assert conn.execute("SELECT count(*) FROM pg_prepared_statements").fetchone() == (0,)
+            locks = "SELECT count(*) FROM pg_locks WHERE pid = pg_backend_pid() AND locktype = 'advisory'"
+            assert conn.execute(locks).fetchone() == (0,)
+            assert [conn.execute("SHOW synchronous_commit").fetchone()] == default
 
 
 def test_a_closed_store_refuses_calls(pg: PostgresStore) -> None:

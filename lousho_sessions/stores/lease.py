@@ -69,7 +69,13 @@ class Lease:
     the same store; pass it to the turn's writes. ``lost`` is true once the lease
     was released, or when ``current`` (given by stores that can tell) says another
     holder took the session over. Stores whose leases expire subclass it.
+
+    ``start_revision`` is ``(revision,)`` when the store read the session's
+    ``revision()`` in the same atomic step that took the lease (one round trip
+    fewer for the turn's first look at the transcript), else ``None``.
     """
+
+    start_revision: tuple[object | None] | None = None
 
     def __init__(
         self,
