@@ -104,29 +104,30 @@ def resolve_store(spec: StoreSpec, agent: Agent) -> Any:
 
 @attrs.frozen
 class SweeperTotals:
-    """What ``run_sweeper`` did: sweeps made, turns by outcome, sweeps that raised."""
+    """What ``run_sweeper`` did: sweeps made, turns by ``SweptTurn.outcome``, sweeps that raised."""
 
     rounds: int = 0
     finished: int = 0
     parked: int = 0
     abandoned: int = 0
     taken: int = 0
-    errors: int = 0  #: turns whose attempt failed (``SweptTurn.error``) plus sweeps that raised
+    failed: int = 0  #: turns whose attempt raised (kept; the next sweep tries again)
+    errors: int = 0  #: sweeps that raised (the store was unreachable, ...)
 
     @property
     def swept(self) -> int:
         """Turns the sweeps returned, whatever their outcome."""
-        return self.finished + self.parked + self.abandoned + self.taken
+        return self.finished + self.parked + self.abandoned + self.taken + self.failed
 
     def add(self, turns: list[SweptTurn]) -> SweeperTotals:
-        counts = {
-            name: getattr(self, name) for name in ("finished", "parked", "abandoned", "taken")
-        }
+        counts = {name: getattr(self, name) for name in _OUTCOMES}
         for turn in turns:
             if turn.outcome in counts:
                 counts[turn.outcome] += 1
-        failed = sum(1 for turn in turns if turn.error is not None)
-        return attrs.evolve(self, rounds=self.rounds + 1, errors=self.errors + failed, **counts)
+        return attrs.evolve(self, rounds=self.rounds + 1, **counts)
+
+
+_OUTCOMES = ("finished", "parked", "abandoned", "taken", "failed")
 
 
 def _check_every(every: float) -> float:

@@ -7,7 +7,9 @@ Every process of one test (the victim SIGKILLed mid-turn, the Celery worker, the
 - ``LOUSHO_RECOVERY_STORE``: ``sqlite``, ``postgres:<schema>`` or ``redis:<prefix>``;
 - ``LOUSHO_RECOVERY_HANG=1``: the model's first call of each turn writes
   ``hanging-<session>`` and never returns (the victim: the test kills it there);
-- ``LOUSHO_CELERY_PREFIX``: the worker's Redis key prefix and queue (``app``).
+- ``LOUSHO_CELERY_PREFIX``: the worker's Redis key prefix and queue (``app``);
+  ``LOUSHO_CELERY_VISIBILITY``: the broker's ``visibility_timeout``, seconds;
+  ``LOUSHO_CELERY_BEAT``: the sweep's beat period, seconds.
 
 The model logs each call to ``model-calls.log`` (``<session> <pid>`` per line) and
 the tool each run to ``tool-runs.log``: the side-effect logs the tests count.
@@ -104,9 +106,12 @@ def make_app(prefix: str) -> Any:
 
     app = Celery("lousho_recovery_test", broker=redis_url(), backend=redis_url())
     keyprefix = {"global_keyprefix": f"{prefix}:"}  # under drop_prefix's "<prefix>:*"
+    broker = dict(keyprefix)
+    if os.environ.get("LOUSHO_CELERY_VISIBILITY"):  # redeliver unacked messages this soon
+        broker["visibility_timeout"] = float(os.environ["LOUSHO_CELERY_VISIBILITY"])
     app.conf.update(
         task_default_queue=prefix,
-        broker_transport_options=keyprefix,
+        broker_transport_options=broker,
         result_backend_transport_options=keyprefix,
         worker_hijack_root_logger=False,
         broker_connection_retry_on_startup=True,

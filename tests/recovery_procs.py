@@ -43,12 +43,10 @@ def environment(root: Path, store: str, **extra: str) -> dict[str, str]:
     return env
 
 
-def kill_mid_turn(root: Path, store: str, session: str) -> int:
-    """Start a turn on ``session`` in a process, SIGKILL it inside the model call; its pid."""
-    code = (
-        "from celery_agents import make_agent\n"
-        f"make_agent().session({session!r}).send({session + ' please record this'!r})\n"
-    )
+def kill_in_model(root: Path, store: str, session: str, code: str) -> int:
+    """Run ``code`` in a process whose model hangs, SIGKILL it inside the model call; its pid."""
+    marker = root / f"hanging-{session}"
+    marker.unlink(missing_ok=True)
     victim = subprocess.Popen(
         [sys.executable, "-c", code],
         env=environment(root, store, LOUSHO_RECOVERY_HANG="1"),
@@ -58,7 +56,7 @@ def kill_mid_turn(root: Path, store: str, session: str) -> int:
     )
     try:
         until(
-            lambda: (root / f"hanging-{session}").exists() or victim.poll() is not None,
+            lambda: marker.exists() or victim.poll() is not None,
             f"the victim's model call on {session}",
         )
         assert victim.poll() is None, victim.stderr.read().decode() if victim.stderr else ""
@@ -71,6 +69,26 @@ def kill_mid_turn(root: Path, store: str, session: str) -> int:
         if victim.stderr is not None:
             victim.stderr.close()
     return victim.pid
+
+
+def kill_mid_turn(root: Path, store: str, session: str) -> int:
+    """Start a turn on ``session`` in a process, SIGKILL it inside the model call; its pid."""
+    code = (
+        "from celery_agents import make_agent\n"
+        f"make_agent().session({session!r}).send({session + ' please record this'!r})\n"
+    )
+    return kill_in_model(root, store, session, code)
+
+
+def kill_mid_sweep(root: Path, store: str, session: str) -> int:
+    """Sweep in a process that claims ``session``'s stale turn and dies in its model call."""
+    code = (
+        "from celery_agents import make_agent, make_store\n"
+        "from lousho_sessions.recovery import sweep\n"
+        "store = make_store()\n"
+        "sweep(store, agent=make_agent(store))\n"
+    )
+    return kill_in_model(root, store, session, code)
 
 
 class Child:

@@ -21,7 +21,7 @@ from typing import Any
 import attrs
 import pytest
 from celery_agents import log_lines, make_app, open_store
-from recovery_procs import WAIT, Child, celery_worker, kill_mid_turn, until
+from recovery_procs import WAIT, Child, celery_worker, kill_mid_sweep, kill_mid_turn, until
 from services_pg import drop_schema, require_postgres
 from services_redis import drop_prefix, prefix_for, require_redis
 
@@ -134,19 +134,20 @@ def test_resume_task_delivered_twice_finishes_the_turn_once(rig: Rig) -> None:
 
 
 def test_resume_task_with_a_stale_fence_is_refused(rig: Rig) -> None:
+    """A message queued before another claim of the turn (a sweeper that died since)."""
     kill_mid_turn(rig.root, rig.spec, "fenced")
     seen = rig.stale("fenced.turn-0")
-    with rig.store.sessions.turn_lock("fenced", timeout=WAIT):
-        pass  # someone held the session since the fence was seen: it moved past it
+    kill_mid_sweep(rig.root, rig.spec, "fenced")  # claims the turn (a new fence), then dies
+    now = rig.stale("fenced.turn-0")
+    assert now.fence != seen.fence and now.attempts == seen.attempts + 1, (seen, now)
     refused = rig.result(rig.app.recovery.resume_turn.delay(seen.turn_id, seen.fence).id)
     assert refused["outcome"] == "taken", refused
-    assert len(rig.model_calls("fenced")) == 1  # only the victim's: nothing ran
+    assert len(rig.model_calls("fenced")) == 2  # the two victims': the stale message ran nothing
     assert rig.roles("fenced") == []
-    now = rig.stale("fenced.turn-0")
-    assert seen.fence is None or (now.fence is not None and now.fence > seen.fence)
     finished = rig.result(rig.app.recovery.resume_turn.delay(now.turn_id, now.fence).id)
     assert finished["outcome"] == "finished", finished
     assert rig.roles("fenced") == ROLES
+    assert len(rig.tool_runs("fenced")) == 1
 
 
 def test_inline_sweep_task_resumes_in_the_sweep_itself(rig: Rig) -> None:
@@ -186,6 +187,44 @@ def test_beat_alone_finishes_a_killed_turn(tmp_path: Path) -> None:
         store.close()
         drop_prefix(prefix)
     assert len(log_lines(tmp_path, "tool-runs.log")) == 1
+
+
+def test_worker_killed_mid_resume_the_redelivered_task_is_taken(tmp_path: Path) -> None:
+    """At-least-once for real: SIGKILL a worker inside its resume task; the broker
+    redelivers the unacked message (``acks_late``, a 1 s ``visibility_timeout``) to the
+    next worker, whose fence check refuses it; the next sweep finishes the turn."""
+    require_redis()
+    prefix = prefix_for(tmp_path)
+    store = open_store(tmp_path, "sqlite")
+    app = make_app(prefix)
+    kill_mid_turn(tmp_path, "sqlite", "redeliver")
+    [turn] = [t for t in stale_turns(store) if t.session_id == "redeliver"]
+    first = celery_worker(
+        tmp_path, "sqlite", prefix, LOUSHO_RECOVERY_HANG="1", LOUSHO_CELERY_VISIBILITY="1"
+    )
+    second: Child | None = None
+    try:
+        sent = app.recovery.resume_turn.delay(turn.turn_id, turn.fence)
+        until(lambda: (tmp_path / "hanging-redeliver").exists(), "the worker's model call")
+        first.stop(signal.SIGKILL)
+        second = celery_worker(tmp_path, "sqlite", prefix, LOUSHO_CELERY_VISIBILITY="1")
+        rig = Rig(tmp_path, "sqlite", prefix, app, store, second)
+        redelivered = rig.result(sent.id)
+        assert redelivered["outcome"] == "taken", redelivered  # the dead worker's claim holds
+        assert rig.roles("redeliver") == []
+        swept = rig.result(app.recovery.sweep.delay().id)
+        [entry] = swept["enqueued"]
+        assert rig.result(entry["task_id"])["outcome"] == "finished"
+        assert rig.roles("redeliver") == ROLES
+        assert len(rig.model_calls("redeliver")) == 4  # victim, dead worker, then two
+        assert len(rig.tool_runs("redeliver")) == 1
+        assert second.stop() == 0, second.output()
+    finally:
+        first.stop(signal.SIGKILL)
+        if second is not None:
+            second.stop(signal.SIGKILL)
+        store.close()
+        drop_prefix(prefix)
 
 
 def test_the_celery_module_is_not_imported_by_the_root() -> None:
