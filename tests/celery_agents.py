@@ -106,7 +106,7 @@ def make_app(prefix: str) -> Any:
 
     app = Celery("lousho_recovery_test", broker=redis_url(), backend=redis_url())
     keyprefix = {"global_keyprefix": f"{prefix}:"}  # under drop_prefix's "<prefix>:*"
-    broker = dict(keyprefix)
+    broker: dict[str, object] = dict(keyprefix)
     if os.environ.get("LOUSHO_CELERY_VISIBILITY"):  # redeliver unacked messages this soon
         broker["visibility_timeout"] = float(os.environ["LOUSHO_CELERY_VISIBILITY"])
     app.conf.update(

@@ -199,6 +199,7 @@ def test_worker_killed_mid_resume_the_redelivered_task_is_taken(tmp_path: Path) 
     app = make_app(prefix)
     kill_mid_turn(tmp_path, "sqlite", "redeliver")
     [turn] = [t for t in stale_turns(store) if t.session_id == "redeliver"]
+    (tmp_path / "hanging-redeliver").unlink()  # the victim's: wait for the worker's own
     first = celery_worker(
         tmp_path, "sqlite", prefix, LOUSHO_RECOVERY_HANG="1", LOUSHO_CELERY_VISIBILITY="1"
     )
