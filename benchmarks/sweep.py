@@ -12,7 +12,10 @@ twice is a turn resumed twice, which must never happen. Every transcript is chec
 to hold its finished turn exactly once.
 
 Printed per N: wall time, turns/s, the speed-up over 1 sweeper, turns resumed twice
-(from the model's log), outcomes the sweepers reported, and the load average.
+(from the model's log), outcomes the sweepers reported (``taken``: a claim lost to
+another sweeper), and the load average. ``sweep`` runs the up to ``--batch`` turns it
+claims at once, on the agent's session lanes, so one sweeper already overlaps its model
+waits; more sweepers add CPUs (and claims that collide).
 
 Needs the server of ``LOUSHO_POSTGRES_URL`` (default
 ``postgresql://postgres@127.0.0.1:5432/test``); it works in a schema of its own,
@@ -167,7 +170,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="a few-second smoke run")
     parser.add_argument("--turns", type=int, default=None, help=f"default {TURNS}")
     parser.add_argument("--model-ms", type=float, default=None, help="model latency (default 20)")
-    parser.add_argument("--batch", type=int, default=10, help="sweep(limit=) per call")
+    parser.add_argument("--batch", type=int, default=100, help="sweep(limit=), default 100")
     parser.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
