@@ -33,6 +33,7 @@ from .results import ExecutionResult
 from .run import AgentRun
 from .stores.adapters import adapt_sessions
 from .stores.base import ApprovalStore, CheckpointStore, validate_session_id
+from .stores.lease import Lease
 
 __all__ = ["AgentExecutor", "HasRunner", "SingleTurns"]
 
@@ -198,16 +199,19 @@ class SingleTurns:
         )
 
     @contextmanager
-    def lease(
-        self, key: str, durable: bool, *, timeout: float | None = None
-    ) -> Iterator[int | None]:
+    def lease(self, key: str, durable: bool, *, held: Lease | None = None) -> Iterator[int | None]:
         """Hold session ``key`` in the agent's session store while a durable send runs;
-        yields the lease's fence (``None``, holding nothing, when not durable)."""
+        yields the lease's fence (``None``, holding nothing, when not durable). ``held``:
+        a lease taken already (a sweep's claim), used and released instead."""
         sessions = self.runner.config.store.sessions
+        if held is not None:
+            with held:
+                yield held.fence
+            return
         if not durable or sessions is None:
             yield None
             return
-        with adapt_sessions(sessions).turn_lock(key, timeout=timeout) as lease:
+        with adapt_sessions(sessions).turn_lock(key) as lease:
             yield lease.fence
 
     def _store(self, durable: bool) -> CheckpointStore:

@@ -43,7 +43,7 @@ from .errors import StoreCorruptError, StoreError
 from .results import ExecutionResult
 from .stores.adapters import adapt_checkpoints, adapt_sessions, store_parts
 from .stores.base import AgentStore, older_than_seconds, validate_turn_id
-from .stores.lease import fence_session_id
+from .stores.lease import Lease, fence_session_id
 
 __all__ = ["StaleTurn", "SweptTurn", "abandoned_turns", "resume_turn", "stale_turns", "sweep"]
 
@@ -112,17 +112,18 @@ def sweep(
 ) -> list[SweptTurn]:
     """Claim and finish up to ``limit`` stale turns with ``agent``'s model and tools.
 
-    The turns run at the same time, each on its session's lane of the agent's workers;
-    returns when all have ended, one ``SweptTurn`` each (including those ``"taken"`` by
-    another sweeper). Run it from many processes at once: each turn is resumed once.
+    The turns are claimed together (``claim_stale`` of the store: one statement on
+    PostgreSQL) and run at the same time, each on its session's lane of the agent's
+    workers; returns when all have ended, one ``SweptTurn`` each (``"taken"`` for those
+    another sweeper claimed first). Run it from many processes at once: each turn is
+    resumed once. One turn per session is swept at a time.
     """
     _check_attempts(max_attempts)
-    parts = _parts_of(store, agent)
-    futures = [
-        (stale, _submit(agent, stale.turn_id, stale.fence, max_attempts))
-        for stale in _listed(parts, ("running",), limit, older_than)
-    ]
-    return [_swept(stale.turn_id, future) for stale, future in futures]
+    _parts_of(store, agent)
+    found: dict[str, StaleTurn] = {}
+    for stale in _listed(store_parts(store), ("running",), limit, older_than):
+        found.setdefault(stale.session_id, stale)
+    return _run_claimed(agent, list(found.values()), max_attempts, by_fence=True)
 
 
 def resume_turn(
@@ -142,7 +143,35 @@ def resume_turn(
     validate_turn_id(turn_id)
     _check_attempts(max_attempts)
     _parts_of(store, agent)
-    return _swept(turn_id, _submit(agent, turn_id, fence, max_attempts))
+    turn = StaleTurn(turn_id, fence_session_id(turn_id), "running", 0, None, fence)
+    [swept] = _run_claimed(agent, [turn], max_attempts, by_fence=fence is not None)
+    return swept
+
+
+def _run_claimed(
+    agent: Agent, turns: list[StaleTurn], max_attempts: int, *, by_fence: bool
+) -> list[SweptTurn]:
+    """Claim the sessions of ``turns`` (one turn each) and finish those claimed."""
+    sessions = agent.config.store.sessions
+    assert sessions is not None  # an agent always has a session store
+    leases = adapt_sessions(sessions).claim_stale([t.session_id for t in turns])
+    futures: list[tuple[StaleTurn, Future[Recovered] | None]] = []
+    try:
+        for turn in turns:
+            lease = leases.pop(turn.session_id, None)
+            fence = turn.fence if by_fence else None
+            futures.append(
+                (turn, None if lease is None else _submit(agent, turn, lease, fence, max_attempts))
+            )
+    finally:
+        for lease in leases.values():  # not submitted: let go at once
+            lease.release()
+    return [
+        SweptTurn(t.turn_id, t.session_id, "taken", t.attempts)
+        if future is None
+        else _swept(t.turn_id, future)
+        for t, future in futures
+    ]
 
 
 def _check_attempts(max_attempts: int) -> None:
@@ -161,12 +190,15 @@ def _parts_of(store: Any, agent: Agent) -> AgentStore:
     return parts
 
 
-def _submit(agent: Agent, turn_id: str, fence: int | None, max_attempts: int) -> Future[Recovered]:
-    key, _, tail = turn_id.partition(".")
+def _submit(
+    agent: Agent, turn: StaleTurn, lease: Lease, fence: int | None, max_attempts: int
+) -> Future[Recovered]:
+    key, _, tail = turn.turn_id.partition(".")
     if tail == "send":
-        return recover_send(agent._singles, key, max_attempts=max_attempts, fence=fence)
+        return recover_send(agent._singles, key, lease, max_attempts=max_attempts, fence=fence)
+    session = agent._session_for(key)
     return recover_session_turn(
-        agent._session_for(key), turn_id, max_attempts=max_attempts, fence=fence
+        session, turn.turn_id, lease, max_attempts=max_attempts, fence=fence
     )
 
 

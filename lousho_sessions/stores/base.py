@@ -21,7 +21,8 @@ do more subclass the base classes (``BaseSessionStore``, ``BaseCheckpointStore``
   it and delete its checkpoints, in one transaction when both share a database.
 * ``BaseCheckpointStore.save_and_delete(turn_id, checkpoint, delete, fence=)``:
   save a checkpoint and delete the records it replaces, in one transaction where it can.
-* ``turn_held(id)``: whether a live turn holds ``id`` now, without taking it
+* ``claim_stale(ids)``: take the turn locks of those no live turn holds, without
+  waiting (a sweep's claim). ``turn_held(id)``: whether a live turn holds ``id`` now, without taking it
   (``None``: the store cannot tell); ``BaseCheckpointStore.pending_turns()``: the
   ids of durable turns' checkpoints, which ``lousho_sessions.recovery`` sweeps.
 * ``prune(older_than)``: delete what was not updated for that long.
@@ -43,6 +44,7 @@ import attrs
 
 from ..errors import (
     InvalidSessionIdError,
+    SessionBusyError,
     StoreConflictError,
 )
 from ..messages import Message
@@ -335,6 +337,21 @@ class BaseSessionStore(_Closeable, ABC):
         """Hold session ``id`` for a turn; ``SessionBusyError`` if not acquired within ``timeout`` s."""
         validate_session_id(id)
         return self._local_leases().acquire(id, timeout)
+
+    def claim_stale(self, ids: Sequence[str]) -> dict[str, Lease]:
+        """Take, without waiting, the turn locks of those of ``ids`` that no live turn holds:
+        a lease (with a new fence) for each one taken, by id; the others are left out.
+
+        What a sweep claims turns with (``lousho_sessions.recovery``). The default tries
+        ``turn_lock(id, timeout=0)`` for each; a store that can claim many at once overrides it.
+        """
+        claimed: dict[str, Lease] = {}
+        for id in dict.fromkeys(ids):
+            try:
+                claimed[id] = self.turn_lock(id, timeout=0)
+            except SessionBusyError:
+                continue
+        return claimed
 
     def turn_held(self, id: str) -> bool | None:
         """Whether a live turn holds ``id`` now (its lock taken, its lease unexpired), asked
