@@ -109,6 +109,8 @@ def make_app(prefix: str) -> Any:
     broker: dict[str, object] = dict(keyprefix)
     if os.environ.get("LOUSHO_CELERY_VISIBILITY"):  # redeliver unacked messages this soon
         broker["visibility_timeout"] = float(os.environ["LOUSHO_CELERY_VISIBILITY"])
+        broker["unacked_restore_interval"] = 0.5  # look for them this often (default 10 s)
+        broker["unacked_restore_throttle"] = 1  # at every look (default: every 10th)
     app.conf.update(
         task_default_queue=prefix,
         broker_transport_options=broker,
