@@ -1,14 +1,15 @@
 """How a sweep finishes one stale turn: claim it, count the attempt, run it to an end.
 
 The claim is the store's turn lock taken without waiting (``claim_stale``, by default
-``turn_lock(id, timeout=0)``): it succeeds only when no live turn holds the session (an OS
-lock freed by the holder's death, a lease whose heartbeats stopped), and it hands out a
-new fence, so the old holder's next write is refused (``LeaseLostError``). The lease
-taken is handed to the job that runs the turn, which releases it. Under that lease the checkpoint is
-loaded again (another sweeper may have finished it meanwhile), its ``attempts`` raised
-and saved with the new fence (or, past ``max_attempts``, its status set to
-``"abandoned"``), and the turn runs as ``resume()`` would run it. Everything runs on
-the session's lane of the agent's workers, like every other call on that session.
+``turn_lock(id, timeout=0)``): it succeeds only when no live turn holds the session (an
+OS lock freed by the holder's death, a lease whose heartbeats stopped), and it hands out
+a new fence, so the old holder's next write is refused (``LeaseLostError``). The lease
+taken is handed to the job that runs the turn, which releases it. Under that lease the
+checkpoint is loaded again (another sweeper may have finished it meanwhile), its
+``attempts`` raised and saved with the new fence (or, past ``max_attempts``, its status
+set to ``"abandoned"``), and the turn runs as ``resume()`` would run it (the agent's
+``approve=`` callback included). Everything runs on the session's lane of the agent's
+workers, like every other call on that session.
 """
 
 from __future__ import annotations
@@ -127,7 +128,7 @@ def recover_session_turn(
                     turns.next_turn(),
                     AbortController(),
                     emit=None,
-                    approve=None,
+                    approve=session._runner.config.approve,
                     inbox=None,
                     requeue=None,
                     resumed=True,
@@ -167,6 +168,7 @@ def recover_send(
                     AbortController(),
                     checkpoints,
                     turn=turn,
+                    approve=runner.config.approve,
                     resumed=True,
                     context=context,
                 )

@@ -78,6 +78,13 @@ class SingleTurns:
                 f"agent.send(session_id={turn.key!r}) was called from inside that run's own tool; "
                 "it would wait for itself forever"
             )
+        sessions = self.runner.config.store.sessions
+        if durable and inside(("session", id(sessions), turn.key)):
+            raise SessionBusyError(
+                f"agent.send(session_id={turn.key!r}) was called from inside a turn of session "
+                f"{turn.key!r}, whose lease a durable send needs; it would wait for itself "
+                "forever. Use another session id."
+            )
 
         def work(job: Job) -> ExecutionResult:
             try:

@@ -90,7 +90,9 @@ def stale_turns(
     """The durable turns whose holder is gone, oldest first; reads only, claims nothing.
 
     ``older_than`` (seconds or a ``timedelta``) keeps only those whose checkpoint was
-    not saved for that long. A store that cannot tell whether a turn is held
+    not saved for that long. A checkpoint saved outside a lease (``AgentExecutor``, a
+    release before checkpoint version 2) is never listed: nothing tells whether its
+    turn still runs; ``resume()`` it yourself. A store that cannot tell whether a turn is held
     (``turn_held`` returns ``None``: a plain user store) lists its pending turns;
     claiming them still refuses a held one.
     """
@@ -233,9 +235,11 @@ def _listed(
         if cutoff is not None and (updated_at is None or updated_at > cutoff):
             continue
         session_id = fence_session_id(turn_id)
+        attempts, fence = data.get("attempts", 0), data.get("fence")
+        if status == "running" and not isinstance(fence, int):
+            continue  # saved outside a lease (AgentExecutor, an older release): cannot tell
         if status == "running" and sessions is not None and sessions.turn_held(session_id):
             continue  # a live turn holds it: running, perhaps long, not stale
-        attempts, fence = data.get("attempts", 0), data.get("fence")
         found.append(
             StaleTurn(
                 turn_id,
