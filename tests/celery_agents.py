@@ -84,7 +84,7 @@ def record(ctx: ToolContext, note: str) -> str:
     """Record a note (idempotent: the side effect the tests count)."""
     log_line("tool-runs.log", f"{ctx.session_id} {os.getpid()} {ctx.idempotency_key}")
     if os.environ.get("LOUSHO_RECOVERY_HANG") == "tool":
-        hang(ctx.session_id)
+        hang(str(ctx.session_id))
     return f"recorded {note}"
 
 
@@ -93,7 +93,7 @@ def charge(ctx: ToolContext, note: str) -> str:
     """Charge the customer (not idempotent: a run a crash interrupted must not repeat)."""
     log_line("tool-runs.log", f"{ctx.session_id} {os.getpid()} {ctx.idempotency_key}")
     if os.environ.get("LOUSHO_RECOVERY_HANG") == "tool":
-        hang(ctx.session_id)
+        hang(str(ctx.session_id))
     return f"charged {note}"
 
 
