@@ -20,12 +20,22 @@ TESTS = Path(__file__).parent
 WAIT = 60.0
 
 
-def until(condition: Callable[[], bool], what: str, timeout: float = WAIT) -> None:
-    """Poll ``condition`` until true; fail naming ``what`` after ``timeout`` seconds."""
+def until(
+    condition: Callable[[], bool],
+    what: str,
+    timeout: float = WAIT,
+    *,
+    detail: Callable[[], str] | None = None,
+) -> None:
+    """Poll ``condition`` until true; fail naming ``what`` (and ``detail()``, e.g. a
+    process's output, as it is then) after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
     pause = threading.Event()
     while not condition():
-        assert time.monotonic() < deadline, f"not within {timeout} s: {what}"
+        if time.monotonic() >= deadline:
+            raise AssertionError(
+                f"not within {timeout} s: {what}" + ("" if detail is None else "\n" + detail())
+            )
         pause.wait(0.02)
 
 
@@ -33,6 +43,8 @@ def environment(root: Path, store: str, **extra: str) -> dict[str, str]:
     """The environment of a test process: ``celery_agents`` importable, the test's store."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("LOUSHO_CELERY")}
     env.pop("LOUSHO_RECOVERY_HANG", None)
+    # set by the Django example's tests when collected: Celery's Django fix-up would load it
+    env.pop("DJANGO_SETTINGS_MODULE", None)
     path = [str(TESTS), env.get("PYTHONPATH", "")]
     env.update(
         PYTHONPATH=os.pathsep.join(p for p in path if p),

@@ -42,8 +42,18 @@ class Rig:
     worker: Child
 
     def result(self, task_id: str) -> Any:
+        """The task's return value; fails at once, with its output, if the worker died."""
+        found = self.app.AsyncResult(task_id)
+        until(
+            lambda: found.ready() or self.worker.process.poll() is not None,
+            f"task {task_id}",
+            detail=self.worker.output,
+        )
+        assert found.ready(), (
+            f"the worker exited ({self.worker.process.poll()}):\n{self.worker.output()}"
+        )
         try:
-            return self.app.AsyncResult(task_id).get(timeout=WAIT)
+            return found.get(timeout=WAIT)
         except Exception as exc:
             raise AssertionError(
                 f"task {task_id}: {exc!r}\nworker:\n{self.worker.output()}"
@@ -202,7 +212,8 @@ def test_beat_alone_finishes_a_killed_turn(tmp_path: Path) -> None:
     try:
         until(
             lambda: len(store.sessions.load("beat") or []) == len(ROLES),
-            f"the beat-driven sweep finishing the turn; worker:\n{worker.output()}",
+            "the beat-driven sweep finishing the turn",
+            detail=worker.output,
         )
         assert [m.role for m in store.sessions.load("beat") or []] == ROLES
         assert worker.stop() == 0, worker.output()

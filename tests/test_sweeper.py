@@ -38,7 +38,8 @@ def test_sweeper_process_finishes_a_killed_turn_and_stops_on_a_signal(
     try:
         until(
             lambda: "swept loop.turn-0 finished" in child.output(),
-            f"the sweeper finishing the turn:\n{child.output()}",
+            "the sweeper finishing the turn",
+            detail=child.output,
         )
         assert child.stop(sig) == 0, child.output()
     finally:
