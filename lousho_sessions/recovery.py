@@ -39,7 +39,7 @@ import attrs
 
 from ._recover import Recovered, recover_send, recover_session_turn
 from .agent import Agent
-from .errors import StoreCorruptError, StoreError
+from .errors import StoreError
 from .results import ExecutionResult
 from .stores.adapters import adapt_checkpoints, adapt_sessions, store_parts
 from .stores.base import AgentStore, older_than_seconds, validate_turn_id
@@ -222,14 +222,9 @@ def _listed(
     if older_than is not None:
         cutoff = datetime.now(timezone.utc) - timedelta(seconds=older_than_seconds(older_than))
     found: list[StaleTurn] = []
-    for turn_id in checkpoints.pending_turns():
-        try:
-            data = checkpoints.load(turn_id)
-        except StoreCorruptError as exc:
-            log.warning("recovery skips unreadable checkpoint %s: %s", turn_id, exc)
-            continue
-        status = data.get("status", "running") if data is not None else None
-        if data is None or status not in statuses:
+    for turn_id, data in checkpoints.pending_checkpoints():
+        status = data.get("status", "running")
+        if status not in statuses:
             continue
         updated_at = _time(data.get("updated_at"))
         if cutoff is not None and (updated_at is None or updated_at > cutoff):

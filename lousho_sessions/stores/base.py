@@ -35,7 +35,7 @@ import logging
 import re
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import timedelta
 from types import TracebackType
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -46,6 +46,7 @@ from ..errors import (
     InvalidSessionIdError,
     SessionBusyError,
     StoreConflictError,
+    StoreCorruptError,
 )
 from ..messages import Message
 from ..serde import decode_json_object, encode_json_object, message_json
@@ -425,6 +426,21 @@ class BaseCheckpointStore(_Closeable, ABC):
         """The ids of the durable turns' checkpoints (``<id>.turn-<n>``, ``<id>.send``), sorted;
         not their result records. A store with an index of them overrides this."""
         return [key for key in self.list() if _PENDING_TURN.fullmatch(key)]
+
+    def pending_checkpoints(self) -> Iterator[tuple[str, dict[str, Any]]]:
+        """Each of ``pending_turns()`` with its checkpoint (those deleted meanwhile left out).
+
+        ``StoreCorruptError`` for an unreadable one is logged and it is left out. The
+        default loads them one by one; a database reads them in one query.
+        """
+        for turn_id in self.pending_turns():
+            try:
+                data = self.load(turn_id)
+            except StoreCorruptError as exc:
+                log.warning("skipping unreadable checkpoint %s: %s", turn_id, exc)
+                continue
+            if data is not None:
+                yield turn_id, data
 
     def prune(self, older_than: timedelta | float) -> PruneResult:
         """Delete the checkpoints not updated within ``older_than``."""
