@@ -59,6 +59,10 @@ def create_agent(
     environment variable; ``check_key=False`` leaves that to the first model call (for
     code that makes an agent but never calls the model, such as tests that replace
     the provider).
+
+    ``store`` is an ``AgentStore`` (or its parts), or a URL for ``open_store``
+    (``"sqlite:///app.db"``); with none, ``$LOUSHO_STORE`` names one, else the agent
+    keeps transcripts in memory. A store opened from a URL is closed by ``close()``.
     """
     return Agent(**locals())  # the same keywords, given once
 
@@ -259,7 +263,9 @@ class Agent:
 
         The threads are the session workers, the tool pool and the loop of async tools.
         The provider is closed if it derives from ``ProviderBase`` (the built-in ones do);
-        stores are never closed. With ``timeout`` it waits at most that long; threads
+        stores are never closed, except one the agent opened from a URL (``store="..."``
+        or ``LOUSHO_STORE``): that one is closed, and an agent whose store needs a
+        connection (SQLite, PostgreSQL, Redis) cannot be used after that. With ``timeout`` it waits at most that long; threads
         still busy then end by themselves when their work is done. The agent stays
         usable: its next call starts threads again.
         """
@@ -267,6 +273,8 @@ class Agent:
         provider = self.config.provider
         if isinstance(provider, ProviderBase):
             provider.close()
+        if self.config.opened_store is not None:
+            self.config.opened_store.close()
 
     def __enter__(self) -> Agent:
         return self
