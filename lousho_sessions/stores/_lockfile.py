@@ -43,6 +43,7 @@ __all__ = [
     "acquire",
     "acquire_fenced",
     "hold",
+    "is_held",
     "read_fence",
     "remove_if_free",
 ]
@@ -262,5 +263,22 @@ def remove_if_free(path: Path) -> bool:
         except OSError:
             return False
         return True
+    finally:
+        os.close(fd)
+
+
+def is_held(path: Path) -> bool | None:
+    """Whether some process holds the lock file ``path`` right now (``None``: cannot tell).
+
+    Tries the lock without waiting and lets go at once; deletes nothing.
+    """
+    if fcntl is None:  # pragma: no cover - Windows
+        return None
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return None
+    try:
+        return not _try_lock(fd)
     finally:
         os.close(fd)
