@@ -1,15 +1,17 @@
 """The agent the admin command tests give ``--agent admin_agent:make``, and a populator.
 
 ``python tests/admin_agent.py URL`` fills the store at URL with what the tests look
-for: sessions ``alpha`` (two turns) and ``beta`` (one), ``gamma`` paused on an
-approval of ``deploy``, and ``delta`` whose turn was running when its process died
-(run with ``ADMIN_TEST_CRASH=1``: the ``work`` tool ends the process).
+for: sessions ``alpha`` (two turns) and ``beta`` (one), ``gamma`` and ``eta`` paused
+on an approval of ``deploy``. With ``ADMIN_TEST_CRASH=1`` it starts a turn in each
+of ``CRASHED`` instead and the ``work`` tool ends the process once all three run,
+so their turns stay ``running`` in the store, as after a crash.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+import threading
 
 from lousho_sessions import (
     Agent,
@@ -22,7 +24,13 @@ from lousho_sessions import (
     tool,
 )
 
-__all__ = ["make", "model", "populate"]
+__all__ = ["APPROVING", "CRASHED", "DONE", "make", "model", "populate"]
+
+#: Sessions with finished turns, paused on an approval, and left running by a crash.
+DONE = ("alpha", "beta")
+APPROVING = ("eta", "gamma")
+CRASHED = ("delta", "epsilon", "zeta")
+_ALL_RUNNING = threading.Barrier(len(CRASHED))
 
 
 def model(request: ModelRequest) -> str | Message:
@@ -40,6 +48,7 @@ def model(request: ModelRequest) -> str | Message:
 def work() -> str:
     """Do some work (ends the process under ADMIN_TEST_CRASH=1)."""
     if os.environ.get("ADMIN_TEST_CRASH") == "1":
+        _ALL_RUNNING.wait(timeout=60)  # every crashed turn has its checkpoint by now
         os._exit(3)
     return "worked"
 
@@ -59,13 +68,20 @@ def populate(url: str) -> None:
     store = open_store(url)
     agent = make(store)
     if os.environ.get("ADMIN_TEST_CRASH") == "1":
-        agent.session("delta").send("call work")  # the process ends in the tool
-        raise AssertionError("the work tool should have ended the process")
+        threads = [
+            threading.Thread(target=agent.session(id).send, args=("call work",)) for id in CRASHED
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=60)  # the process ends in the tools before
+        raise SystemExit("the work tool should have ended the process")
     agent.session("alpha").send("hello")
     agent.session("alpha").send("call work")
     agent.session("beta").send("hi")
-    result = agent.session("gamma").send("call deploy")
-    assert result.finish_reason == "awaiting-approval", result
+    for id in APPROVING:
+        result = agent.session(id).send("call deploy")
+        assert result.finish_reason == "awaiting-approval", result
     agent.close()
     store.close()
 

@@ -48,10 +48,10 @@ def register(
 
     p = commands.add_parser(
         "migrate",
-        parents=[common],
         help="copy every session, checkpoint and approval to another store",
         description="Copy sessions (transcripts), checkpoints and approval records from "
-        "--from to --to, then verify the copy: the counts and a SHA-256 over the content, "
+        "--from to --to, then verify the copy: the counts and a checksum (SHA-256) of the "
+        "content, "
         "read back from both stores, must match (exit 1 if not). Stop the workers using "
         "--from first: turns that run during the copy may be missed. The destination must "
         "hold none of the sessions unless --force. Leases and fences are not copied.",
@@ -61,6 +61,7 @@ def register(
     p.add_argument(
         "--force", action="store_true", help="overwrite sessions the destination holds already"
     )
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(run=migrate)
 
 

@@ -255,4 +255,9 @@ def _flag(shown: str, name: str, value: str) -> bool:
 def store_from_environment() -> URLStore | None:
     """The store ``LOUSHO_STORE`` names, opened; ``None`` when it is unset or empty."""
     url = os.environ.get(STORE_ENV, "").strip()
-    return open_store(url) if url else None
+    if not url:
+        return None
+    try:
+        return open_store(url)
+    except StoreURLError as exc:
+        raise StoreURLError(f"{STORE_ENV}: {exc}") from exc
