@@ -242,13 +242,13 @@ def _postgres_checks(backend: Any, live: set[str]) -> list[Check]:
             f"{version} in schema {backend.schema!r} (this release: {SCHEMA_VERSION})",
         )
     ]
-    live, expired, total = (int(v) for v in leases)
+    held, expired, total = (int(v) for v in leases)
     checks.append(  # an expired lease is harmless (the next turn takes it over): the
         # turns check warns of the stale turn it may leave
         _check(
             "leases",
             "ok",
-            f"{live} live, {expired} expired without release (their holder died; the next "
+            f"{held} live, {expired} expired without release (their holder died; the next "
             f"turn takes them over), {total} sessions with a fence",
         )
     )
@@ -282,20 +282,20 @@ def _redis_checks(backend: Any, live: set[str]) -> list[Check]:
         )
     ]
     now = backend.server_time_us()
-    live = expired = 0
+    held = expired = 0
     with backend.call("read leases") as client:
         for key in set(backend.scan(f"{backend.prefix}:{{*}}:lease")):
             holder, until = client.hmget(key, ["holder", "until"])
             if holder:
                 if until is not None and float(until) > now:
-                    live += 1
+                    held += 1
                 else:
                     expired += 1
     checks.append(
         _check(
             "leases",
             "ok",
-            f"{live} live, {expired} expired without release (their holder died; the next "
+            f"{held} live, {expired} expired without release (their holder died; the next "
             "turn takes them over)",
         )
     )
