@@ -1,15 +1,11 @@
 """``open_store(url)``: a store named by a URL, for ``create_agent(store=url)``,
 ``LOUSHO_STORE`` and the ``lousho`` admin command.
 
-==========================================  ==========================================
-URL                                         store
-==========================================  ==========================================
-``memory:``                                 ``memory_store()`` (this process only)
-``file:///abs/dir``, ``file:rel/dir``       ``file_store(dir)``
-``sqlite:///rel.db``, ``sqlite:////abs.db``  ``SqliteStore(path)`` (``sqlite:///:memory:``)
-``postgresql://…``, ``postgres://…``        ``PostgresStore(conninfo)``
-``redis://…``, ``rediss://…``               ``RedisStore(url)``
-==========================================  ==========================================
+* ``memory:``: ``memory_store()`` (this process only);
+* ``file:///abs/dir``, ``file:rel/dir``: ``file_store(dir)``;
+* ``sqlite:///rel.db``, ``sqlite:////abs.db``, ``sqlite:///:memory:``: ``SqliteStore(path)``;
+* ``postgresql://…``, ``postgres://…``: ``PostgresStore(conninfo)``;
+* ``redis://…``, ``rediss://…``: ``RedisStore(url)``.
 
 ``sqlite:`` URLs read as SQLAlchemy reads them: three slashes and a relative path,
 four for an absolute one. Query options set the store's keyword arguments
