@@ -145,7 +145,11 @@ class TurnRunner:
         """The approval gate: let a turn paused on an approval go on once it is decided.
 
         Raises ``waiting(approval_id)`` while the approval is pending (or its record is gone).
+        A turn a sweep abandoned (``lousho_sessions.recovery``) is tried again: whoever
+        calls ``resume()``/``send()`` on it decided so.
         """
+        if state.status == "abandoned":
+            state.status = "running"
         if state.status != "awaiting-approval":
             return
         record = self.config.approvals.get(state.approval_id or "")

@@ -241,6 +241,25 @@ def hold(path: Path, timeout: float | None, *, mode: int = LOCK_FILE_MODE) -> It
         release()
 
 
+def is_held(path: Path) -> bool:
+    """Whether a process (this one included) holds the lock file ``path`` now; never blocks.
+
+    Takes the lock without waiting and lets go at once; a missing file is not held.
+    """
+    if fcntl is None:  # pragma: no cover - Windows
+        return False
+    try:
+        fd = os.open(path, os.O_RDWR | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        raise StoreError(f"lock file {path}: cannot open: {exc}") from exc
+    try:
+        return not _try_lock(fd)
+    finally:
+        os.close(fd)  # closing lets go of a lock taken just now
+
+
 def remove_if_free(path: Path) -> bool:
     """Delete the lock file ``path`` if nobody holds it right now; whether it was deleted.
 
@@ -263,22 +282,5 @@ def remove_if_free(path: Path) -> bool:
         except OSError:
             return False
         return True
-    finally:
-        os.close(fd)
-
-
-def is_held(path: Path) -> bool | None:
-    """Whether some process holds the lock file ``path`` right now (``None``: cannot tell).
-
-    Tries the lock without waiting and lets go at once; deletes nothing.
-    """
-    if fcntl is None:  # pragma: no cover - Windows
-        return None
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
-    except OSError:
-        return None
-    try:
-        return not _try_lock(fd)
     finally:
         os.close(fd)

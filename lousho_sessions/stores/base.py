@@ -21,6 +21,9 @@ do more subclass the base classes (``BaseSessionStore``, ``BaseCheckpointStore``
   it and delete its checkpoints, in one transaction when both share a database.
 * ``BaseCheckpointStore.save_and_delete(turn_id, checkpoint, delete, fence=)``:
   save a checkpoint and delete the records it replaces, in one transaction where it can.
+* ``turn_held(id)``: whether a live turn holds ``id`` now, without taking it
+  (``None``: the store cannot tell); ``BaseCheckpointStore.pending_turns()``: the
+  ids of durable turns' checkpoints, which ``lousho_sessions.recovery`` sweeps.
 * ``prune(older_than)``: delete what was not updated for that long.
 * ``BaseSessionStore.list_ids()`` and ``info(id)``: the stored session ids, and a
   session's length and last write without loading it (the admin command's listing).
@@ -28,7 +31,9 @@ do more subclass the base classes (``BaseSessionStore``, ``BaseCheckpointStore``
 
 from __future__ import annotations
 
+import builtins
 import logging
+import re
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
@@ -41,16 +46,13 @@ import attrs
 from ..errors import StoreConflictError
 from ..messages import Message
 from ..serde import decode_json_object, encode_json_object, message_json
+from ._approval_records import approval_sort_key, check_approval_record, resolved_approval, shown
 from ._checks import (
     APPROVAL_ID_PATTERN,
     SESSION_ID_PATTERN,
     TURN_ID_PATTERN,
-    approval_sort_key,
-    check_approval_record,
     is_session_id,
     older_than_seconds,
-    resolved_approval,
-    shown,
     validate_approval_id,
     validate_session_id,
     validate_turn_id,
@@ -87,6 +89,9 @@ __all__ = [
 ]
 
 log = logging.getLogger("lousho_sessions.stores")
+
+#: What ``pending_turns`` lists: a durable turn's checkpoint, not its result records.
+_PENDING_TURN = re.compile(r"[A-Za-z0-9_-]{1,128}\.(turn-[0-9]+|send)")
 
 
 @attrs.frozen
@@ -311,6 +316,14 @@ class BaseSessionStore(_Closeable, ABC):
         validate_session_id(id)
         return self._local_leases().acquire(id, timeout)
 
+    def turn_held(self, id: str) -> bool | None:
+        """Whether a live turn holds ``id`` now (its lock taken, its lease unexpired), asked
+        without taking it or handing out a fence; ``None`` when the store cannot tell.
+
+        The default knows the leases of this process (``LocalLeases``).
+        """
+        return self._local_leases().held(validate_session_id(id))
+
     def prune(self, older_than: timedelta | float) -> PruneResult:
         """Delete the sessions not updated within ``older_than`` (seconds or a ``timedelta``)."""
         raise _not_implemented(self, "prune")
@@ -386,6 +399,11 @@ class BaseCheckpointStore(_Closeable, ABC):
         self.save(turn_id, checkpoint, fence=fence)
         for key in delete:
             self.delete(key, fence=fence)
+
+    def pending_turns(self) -> builtins.list[str]:
+        """The ids of the durable turns' checkpoints (``<id>.turn-<n>``, ``<id>.send``), sorted;
+        not their result records. A store with an index of them overrides this."""
+        return [key for key in self.list() if _PENDING_TURN.fullmatch(key)]
 
     def prune(self, older_than: timedelta | float) -> PruneResult:
         """Delete the checkpoints not updated within ``older_than``."""

@@ -186,6 +186,12 @@ class LocalLeases:
         """Whether ``fence`` is still the newest fence of ``session_id``."""
         return self._fences.get(session_id) == fence
 
+    def held(self, session_id: str) -> bool:
+        """Whether a lease of this process holds ``session_id`` now."""
+        with self._lock:
+            entry = self._held.get(session_id)
+            return entry is not None and entry.lock.locked()
+
     def latest(self, session_id: str) -> int | None:
         """The fence handed out last for ``session_id``, or ``None``."""
         return self._fences.get(session_id)

@@ -433,6 +433,15 @@ class PostgresSessionStore(PgPart, BaseSessionStore):
         """Lease session ``id`` for a turn; see ``PostgresStore.turn_lock``."""
         return self.store.turn_lock(id, timeout=timeout)
 
+    def turn_held(self, id: str) -> bool:
+        """Whether a lease on ``id`` is unexpired now (its holder still heartbeats)."""
+        validate_session_id(id)
+        rows = self.store.fetch(
+            "SELECT 1 FROM {s}.leases WHERE session_id = %(id)s AND expires_at > now()",
+            {"id": id},
+        )
+        return bool(rows)
+
     def prune(self, older_than: timedelta | float) -> PruneResult:
         """Delete the sessions not updated within ``older_than`` (seconds or a ``timedelta``)."""
         return self.store.prune_parts(older_than, checkpoints=False, approvals=False)

@@ -339,6 +339,15 @@ class RedisSessionStore(BaseSessionStore):
         """Hold session ``id`` for a turn; see ``RedisStore.turn_lock``."""
         return self.store.turn_lock(id, timeout=timeout)
 
+    def turn_held(self, id: str) -> bool:
+        """Whether a lease on ``id`` is unexpired now (its holder still heartbeats)."""
+        validate_session_id(id)
+        with self.store.call(f"lease of {id!r}") as client:
+            holder, until = client.hmget(self.store.key(id, "lease"), ["holder", "until"])
+        if not holder:
+            return False
+        return int(until or 0) > self.store.server_time_us()
+
     def prune(self, older_than: timedelta | float) -> PruneResult:
         """Delete the sessions not written within ``older_than``, unless a turn holds them."""
         cutoff = self.store.server_time_us() - round(older_than_seconds(older_than) * 1e6)
