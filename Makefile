@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml setup.cfg
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev,examples,postgres,redis]'
+	$(BIN)/pip install -q -e '.[dev,examples,postgres,redis,celery]'
 	touch $(STAMP)
 
 demo: $(STAMP)
