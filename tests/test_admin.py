@@ -14,8 +14,11 @@ import json
 import os
 import pty
 import secrets
+import signal
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -24,6 +27,9 @@ import pytest
 from admin_agent import APPROVING, CRASHED, DONE
 from services_pg import drop_schema, postgres_url, require_postgres
 from services_redis import drop_prefix, redis_url, require_redis
+
+from lousho_sessions import open_store
+from lousho_sessions.recovery import stale_turns
 
 TESTS = Path(__file__).parent
 KINDS = ("sqlite", "files", "postgres", "redis")
@@ -94,9 +100,19 @@ def store(
     url, drop = new_url(request.param, tmp_path_factory.mktemp(request.param))
     try:
         populate(url)
+        wait_until_stale(url, len(CRASHED))
         yield url
     finally:
         drop()
+
+
+def wait_until_stale(url: str, count: int) -> None:
+    """Until ``count`` crashed turns are stale: PostgreSQL and Redis leases must run out first."""
+    with open_store(url) as opened:
+        deadline = time.monotonic() + 60
+        while len(stale_turns(opened)) < count:
+            assert time.monotonic() < deadline, "the crashed turns' leases never ran out"
+            threading.Event().wait(0.1)
 
 
 # -- no store needed --------------------------------------------------------------------
@@ -323,7 +339,7 @@ def test_turns_and_approvals_lists(store: str) -> None:
 
 def test_doctor(store: str) -> None:
     healthy, stale, table = batch(
-        store, ["doctor", "--json"], ["doctor", "--stale-after", "0", "--json"], ["doctor"]
+        store, ["doctor", "--stale-after", "1h", "--json"], ["doctor", "--json"], ["doctor"]
     )
     checks = healthy.json()
     assert all(c["status"] == "ok" for c in checks), checks
@@ -338,8 +354,9 @@ def test_doctor(store: str) -> None:
     kind = checks[0]["detail"].split()[0]
     assert expected[kind] <= names
     turns = next(c for c in stale.json(code=1) if c["check"] == "turns")
-    assert turns["status"] == "warn" and "3 running (3 not written" in turns["detail"]
-    assert table.code == 0 and table.stdout.split()[:3] == ["CHECK", "STATUS", "DETAIL"]
+    assert turns["status"] == "warn" and "3 running, 3 of them stale" in turns["detail"]
+    assert [c["check"] for c in stale.json(code=1) if c["status"] != "ok"] == ["turns"]
+    assert table.code == 1 and table.stdout.split()[:3] == ["CHECK", "STATUS", "DETAIL"]
 
 
 # -- changing the store, every kind (each on sessions of its own) --------------------------
@@ -359,6 +376,7 @@ def test_turns_resume_and_discard(store: str) -> None:
         ["turns", "discard", "zeta.turn-0"],
     )
     assert without.code == 2 and "--agent" in without.stderr
+    assert resumed.json()["outcome"] == "finished"
     result = resumed.json()["result"]
     assert (result["finish_reason"], result["text"]) == ("stop", "done: worked")
     assert after.json()["turns"] == [] and len(after.json()["messages"]) == 4
@@ -370,16 +388,17 @@ def test_turns_resume_and_discard(store: str) -> None:
 def test_sweep(store: str) -> None:
     dry, young, swept, left = batch(
         store,
-        ["sweep", "--dry-run", "--older-than", "0", "--json"],
+        ["sweep", "--dry-run", "--json"],
+        ["sweep", "--older-than", "1h", *AGENT, "--json"],
         ["sweep", *AGENT, "--json"],
-        ["sweep", "--older-than", "0", *AGENT, "--json"],
         ["turns", "list", "--status", "running", "--json"],
     )
-    assert [r["turn_id"] for r in dry.json()] == ["epsilon.turn-0"]
-    assert young.json() == []  # not 5 minutes old
+    assert [(r["turn_id"], r["attempts"]) for r in dry.json()] == [("epsilon.turn-0", 0)]
+    assert young.json() == []  # not an hour old
     assert [(r["turn_id"], r["outcome"], r["finish_reason"]) for r in swept.json()] == [
-        ("epsilon.turn-0", "resumed", "stop")
+        ("epsilon.turn-0", "finished", "stop")
     ]
+    assert swept.json()[0]["attempts"] == 1
     assert left.json() == []
 
 
@@ -509,3 +528,29 @@ def _read_all(fd: int) -> str:
             break
         chunks.append(chunk)
     return b"".join(chunks).decode("utf-8", "replace")
+
+
+def test_sweep_every_runs_until_sigterm(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/every.db"
+    populate(url)
+    env = {k: v for k, v in os.environ.items() if k != "LOUSHO_STORE"}
+    child = subprocess.Popen(
+        [sys.executable, "-m", "lousho_sessions", "sweep", "--every", "0.2", "--json",
+         "--store", url, "--agent", "admin_agent:make"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**env, "PYTHONPATH": str(TESTS)},
+    )  # fmt: skip
+    try:
+        assert child.stdout is not None
+        swept = [json.loads(child.stdout.readline()) for _ in CRASHED]
+        child.send_signal(signal.SIGTERM)
+        _, err = child.communicate(timeout=60)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    assert sorted(r["turn_id"] for r in swept) == [f"{id}.turn-0" for id in CRASHED]
+    assert {r["outcome"] for r in swept} == {"finished"}
+    assert child.returncode == 0 and "stopped" in err and "'finished': 3" in err

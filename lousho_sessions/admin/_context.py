@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import importlib
+import inspect
 import os
 import sys
 from typing import Any
 
+from .. import _sweeper
 from ..agent import Agent, create_agent
 from ..errors import LoushoError
 from ..stores.urls import STORE_ENV, StoreURLError, URLStore, open_store
@@ -28,25 +29,23 @@ def open_url(url: str, what: str = "--store") -> URLStore:
 
 
 def load_object(spec: str) -> Any:
-    """The object ``"package.module:attr"`` names (``attr`` may be dotted)."""
-    module_name, sep, attr = spec.partition(":")
-    if not sep or not module_name or not attr:
-        raise CommandError(
-            f"--agent {spec!r}: write package.module:attribute, e.g. myapp.agents:agent",
-            EXIT_USAGE,
-        )
+    """The object ``"package.module:attr"`` names, imported from the current directory too."""
     if os.getcwd() not in sys.path and "" not in sys.path:
         sys.path.insert(0, os.getcwd())  # as `python -m` does: the current project is importable
     try:
-        value: Any = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise CommandError(f"--agent {spec!r}: cannot import {module_name!r}: {exc}") from exc
-    for name in attr.split("."):
-        try:
-            value = getattr(value, name)
-        except AttributeError:
-            raise CommandError(f"--agent {spec!r}: {module_name} has no {attr!r}") from None
-    return value
+        return _sweeper.load_object(spec)
+    except LoushoError as exc:
+        raise CommandError(f"--agent: {exc}", EXIT_USAGE) from exc
+
+
+def _takes_an_argument(fn: Any) -> bool:
+    try:
+        parameters = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(
+        p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL) for p in parameters
+    )
 
 
 class Context:
@@ -79,7 +78,8 @@ class Context:
         return self._parts
 
     def agent(self, *, required: bool) -> Agent:
-        """The ``--agent`` object: an ``Agent``, or a callable given the store that returns one.
+        """The ``--agent`` object: an ``Agent``, or a function returning one, called with the
+        store when it takes an argument (else with none).
 
         Without ``--agent``: an offline agent on the store when not ``required`` (enough to
         drop a turn), else a usage error.
@@ -98,7 +98,7 @@ class Context:
             return self._agent
         value = load_object(spec)
         if not isinstance(value, Agent) and callable(value):
-            value = value(self.store)
+            value = value(self.store) if _takes_an_argument(value) else value()
         if not isinstance(value, Agent):
             raise CommandError(
                 f"--agent {spec!r} is a {type(value).__name__}, not an Agent "

@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable, Mapping
-from datetime import datetime
 from typing import Any
 
 from .._turn_state import CHECKPOINT_FORMAT
@@ -32,7 +31,6 @@ __all__ = [
     "Parts",
     "checksum",
     "dump_session",
-    "epoch_of",
     "session_ids",
     "turn_row",
     "turn_rows",
@@ -52,16 +50,6 @@ class Parts:
         self.sessions: BaseSessionStore = adapt_sessions(store.sessions)
         self.checkpoints: BaseCheckpointStore = adapt_checkpoints(store.checkpoints)
         self.approvals: BaseApprovalStore = adapt_approvals(store.approvals)
-
-
-def epoch_of(value: object) -> float | None:
-    """An ISO 8601 time (as checkpoints and approvals keep them) as epoch seconds, or ``None``."""
-    if not isinstance(value, str):
-        return None
-    try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
 
 
 def session_ids(parts: Parts) -> list[str]:
@@ -89,6 +77,8 @@ def turn_row(turn_id: str, data: Mapping[str, Any] | None) -> dict[str, Any] | N
         "status": data.get("status"),
         "approval_id": data.get("approval_id"),
         "steps": data.get("steps"),
+        "attempts": data.get("attempts", 0),
+        "fence": data.get("fence"),
         "new_messages": len(new) if isinstance(new, list) else None,
         "created_at": data.get("created_at"),
         "updated_at": data.get("updated_at"),

@@ -14,16 +14,18 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import time
 from pathlib import Path
 from typing import Any
 
+from .. import recovery
 from ..stores import _lockfile
 from ..stores.base import is_session_id
 from ..stores.lease import fence_session_id
 from ._context import Context
-from ._data import Parts, epoch_of, turn_rows
+from ._data import Parts, turn_rows
 from ._output import EXIT_FOUND, EXIT_OK, parse_age
+
+_MANY = 1_000_000
 
 __all__ = ["register"]
 
@@ -44,8 +46,7 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--stale-after",
-        default="5m",
-        help="a running turn not written for this long counts as stale (5m)",
+        help="count a stale turn only once its checkpoint was not written for this long",
     )
     p.set_defaults(run=doctor)
 
@@ -68,27 +69,29 @@ def doctor(ctx: Context) -> int:
         live = set(parts.sessions.list_ids())
         live.update(fence_session_id(t) for t in parts.checkpoints.list(""))
         checks += kind_checks(store.backend, live)
-    checks += _content_checks(parts, parse_age(ctx.args.stale_after))
+    age = None if ctx.args.stale_after is None else parse_age(ctx.args.stale_after)
+    checks += _content_checks(parts, age)
     ctx.out.emit(checks, checks, ["check", "status", "detail"])
     return EXIT_OK if all(c["status"] == "ok" for c in checks) else EXIT_FOUND
 
 
-def _content_checks(parts: Parts, stale_after: float) -> list[Check]:
+def _content_checks(parts: Parts, stale_after: float | None) -> list[Check]:
     checks = []
     ids = parts.sessions.list_ids()
     checks.append(_check("sessions", "ok", f"{len(ids)} stored"))
     rows = turn_rows(parts)
-    cutoff = time.time() - stale_after
+    stale = recovery.stale_turns(parts.store, limit=_MANY, older_than=stale_after)
+    abandoned = [r for r in rows if r["status"] == "abandoned"]
     running = [r for r in rows if r["status"] == "running"]
-    stale = [r for r in running if (epoch_of(r.get("updated_at")) or 0) < cutoff]
     waiting = [r for r in rows if r["status"] == "awaiting-approval"]
     unreadable = [r for r in rows if r["status"] == "unreadable"]
     checks.append(
         _check(
             "turns",
-            "warn" if stale or unreadable else "ok",
-            f"{len(running)} running ({len(stale)} not written for {stale_after:.0f} s: "
-            f"finish them with `lousho sweep`), {len(waiting)} awaiting approval"
+            "warn" if stale or abandoned or unreadable else "ok",
+            f"{len(running)} running, {len(stale)} of them stale (no live process holds "
+            f"them: `lousho sweep` finishes them), {len(abandoned)} abandoned after "
+            f"repeated failures, {len(waiting)} awaiting approval"
             + (f", {len(unreadable)} unreadable" if unreadable else ""),
         )
     )

@@ -3,18 +3,22 @@
 from __future__ import annotations
 
 import argparse
-import time
+import json
+import sys
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import Any
 
 import attrs
 
-from ..errors import LoushoError
+from .. import _sweeper, recovery
+from ..agent import Agent
+from ..recovery import SweptTurn
 from ..stores.base import is_session_id
 from ..stores.urls import URLStore
 from ._context import Context, open_url
-from ._data import Parts, checksum, dump_session, epoch_of, session_ids, turn_rows
+from ._data import Parts, checksum, dump_session, session_ids
 from ._output import EXIT_FOUND, EXIT_OK, CommandError, Progress, parse_age
-from ._turns import result_json
+from ._turns import OK_OUTCOMES, swept_json
 
 __all__ = ["register"]
 
@@ -37,13 +41,24 @@ def register(
         "sweep",
         parents=[common, agent],
         help="finish the turns whose process died",
-        description="Find running turns whose checkpoint was not written for --older-than "
-        "(their process probably died) and finish each with --agent. --dry-run only lists "
-        "them. Exit 1 when a turn could not be finished.",
+        description="Claim the running turns no live process holds (their OS lock is free, "
+        "their lease expired: their process died) and finish each with --agent, as "
+        "lousho_sessions.recovery.sweep does: several sweepers may run at once, each turn is "
+        "claimed by one. A turn claimed --max-attempts times is marked abandoned and kept. "
+        "--dry-run only lists them; --every N sweeps again every N seconds until SIGTERM or "
+        "Ctrl-C. Exit 1 when a turn failed or was abandoned.",
     )
-    p.add_argument("--dry-run", action="store_true", help="list the turns, run nothing")
-    p.add_argument("--older-than", default="5m", help="age of the last checkpoint (5m)")
-    p.add_argument("--limit", type=int, default=100, help="at most this many turns (100)")
+    p.add_argument("--dry-run", action="store_true", help="list the turns, claim nothing")
+    p.add_argument(
+        "--older-than", help="only turns whose checkpoint was not written for this long (5m)"
+    )
+    p.add_argument("--limit", type=int, default=100, help="at most this many turns a sweep (100)")
+    p.add_argument(
+        "--max-attempts", type=int, default=3, help="claims before a turn is abandoned (3)"
+    )
+    p.add_argument(
+        "--every", type=float, metavar="SECONDS", help="sweep again every SECONDS, until stopped"
+    )
     p.set_defaults(run=sweep)
 
     p = commands.add_parser(
@@ -81,42 +96,76 @@ def prune(ctx: Context) -> int:
 
 def sweep(ctx: Context) -> int:
     args = ctx.args
-    cutoff = time.time() - parse_age(args.older_than)
-    stale = [
-        r
-        for r in turn_rows(ctx.parts)
-        if r["status"] == "running" and (epoch_of(r.get("updated_at")) or 0) < cutoff
-    ][: max(args.limit, 0)]
-    columns = ["turn_id", "outcome", "finish_reason", "error"]
+    older = None if args.older_than is None else parse_age(args.older_than)
+    columns = ["turn_id", "outcome", "attempts", "finish_reason", "error"]
     if args.dry_run:
-        rows = [{**r, "outcome": "would resume"} for r in stale]
-        ctx.out.emit(rows, rows, ["turn_id", "outcome", "steps", "updated_at"])
+        stale = recovery.stale_turns(ctx.store, limit=args.limit, older_than=older)
+        rows = [
+            {
+                "turn_id": t.turn_id,
+                "session_id": t.session_id,
+                "outcome": "would resume",
+                "attempts": t.attempts,
+                "fence": t.fence,
+                "updated_at": None if t.updated_at is None else t.updated_at.isoformat(),
+            }
+            for t in stale
+        ]
+        ctx.out.emit(rows, rows, ["turn_id", "outcome", "attempts", "updated_at"])
         return EXIT_OK
     agent = ctx.agent(required=True)
+    if args.every is not None:
+        return _sweep_forever(ctx, agent, older)
+    stale = recovery.stale_turns(ctx.store, limit=args.limit, older_than=older)
     rows = []
-    with Progress("sweep", len(stale)) as progress:
-        for r in stale:
-            session = agent.session(r["session_id"], store=ctx.store)
-            try:
-                pending = session.pending()
-                if pending is None or pending.turn_id != r["turn_id"]:
-                    row = {"turn_id": r["turn_id"], "outcome": "gone", "result": None}
-                else:
-                    result = result_json(session.resume())
-                    row = {
-                        "turn_id": r["turn_id"],
-                        "outcome": "resumed",
-                        "finish_reason": None if result is None else result["finish_reason"],
-                        "result": result,
-                    }
-            except LoushoError as exc:
-                row = {"turn_id": r["turn_id"], "outcome": "failed", "error": str(exc)}
-            finally:
-                session.close()
-            rows.append(row)
+    # each claim as recovery.sweep makes it (fenced: another sweeper's turn is "taken"),
+    # several at once, so the bar can count them as they end
+    with Progress("sweep", len(stale)) as progress, ThreadPoolExecutor(8) as pool:
+        futures = [
+            pool.submit(
+                recovery.resume_turn,
+                ctx.store,
+                t.turn_id,
+                agent=agent,
+                fence=t.fence,
+                max_attempts=args.max_attempts,
+            )
+            for t in stale
+        ]
+        for future in as_completed(futures):
+            rows.append(swept_json(future.result()))
             progress.advance()
+    rows.sort(key=lambda r: str(r["turn_id"]))
     ctx.out.emit(rows, rows, columns)
-    return EXIT_FOUND if any(r["outcome"] == "failed" for r in rows) else EXIT_OK
+    return EXIT_OK if all(r["outcome"] in (*OK_OUTCOMES, "taken") for r in rows) else EXIT_FOUND
+
+
+def _sweep_forever(ctx: Context, agent: Agent, older: float | None) -> int:
+    """``sweep --every``: ``run_sweeper`` until SIGTERM/SIGINT; a line (or JSON line) per turn."""
+    args = ctx.args
+    if args.every <= 0:
+        raise CommandError(f"--every must be a positive number of seconds, got {args.every}", 2)
+
+    def report(turn: SweptTurn) -> None:
+        row = swept_json(turn)
+        if ctx.out.as_json:
+            ctx.out.stdout.write(json.dumps(row, sort_keys=True, default=str) + "\n")
+        else:
+            ctx.out.line(f"{row['turn_id']}  {row['outcome']}  attempts={row['attempts']}")
+        ctx.out.stdout.flush()
+
+    totals = _sweeper.run_sweeper(
+        ctx.store,
+        agent=agent,
+        every=args.every,
+        limit=args.limit,
+        older_than=older,
+        max_attempts=args.max_attempts,
+        on_swept=report,
+    )
+    summary = {**attrs.asdict(totals), "swept": totals.swept}
+    print(f"lousho sweep: stopped: {summary}", file=sys.stderr)
+    return EXIT_OK
 
 
 @attrs.frozen

@@ -3,20 +3,26 @@
 from __future__ import annotations
 
 import argparse
-import time
 from typing import Any
 
-from ..errors import ApprovalAlreadyResolvedError, ApprovalNotFoundError, LoushoError
+from .. import recovery
+from ..errors import (
+    ApprovalAlreadyResolvedError,
+    ApprovalNotFoundError,
+    LoushoError,
+    SessionAwaitingApprovalError,
+)
+from ..recovery import SweptTurn, stale_turns
 from ..results import ExecutionResult
 from ..stores.base import TURN_ID_PATTERN, validate_turn_id
 from ..stores.lease import fence_session_id
 from ._context import Context
-from ._data import epoch_of, turn_row, turn_rows
+from ._data import turn_row, turn_rows
 from ._output import EXIT_FOUND, EXIT_OK, EXIT_USAGE, CommandError, parse_age
 
-__all__ = ["register", "result_json"]
+__all__ = ["OK_OUTCOMES", "register", "result_json", "swept_json"]
 
-_STATUSES = ("running", "awaiting-approval")
+_STATUSES = ("running", "awaiting-approval", "abandoned")
 _APPROVAL_STATUSES = ("pending", "approved", "denied", "all")
 
 
@@ -35,16 +41,16 @@ def register(
         "list",
         parents=[common],
         help="unfinished turns, by status, or the stale ones",
-        description="List unfinished turns. --stale: only running turns whose checkpoint "
-        "was not written for --older-than (default 5m): their process probably died.",
+        description="List unfinished turns. --stale: only the running turns no live "
+        "process holds (their OS lock is free, their lease expired): their process died, "
+        "and `lousho sweep` finishes them; --older-than keeps those not written for that "
+        "long. Status abandoned: turns a sweep gave up on after --max-attempts claims.",
     )
     p.add_argument("--status", choices=_STATUSES, help="only turns with this status")
     p.add_argument("--session", help="only this session's turns")
+    p.add_argument("--stale", action="store_true", help="only running turns no live process holds")
     p.add_argument(
-        "--stale", action="store_true", help="only running turns not written for --older-than"
-    )
-    p.add_argument(
-        "--older-than", default="5m", help="with --stale: age of the last checkpoint (5m)"
+        "--older-than", help="with --stale: only those not written for this long (e.g. 5m)"
     )
     p.set_defaults(run=list_turns)
 
@@ -62,8 +68,10 @@ def register(
         parents=[common, agent],
         help="finish an unfinished turn with your agent",
         description="Finish an unfinished turn with the agent --agent names: recorded tool "
-        "results and model responses are not made again. Ctrl-C aborts the turn, and an "
-        "aborted turn is dropped.",
+        "results and model responses are not made again. A running turn is claimed as "
+        "`sweep` claims it (refused, exit 1, while a live process holds it); an approved or "
+        "abandoned one is resumed as its session's resume() would. Ctrl-C aborts the turn, "
+        "and an aborted turn is dropped.",
     )
     p.add_argument("turn_id", help="the turn id (<session id>.turn-<n>)")
     p.set_defaults(run=resume_turn)
@@ -132,18 +140,18 @@ def _turn_id(value: str) -> str:
 
 def list_turns(ctx: Context) -> int:
     args = ctx.args
-    rows = turn_rows(ctx.parts, session_id=args.session)
+    if args.stale:
+        older = None if args.older_than is None else parse_age(args.older_than)
+        stale = {t.turn_id for t in stale_turns(ctx.store, limit=1_000_000, older_than=older)}
+        rows = [r for r in turn_rows(ctx.parts, session_id=args.session) if r["turn_id"] in stale]
+    else:
+        rows = turn_rows(ctx.parts, session_id=args.session)
     if args.status:
         rows = [r for r in rows if r["status"] == args.status]
-    if args.stale:
-        cutoff = time.time() - parse_age(args.older_than)
-        rows = [
-            r
-            for r in rows
-            if r["status"] == "running" and (epoch_of(r.get("updated_at")) or 0) < cutoff
-        ]
     ctx.out.emit(
-        rows, rows, ["turn_id", "status", "approval_id", "steps", "new_messages", "updated_at"]
+        rows,
+        rows,
+        ["turn_id", "status", "approval_id", "steps", "attempts", "new_messages", "updated_at"],
     )
     return EXIT_OK
 
@@ -187,31 +195,70 @@ def _pending_of(ctx: Context, turn_id: str) -> str:
     return fence_session_id(turn_id)
 
 
+def swept_json(swept: SweptTurn) -> dict[str, Any]:
+    """What the command shows of a turn ``recovery`` claimed."""
+    result = result_json(swept.result)
+    return {
+        "turn_id": swept.turn_id,
+        "session_id": swept.session_id,
+        "outcome": swept.outcome,
+        "attempts": swept.attempts,
+        "finish_reason": None if result is None else result["finish_reason"],
+        "result": result,
+        "error": None if swept.error is None else f"{type(swept.error).__name__}: {swept.error}",
+    }
+
+
+#: What ``recovery`` calls a claim that ended well: the turn finished, or paused on an approval.
+OK_OUTCOMES = ("finished", "parked")
+
+
 def resume_turn(ctx: Context) -> int:
     turn_id = _turn_id(ctx.args.turn_id)
     session_id = _pending_of(ctx, turn_id)
     agent = ctx.agent(required=True)
-    session = agent.session(session_id, store=ctx.store)
-    try:
-        pending = session.pending()
-        if pending is None or pending.turn_id != turn_id:
-            raise CommandError(
-                f"turn {turn_id!r} is not session {session_id!r}'s pending turn "
-                f"(that is {None if pending is None else pending.turn_id!r}); a checkpoint "
-                "behind the transcript is left over: `lousho doctor` lists it"
-            )
-        result = session.resume()
-    finally:
-        session.close()
-    shown = result_json(result)
+    data = ctx.parts.checkpoints.load(turn_id) or {}
+    if data.get("status", "running") == "running":
+        body = swept_json(recovery.resume_turn(ctx.store, turn_id, agent=agent))
+    else:  # approved (or still waiting: refused), or abandoned: as the session resumes it
+        session = agent.session(session_id, store=ctx.store)
+        try:
+            pending = session.pending()
+            if pending is None or pending.turn_id != turn_id:
+                raise CommandError(
+                    f"turn {turn_id!r} is not session {session_id!r}'s pending turn "
+                    f"(that is {None if pending is None else pending.turn_id!r}); a checkpoint "
+                    "behind the transcript is left over: `lousho doctor` lists it"
+                )
+            try:
+                result = result_json(session.resume())
+            except SessionAwaitingApprovalError as exc:
+                raise CommandError(str(exc)) from exc
+        finally:
+            session.close()
+        finished = result is not None and result["finish_reason"] != "awaiting-approval"
+        body = {
+            "turn_id": turn_id,
+            "session_id": session_id,
+            "outcome": "finished" if finished else "parked",
+            "finish_reason": None if result is None else result["finish_reason"],
+            "result": result,
+            "error": None,
+        }
     if ctx.out.as_json:
-        ctx.out.json({"turn_id": turn_id, "result": shown})
+        ctx.out.json(body)
     else:
-        r = shown or {}
+        r = body["result"] or {}
         ctx.out.fields(
-            [("turn", turn_id), ("finish reason", r.get("finish_reason")), ("text", r.get("text"))]
+            [
+                ("turn", turn_id),
+                ("outcome", body["outcome"]),
+                ("finish reason", r.get("finish_reason")),
+                ("text", r.get("text")),
+                ("error", body.get("error")),
+            ]
         )
-    return EXIT_OK
+    return EXIT_OK if body["outcome"] in OK_OUTCOMES else EXIT_FOUND
 
 
 def discard_turn(ctx: Context) -> int:
