@@ -42,8 +42,8 @@ def build_parser() -> argparse.ArgumentParser:
     agent.add_argument(
         "--agent",
         metavar="MODULE:ATTR",
-        help="your Agent, e.g. myapp.agents:agent, or a function taking the store "
-        "and returning one (imported from the current directory too)",
+        help="your Agent, e.g. myapp.agents:agent, or a function returning one (given "
+        "the store if it takes an argument); imported from the current directory too",
     )
     parser = argparse.ArgumentParser(
         prog="lousho",

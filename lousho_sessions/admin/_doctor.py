@@ -46,6 +46,7 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--stale-after",
+        metavar="AGE",
         help="count a stale turn only once its checkpoint was not written for this long",
     )
     p.set_defaults(run=doctor)

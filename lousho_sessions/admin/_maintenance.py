@@ -34,7 +34,7 @@ def register(
         "approvals resolved that long ago (pending ones stay), and leftover lock and temp "
         "files. Ages: 3600 (seconds), 30m, 12h, 7d, 2w, 1h30m.",
     )
-    p.add_argument("--older-than", required=True, help="e.g. 30d")
+    p.add_argument("--older-than", required=True, metavar="AGE", help="e.g. 30d")
     p.set_defaults(run=prune)
 
     p = commands.add_parser(
@@ -50,11 +50,19 @@ def register(
     )
     p.add_argument("--dry-run", action="store_true", help="list the turns, claim nothing")
     p.add_argument(
-        "--older-than", help="only turns whose checkpoint was not written for this long (5m)"
+        "--older-than",
+        metavar="AGE",
+        help="only turns whose checkpoint was not written for this long (e.g. 5m)",
     )
-    p.add_argument("--limit", type=int, default=100, help="at most this many turns a sweep (100)")
     p.add_argument(
-        "--max-attempts", type=int, default=3, help="claims before a turn is abandoned (3)"
+        "--limit", type=int, default=100, metavar="N", help="at most N turns a sweep (100)"
+    )
+    p.add_argument(
+        "--max-attempts",
+        type=int,
+        default=3,
+        metavar="N",
+        help="claims before a turn is abandoned (3)",
     )
     p.add_argument(
         "--every", type=float, metavar="SECONDS", help="sweep again every SECONDS, until stopped"

@@ -32,7 +32,7 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
         description="List every stored session (with a transcript, a checkpoint or an "
         "approval): its message count, when it was last written and its pending turn.",
     )
-    p.add_argument("--limit", type=int, default=None, help="show at most this many sessions")
+    p.add_argument("--limit", type=int, metavar="N", help="show at most N sessions")
     p.set_defaults(run=list_sessions)
 
     p = sub.add_parser(

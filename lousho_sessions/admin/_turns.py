@@ -50,7 +50,9 @@ def register(
     p.add_argument("--session", help="only this session's turns")
     p.add_argument("--stale", action="store_true", help="only running turns no live process holds")
     p.add_argument(
-        "--older-than", help="with --stale: only those not written for this long (e.g. 5m)"
+        "--older-than",
+        metavar="AGE",
+        help="with --stale: only those not written for this long (e.g. 5m)",
     )
     p.set_defaults(run=list_turns)
 
