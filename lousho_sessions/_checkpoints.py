@@ -121,9 +121,9 @@ class TurnCheckpoints:
             try:
                 for call_id, message in dict(data["results"]).items():
                     state.results.setdefault(str(call_id), message_from_dict(message))
-                state.started.extend(
-                    str(c) for c in data.get("started", ()) if str(c) not in state.started
-                )
+                # each start counts (a record holds only those since the last whole save):
+                # a call approved to run again that is interrupted again is asked about again
+                state.started.extend(str(c) for c in data.get("started", ()))
             except (KeyError, TypeError, ValueError) as exc:
                 raise StoreCorruptError(f"checkpoint {key!r}: cannot read results: {exc}") from exc
         numbers = [k.rpartition("-")[2] for k in state.records]

@@ -1,13 +1,15 @@
 """How a sweep finishes one stale turn: claim it, count the attempt, run it to an end.
 
-The claim is the store's turn lock taken without waiting (``turn_lock(id, timeout=0)``):
-it succeeds only when no live turn holds the session (an OS lock freed by the holder's
-death, a lease whose heartbeats stopped), and it hands out a new fence, so the old
-holder's next write is refused (``LeaseLostError``). Under that lease the checkpoint is
-loaded again (another sweeper may have finished it meanwhile), its ``attempts`` raised
-and saved with the new fence (or, past ``max_attempts``, its status set to
-``"abandoned"``), and the turn runs as ``resume()`` would run it. Everything runs on
-the session's lane of the agent's workers, like every other call on that session.
+The claim is the store's turn lock taken without waiting (``claim_stale``, by default
+``turn_lock(id, timeout=0)``): it succeeds only when no live turn holds the session (an
+OS lock freed by the holder's death, a lease whose heartbeats stopped), and it hands out
+a new fence, so the old holder's next write is refused (``LeaseLostError``). The lease
+taken is handed to the job that runs the turn, which releases it. Under that lease the
+checkpoint is loaded again (another sweeper may have finished it meanwhile), its
+``attempts`` raised and saved with the new fence (or, past ``max_attempts``, its status
+set to ``"abandoned"``), and the turn runs as ``resume()`` would run it (the agent's
+``approve=`` callback included). Everything runs on the session's lane of the agent's
+workers, like every other call on that session.
 """
 
 from __future__ import annotations
@@ -26,9 +28,10 @@ from ._turn_state import TurnState
 from ._worker import Job
 from .abort import AbortController
 from .approvals import TurnKey
-from .errors import LeaseLostError, SessionBusyError
+from .errors import LeaseLostError
 from .results import ExecutionResult
 from .session import Session
+from .stores.lease import Lease
 
 __all__ = ["Recovered", "recover_send", "recover_session_turn"]
 
@@ -48,20 +51,12 @@ class Recovered:
 TAKEN = Recovered("taken")
 
 
-def _claimed(
-    lock: Callable[[], AbstractContextManager[Any]], body: Callable[[Any], Recovered]
-) -> Recovered:
-    """``body(held)`` under ``lock()`` (``held`` what it yields); ``TAKEN`` when a live turn
-    holds it (or takes it over meanwhile)."""
-    entered = False
+def _claimed(lock: AbstractContextManager[Any], body: Callable[[Any], Recovered]) -> Recovered:
+    """``body(held)`` under ``lock`` (``held`` what it yields); ``TAKEN`` when the claim is
+    taken over meanwhile."""
     try:
-        with lock() as held:
-            entered = True
+        with lock as held:
             return body(held)
-    except SessionBusyError:
-        if entered:
-            raise
-        return TAKEN
     except LeaseLostError as exc:  # someone else claimed it while this ran: theirs now
         log.info("a swept turn lost its lease to another claimer: %s", exc)
         return TAKEN
@@ -107,9 +102,16 @@ def _attempt(
 
 
 def recover_session_turn(
-    session: Session, turn_id: str, *, max_attempts: int, fence: int | None, context: Any = None
+    session: Session,
+    turn_id: str,
+    lease: Lease,
+    *,
+    max_attempts: int,
+    fence: int | None,
+    context: Any = None,
 ) -> Future[Recovered]:
-    """Claim and finish the stale turn ``turn_id`` of ``session``, on its lane."""
+    """Finish the stale turn ``turn_id`` of ``session``, claimed with ``lease``, on its lane;
+    the lease is released when it ends."""
     transcript, turns = session._transcript, session._turns
 
     def work(job: Job) -> Recovered:
@@ -126,7 +128,7 @@ def recover_session_turn(
                     turns.next_turn(),
                     AbortController(),
                     emit=None,
-                    approve=None,
+                    approve=session._runner.config.approve,
                     inbox=None,
                     requeue=None,
                     resumed=True,
@@ -135,15 +137,21 @@ def recover_session_turn(
 
             return _attempt(state, checkpoints, run, max_attempts=max_attempts, fence=fence)
 
-        return _claimed(lambda: transcript.turn_lock(timeout=0), body)
+        return _claimed(transcript.turn_lock(lease), body)
 
-    return session._run_job(work, "recover")
+    return _submitted(lambda: session._run_job(work, "recover"), lease)
 
 
 def recover_send(
-    singles: SingleTurns, key: str, *, max_attempts: int, fence: int | None, context: Any = None
+    singles: SingleTurns,
+    key: str,
+    lease: Lease,
+    *,
+    max_attempts: int,
+    fence: int | None,
+    context: Any = None,
 ) -> Future[Recovered]:
-    """Claim and finish the stale single send ``<key>.send``, on its lane."""
+    """Finish the stale single send ``<key>.send``, claimed with ``lease``, on its lane."""
     runner = singles.runner
     store = runner.config.store.checkpoints
     assert store is not None  # a durable send has a checkpoint store
@@ -160,15 +168,27 @@ def recover_send(
                     AbortController(),
                     checkpoints,
                     turn=turn,
+                    approve=runner.config.approve,
                     resumed=True,
                     context=context,
                 )
 
             return _attempt(state, checkpoints, run, max_attempts=max_attempts, fence=fence)
 
-        return _claimed(lambda: singles.lease(key, True, timeout=0), body)
+        return _claimed(singles.lease(key, True, held=lease), body)
 
-    job = Job(work, "recover")
-    future: Future[Recovered] = job.future
-    runner.runtime.workers.submit(lane_of(store, key), job, owner=store)
-    return future
+    def submit() -> Future[Recovered]:
+        job = Job(work, "recover")
+        runner.runtime.workers.submit(lane_of(store, key), job, owner=store)
+        return job.future
+
+    return _submitted(submit, lease)
+
+
+def _submitted(submit: Callable[[], Future[Recovered]], lease: Lease) -> Future[Recovered]:
+    """``submit()``; the lease is released if the job could not even be queued."""
+    try:
+        return submit()
+    except BaseException:
+        lease.release()
+        raise

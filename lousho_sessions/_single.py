@@ -33,6 +33,7 @@ from .results import ExecutionResult
 from .run import AgentRun
 from .stores.adapters import adapt_sessions
 from .stores.base import ApprovalStore, CheckpointStore, validate_session_id
+from .stores.lease import Lease
 
 __all__ = ["AgentExecutor", "HasRunner", "SingleTurns"]
 
@@ -76,6 +77,13 @@ class SingleTurns:
             raise SessionBusyError(
                 f"agent.send(session_id={turn.key!r}) was called from inside that run's own tool; "
                 "it would wait for itself forever"
+            )
+        sessions = self.runner.config.store.sessions
+        if durable and inside(("session", id(sessions), turn.key)):
+            raise SessionBusyError(
+                f"agent.send(session_id={turn.key!r}) was called from inside a turn of session "
+                f"{turn.key!r}, whose lease a durable send needs; it would wait for itself "
+                "forever. Use another session id."
             )
 
         def work(job: Job) -> ExecutionResult:
@@ -198,16 +206,19 @@ class SingleTurns:
         )
 
     @contextmanager
-    def lease(
-        self, key: str, durable: bool, *, timeout: float | None = None
-    ) -> Iterator[int | None]:
+    def lease(self, key: str, durable: bool, *, held: Lease | None = None) -> Iterator[int | None]:
         """Hold session ``key`` in the agent's session store while a durable send runs;
-        yields the lease's fence (``None``, holding nothing, when not durable)."""
+        yields the lease's fence (``None``, holding nothing, when not durable). ``held``:
+        a lease taken already (a sweep's claim), used and released instead."""
         sessions = self.runner.config.store.sessions
+        if held is not None:
+            with held:
+                yield held.fence
+            return
         if not durable or sessions is None:
             yield None
             return
-        with adapt_sessions(sessions).turn_lock(key, timeout=timeout) as lease:
+        with adapt_sessions(sessions).turn_lock(key) as lease:
             yield lease.fence
 
     def _store(self, durable: bool) -> CheckpointStore:

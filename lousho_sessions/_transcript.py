@@ -92,11 +92,12 @@ class Transcript:
         self.spent = (old_usage + usage, old_steps + steps, old_calls + calls)
 
     @contextmanager
-    def turn_lock(self, timeout: float | None = None) -> Iterator[Lease]:
+    def turn_lock(self, held: Lease | None = None) -> Iterator[Lease]:
         """Hold the session in the store for a turn; writes made meanwhile carry its fence.
 
-        ``SessionBusyError`` when not acquired within ``timeout`` seconds (``None``: wait)."""
-        with self.store.turn_lock(self.id, timeout=timeout) as lease:
+        ``held``: a lease on the session taken already (a sweep's claim), used and released
+        instead of taking one."""
+        with held or self.store.turn_lock(self.id) as lease:
             self.fence = lease.fence
             try:
                 yield lease

@@ -39,11 +39,11 @@ import attrs
 
 from ._recover import Recovered, recover_send, recover_session_turn
 from .agent import Agent
-from .errors import StoreCorruptError, StoreError
+from .errors import StoreError
 from .results import ExecutionResult
 from .stores.adapters import adapt_checkpoints, adapt_sessions, store_parts
 from .stores.base import AgentStore, older_than_seconds, validate_turn_id
-from .stores.lease import fence_session_id
+from .stores.lease import Lease, fence_session_id
 
 __all__ = ["StaleTurn", "SweptTurn", "abandoned_turns", "resume_turn", "stale_turns", "sweep"]
 
@@ -90,7 +90,9 @@ def stale_turns(
     """The durable turns whose holder is gone, oldest first; reads only, claims nothing.
 
     ``older_than`` (seconds or a ``timedelta``) keeps only those whose checkpoint was
-    not saved for that long. A store that cannot tell whether a turn is held
+    not saved for that long. A checkpoint saved outside a lease (``AgentExecutor``, a
+    release before checkpoint version 2) is never listed: nothing tells whether its
+    turn still runs; ``resume()`` it yourself. A store that cannot tell whether a turn is held
     (``turn_held`` returns ``None``: a plain user store) lists its pending turns;
     claiming them still refuses a held one.
     """
@@ -112,17 +114,18 @@ def sweep(
 ) -> list[SweptTurn]:
     """Claim and finish up to ``limit`` stale turns with ``agent``'s model and tools.
 
-    The turns run at the same time, each on its session's lane of the agent's workers;
-    returns when all have ended, one ``SweptTurn`` each (including those ``"taken"`` by
-    another sweeper). Run it from many processes at once: each turn is resumed once.
+    The turns are claimed together (``claim_stale`` of the store: one statement on
+    PostgreSQL) and run at the same time, each on its session's lane of the agent's
+    workers; returns when all have ended, one ``SweptTurn`` each (``"taken"`` for those
+    another sweeper claimed first). Run it from many processes at once: each turn is
+    resumed once. One turn per session is swept at a time.
     """
     _check_attempts(max_attempts)
-    parts = _parts_of(store, agent)
-    futures = [
-        (stale, _submit(agent, stale.turn_id, stale.fence, max_attempts))
-        for stale in _listed(parts, ("running",), limit, older_than)
-    ]
-    return [_swept(stale.turn_id, future) for stale, future in futures]
+    _parts_of(store, agent)
+    found: dict[str, StaleTurn] = {}
+    for stale in _listed(store_parts(store), ("running",), limit, older_than):
+        found.setdefault(stale.session_id, stale)
+    return _run_claimed(agent, list(found.values()), max_attempts, by_fence=True)
 
 
 def resume_turn(
@@ -142,7 +145,35 @@ def resume_turn(
     validate_turn_id(turn_id)
     _check_attempts(max_attempts)
     _parts_of(store, agent)
-    return _swept(turn_id, _submit(agent, turn_id, fence, max_attempts))
+    turn = StaleTurn(turn_id, fence_session_id(turn_id), "running", 0, None, fence)
+    [swept] = _run_claimed(agent, [turn], max_attempts, by_fence=fence is not None)
+    return swept
+
+
+def _run_claimed(
+    agent: Agent, turns: list[StaleTurn], max_attempts: int, *, by_fence: bool
+) -> list[SweptTurn]:
+    """Claim the sessions of ``turns`` (one turn each) and finish those claimed."""
+    sessions = agent.config.store.sessions
+    assert sessions is not None  # an agent always has a session store
+    leases = adapt_sessions(sessions).claim_stale([t.session_id for t in turns])
+    futures: list[tuple[StaleTurn, Future[Recovered] | None]] = []
+    try:
+        for turn in turns:
+            lease = leases.pop(turn.session_id, None)
+            fence = turn.fence if by_fence else None
+            futures.append(
+                (turn, None if lease is None else _submit(agent, turn, lease, fence, max_attempts))
+            )
+    finally:
+        for lease in leases.values():  # not submitted: let go at once
+            lease.release()
+    return [
+        SweptTurn(t.turn_id, t.session_id, "taken", t.attempts)
+        if future is None
+        else _swept(t.turn_id, future)
+        for t, future in futures
+    ]
 
 
 def _check_attempts(max_attempts: int) -> None:
@@ -161,12 +192,15 @@ def _parts_of(store: Any, agent: Agent) -> AgentStore:
     return parts
 
 
-def _submit(agent: Agent, turn_id: str, fence: int | None, max_attempts: int) -> Future[Recovered]:
-    key, _, tail = turn_id.partition(".")
+def _submit(
+    agent: Agent, turn: StaleTurn, lease: Lease, fence: int | None, max_attempts: int
+) -> Future[Recovered]:
+    key, _, tail = turn.turn_id.partition(".")
     if tail == "send":
-        return recover_send(agent._singles, key, max_attempts=max_attempts, fence=fence)
+        return recover_send(agent._singles, key, lease, max_attempts=max_attempts, fence=fence)
+    session = agent._session_for(key)
     return recover_session_turn(
-        agent._session_for(key), turn_id, max_attempts=max_attempts, fence=fence
+        session, turn.turn_id, lease, max_attempts=max_attempts, fence=fence
     )
 
 
@@ -188,22 +222,19 @@ def _listed(
     if older_than is not None:
         cutoff = datetime.now(timezone.utc) - timedelta(seconds=older_than_seconds(older_than))
     found: list[StaleTurn] = []
-    for turn_id in checkpoints.pending_turns():
-        try:
-            data = checkpoints.load(turn_id)
-        except StoreCorruptError as exc:
-            log.warning("recovery skips unreadable checkpoint %s: %s", turn_id, exc)
-            continue
-        status = data.get("status", "running") if data is not None else None
-        if data is None or status not in statuses:
+    for turn_id, data in checkpoints.pending_checkpoints():
+        status = data.get("status", "running")
+        if status not in statuses:
             continue
         updated_at = _time(data.get("updated_at"))
         if cutoff is not None and (updated_at is None or updated_at > cutoff):
             continue
         session_id = fence_session_id(turn_id)
+        attempts, fence = data.get("attempts", 0), data.get("fence")
+        if status == "running" and not isinstance(fence, int):
+            continue  # saved outside a lease (AgentExecutor, an older release): cannot tell
         if status == "running" and sessions is not None and sessions.turn_held(session_id):
             continue  # a live turn holds it: running, perhaps long, not stale
-        attempts, fence = data.get("attempts", 0), data.get("fence")
         found.append(
             StaleTurn(
                 turn_id,

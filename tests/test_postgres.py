@@ -276,3 +276,32 @@ def test_prune_keeps_what_is_recent_and_pending(pg: PostgresStore) -> None:
     result = pg.prune(0)
     assert (result.sessions, result.checkpoints, result.approvals) == (1, 1, 1)
     assert [r["id"] for r in pg.approvals.list()] == ["p"]
+
+
+def test_claim_stale_skips_held_leases_and_rows_another_claimer_is_updating(
+    pg: PostgresStore, pg_schema: str
+) -> None:
+    """A sweep's claim (issue 16): released and never-leased sessions are claimed with new
+    fences; a live lease is left out; a row locked by another transaction is skipped
+    (``FOR UPDATE SKIP LOCKED``) instead of waited for."""
+    old = {}
+    for id in ("a", "b", "c"):
+        lease = pg.sessions.turn_lock(id)
+        old[id] = lease.fence
+        lease.release()  # leased once, released: claimable
+    held = pg.sessions.turn_lock("held")
+    with psycopg.connect(postgres_url()) as conn:  # another claimer, mid-transaction on "c"
+        conn.execute(f'SELECT 1 FROM "{pg_schema}".leases WHERE session_id = %s FOR UPDATE', ("c",))
+        claimed = pg.sessions.claim_stale(["a", "b", "c", "held", "never"])
+        assert sorted(claimed) == ["a", "b", "never"]
+        conn.rollback()
+    try:
+        assert claimed["a"].fence > old["a"] and claimed["b"].fence > old["b"]
+        assert pg.sessions.turn_held("a") and not pg.sessions.turn_held("c")
+        assert pg.sessions.claim_stale(["a", "b"]) == {}  # held by the first claim now
+        claimed.update(pg.sessions.claim_stale(["c"]))  # unlocked again: claimable
+        assert claimed["c"].fence > old["c"]
+    finally:
+        for lease in claimed.values():
+            lease.release()
+        held.release()

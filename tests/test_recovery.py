@@ -29,6 +29,8 @@ from lousho_sessions import (
     memory_store,
     tool,
 )
+from lousho_sessions._effects import rerun_approval_id
+from lousho_sessions.approvals import new_record
 from lousho_sessions.recovery import abandoned_turns, resume_turn, stale_turns, sweep
 from lousho_sessions.sqlite import SqliteStore
 from lousho_sessions.stores.base import AgentStore
@@ -38,9 +40,10 @@ FIXTURES = Path(__file__).parent / "fixtures"
 
 def crashed_in_lookup(store: AgentStore, *, started: bool) -> None:
     """Leave the checkpoint a process dies with inside the call ``call-1`` to ``lookup``
-    (the golden checkpoint: the model asked for it; no result), its intent recorded or not."""
+    (the golden checkpoint: the model asked for it; no result), its intent recorded or not,
+    saved under a lease (``fence``) the process held."""
     data = json.loads((FIXTURES / "checkpoint-v2.json").read_text())
-    data.update(attempts=0, fence=None, started=["call-1"] if started else [])
+    data.update(attempts=0, fence=1, started=["call-1"] if started else [])
     data["updated_at"] = datetime.now(timezone.utc).isoformat()
     assert store.checkpoints is not None
     store.checkpoints.save("golden.turn-0", data)
@@ -247,3 +250,71 @@ def test_bad_input_is_refused_with_a_clear_error() -> None:
         stale_turns(store, older_than=-1)
     with pytest.raises(ToolDefinitionError, match="reconcile"):
         tool(reconcile="nope")(lambda: "x")  # type: ignore[call-overload]
+
+
+def test_a_durable_send_of_the_session_its_tool_runs_in_is_refused_not_deadlocked() -> None:
+    """A durable single send holds its session's lease (so sweeps can tell it is alive):
+    started from a tool of that session's own turn it would wait for itself."""
+    store = memory_store()
+    errors: list[str] = []
+
+    @tool
+    def nested(ctx: ToolContext) -> str:
+        """Send again."""
+        try:
+            agent.send("inner", session_id="u")
+        except Exception as exc:
+            errors.append(f"{type(exc).__name__}: {exc}")
+        return "ok"
+
+    provider = ScriptedProvider(
+        [Message.assistant("", tool_calls=[ToolCall("c1", "nested", {})]), "done"]
+    )
+    agent = create_agent(provider=provider, tools=[nested], store=store)
+    assert agent.session("u").send("go").text == "done"
+    assert len(errors) == 1 and errors[0].startswith("SessionBusyError") and "lease" in errors[0]
+
+
+def test_a_call_run_again_and_interrupted_again_is_asked_about_again() -> None:
+    """The approved re-run recorded a new intent (in a result record) and the process died
+    again: the first approval does not cover the second start."""
+    store = memory_store()
+    crashed_in_lookup(store, started=True)
+    assert store.checkpoints is not None and store.approvals is not None
+    call = ToolCall("call-1", "lookup", {"city": "Paris"})
+    first = rerun_approval_id("run-golden", call, ["call-1"])
+    store.approvals.create(
+        new_record(
+            first, session_id="golden", turn_id="golden.turn-0", run_id="run-golden", call=call
+        )
+    )
+    store.approvals.resolve(first, approved=True)
+    store.checkpoints.save(  # the intent of the re-run, as TurnCheckpoints.save_started writes it
+        "golden.turn-0-r1-1",
+        {"format": "lousho.turn-results", "version": 1, "run_id": "run-golden", "step": 1,
+         "results": {}, "started": ["call-1"]},
+    )  # fmt: skip
+
+    @tool(idempotent=False)
+    def lookup(city: str) -> str:
+        """Look up."""
+        raise AssertionError("not without asking again")
+
+    agent = create_agent(provider=ScriptedProvider([]), tools=[lookup], store=store)
+    assert [s.outcome for s in sweep(store, agent=agent)] == ["parked"]
+    [pending] = agent.approvals.list()
+    assert pending.id != first and pending.id == rerun_approval_id(
+        "run-golden", call, ["call-1", "call-1"]
+    )
+
+
+def test_a_checkpoint_saved_outside_a_lease_is_never_listed_as_stale() -> None:
+    """``AgentExecutor`` holds no lease: its running turn looks like a dead one, so never swept."""
+    store = memory_store()
+    crashed_in_lookup(store, started=False)
+    assert store.checkpoints is not None
+    data = store.checkpoints.load("golden.turn-0")
+    assert data is not None
+    store.checkpoints.save("golden.turn-0", {**data, "fence": None})
+    agent = create_agent(provider=ScriptedProvider([]), store=store)
+    assert stale_turns(store) == [] and sweep(store, agent=agent) == []

@@ -10,13 +10,12 @@ Every sub-command takes ``--store URL`` (default ``$LOUSHO_STORE``) and ``--json
 from __future__ import annotations
 
 import argparse
-import sys
 from collections.abc import Sequence
 
 from ..errors import LoushoError
 from . import _doctor, _maintenance, _sessions, _turns
 from ._context import Context
-from ._output import EXIT_STORE, EXIT_USAGE, CommandError
+from ._output import EXIT_STORE, EXIT_USAGE, CommandError, say
 
 __all__ = ["build_parser", "main"]
 
@@ -72,19 +71,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         code: int = args.run(ctx)
         return code
     except CommandError as exc:
-        print(f"lousho {args.command}: {exc}", file=sys.stderr)
+        say(f"lousho {args.command}: {exc}")
         return exc.code
     except LoushoError as exc:
-        print(f"lousho {args.command}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        say(f"lousho {args.command}: {type(exc).__name__}: {exc}")
         return EXIT_STORE
     except NotImplementedError as exc:
-        print(f"lousho {args.command}: this store cannot do that: {exc}", file=sys.stderr)
+        say(f"lousho {args.command}: this store cannot do that: {exc}")
         return EXIT_STORE
     except KeyboardInterrupt:
-        print(f"lousho {args.command}: interrupted", file=sys.stderr)
+        say(f"lousho {args.command}: interrupted")
         return 130
     finally:
         try:
             ctx.close()
         except LoushoError as exc:
-            print(f"lousho {args.command}: closing the store: {exc}", file=sys.stderr)
+            say(f"lousho {args.command}: closing the store: {exc}")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import Any
 
@@ -17,7 +16,7 @@ from ..stores.base import is_session_id
 from ..stores.urls import URLStore
 from ._context import Context, open_url
 from ._data import Parts, checksum, dump_session, session_ids
-from ._output import EXIT_FOUND, EXIT_OK, CommandError, Progress, parse_age
+from ._output import EXIT_FOUND, EXIT_OK, CommandError, Progress, parse_age, say
 from ._turns import OK_OUTCOMES, swept_json
 
 __all__ = ["register"]
@@ -172,7 +171,7 @@ def _sweep_forever(ctx: Context, agent: Agent, older: float | None) -> int:
         on_swept=report,
     )
     summary = {**attrs.asdict(totals), "swept": totals.swept}
-    print(f"lousho sweep: stopped: {summary}", file=sys.stderr)
+    say(f"lousho sweep: stopped: {summary}")
     return EXIT_OK
 
 

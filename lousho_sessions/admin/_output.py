@@ -19,6 +19,7 @@ __all__ = [
     "Progress",
     "iso",
     "parse_age",
+    "say",
     "short",
 ]
 
@@ -61,6 +62,12 @@ def parse_age(text: str) -> float:
     if not 0 <= seconds < float("inf"):
         raise CommandError(f"invalid age {text!r}: it must be finite and not negative", EXIT_USAGE)
     return seconds
+
+
+def say(text: str) -> None:
+    """A line for the operator on stderr (messages, never results: those go to stdout)."""
+    sys.stderr.write(text + "\n")
+    sys.stderr.flush()
 
 
 def iso(epoch: float | None) -> str | None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from collections import Counter
 from typing import Any
 
@@ -12,7 +11,7 @@ from ..errors import SessionBusyError
 from ..stores.base import is_session_id
 from ._context import Context
 from ._data import EXPORT_FORMAT, dump_session, session_ids, turn_rows
-from ._output import EXIT_FOUND, EXIT_OK, EXIT_USAGE, CommandError, Progress, iso, short
+from ._output import EXIT_FOUND, EXIT_OK, EXIT_USAGE, CommandError, Progress, iso, say, short
 
 __all__ = ["register"]
 
@@ -175,7 +174,7 @@ def export_sessions(ctx: Context) -> int:
     if ctx.args.output:
         with open(ctx.args.output, "w", encoding="utf-8") as f:
             f.write(text)
-        print(f"exported {len(sessions)} sessions to {ctx.args.output}", file=sys.stderr)
+        say(f"exported {len(sessions)} sessions to {ctx.args.output}")
     else:
         ctx.out.stdout.write(text)
     return EXIT_OK

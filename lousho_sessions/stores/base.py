@@ -21,7 +21,8 @@ do more subclass the base classes (``BaseSessionStore``, ``BaseCheckpointStore``
   it and delete its checkpoints, in one transaction when both share a database.
 * ``BaseCheckpointStore.save_and_delete(turn_id, checkpoint, delete, fence=)``:
   save a checkpoint and delete the records it replaces, in one transaction where it can.
-* ``turn_held(id)``: whether a live turn holds ``id`` now, without taking it
+* ``claim_stale(ids)``: take the turn locks of those no live turn holds, without
+  waiting (a sweep's claim). ``turn_held(id)``: whether a live turn holds ``id`` now, without taking it
   (``None``: the store cannot tell); ``BaseCheckpointStore.pending_turns()``: the
   ids of durable turns' checkpoints, which ``lousho_sessions.recovery`` sweeps.
 * ``prune(older_than)``: delete what was not updated for that long.
@@ -36,14 +37,14 @@ import logging
 import re
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import timedelta
 from types import TracebackType
 from typing import Any, Literal, Protocol, runtime_checkable
 
 import attrs
 
-from ..errors import StoreConflictError
+from ..errors import SessionBusyError, StoreConflictError, StoreCorruptError
 from ..messages import Message
 from ..serde import decode_json_object, encode_json_object, message_json
 from ._approval_records import approval_sort_key, check_approval_record, resolved_approval, shown
@@ -316,6 +317,21 @@ class BaseSessionStore(_Closeable, ABC):
         validate_session_id(id)
         return self._local_leases().acquire(id, timeout)
 
+    def claim_stale(self, ids: Sequence[str]) -> dict[str, Lease]:
+        """Take, without waiting, the turn locks of those of ``ids`` that no live turn holds:
+        a lease (with a new fence) for each one taken, by id; the others are left out.
+
+        What a sweep claims turns with (``lousho_sessions.recovery``). The default tries
+        ``turn_lock(id, timeout=0)`` for each; a store that can claim many at once overrides it.
+        """
+        claimed: dict[str, Lease] = {}
+        for id in dict.fromkeys(ids):
+            try:
+                claimed[id] = self.turn_lock(id, timeout=0)
+            except SessionBusyError:
+                continue
+        return claimed
+
     def turn_held(self, id: str) -> bool | None:
         """Whether a live turn holds ``id`` now (its lock taken, its lease unexpired), asked
         without taking it or handing out a fence; ``None`` when the store cannot tell.
@@ -404,6 +420,21 @@ class BaseCheckpointStore(_Closeable, ABC):
         """The ids of the durable turns' checkpoints (``<id>.turn-<n>``, ``<id>.send``), sorted;
         not their result records. A store with an index of them overrides this."""
         return [key for key in self.list() if _PENDING_TURN.fullmatch(key)]
+
+    def pending_checkpoints(self) -> Iterator[tuple[str, dict[str, Any]]]:
+        """Each of ``pending_turns()`` with its checkpoint (those deleted meanwhile left out).
+
+        ``StoreCorruptError`` for an unreadable one is logged and it is left out. The
+        default loads them one by one; a database reads them in one query.
+        """
+        for turn_id in self.pending_turns():
+            try:
+                data = self.load(turn_id)
+            except StoreCorruptError as exc:
+                log.warning("skipping unreadable checkpoint %s: %s", turn_id, exc)
+                continue
+            if data is not None:
+                yield turn_id, data
 
     def prune(self, older_than: timedelta | float) -> PruneResult:
         """Delete the checkpoints not updated within ``older_than``."""

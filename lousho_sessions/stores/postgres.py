@@ -246,6 +246,34 @@ class PostgresStore(PgCore):
                     wait = min(wait, max(deadline - time.monotonic(), 0.0))
                 self._listener.wait(interest, seen, wait)
 
+    def claim_stale(self, ids: Sequence[str]) -> dict[str, Lease]:
+        """Lease, in one statement, those of sessions ``ids`` whose lease expired or was
+        released; the others are left out. Rows another claimer is updating right now are
+        skipped (``FOR UPDATE SKIP LOCKED``), so concurrent sweepers never wait on each other."""
+        wanted = [validate_session_id(i) for i in dict.fromkeys(ids)]
+        if not wanted:
+            return {}
+        params = {"ids": wanted, "holder": f"{self._holder}:sweep", "ttl": self.lease_ttl}
+        rows = self.fetch(
+            "WITH c AS (SELECT session_id FROM {s}.leases WHERE session_id = ANY(%(ids)s) "
+            "AND (expires_at IS NULL OR expires_at <= now()) "
+            "ORDER BY session_id FOR UPDATE SKIP LOCKED), "
+            "u AS (UPDATE {s}.leases l SET fence = nextval('{s}.fences'), holder = %(holder)s, "
+            "expires_at = now() + make_interval(secs => %(ttl)s) FROM c "
+            "WHERE l.session_id = c.session_id RETURNING l.session_id, l.fence) "
+            "SELECT u.session_id, u.fence FROM u UNION ALL "
+            "SELECT i, NULL FROM unnest(%(ids)s::text[]) AS i "
+            "WHERE NOT EXISTS (SELECT 1 FROM {s}.leases k WHERE k.session_id = i)",
+            params,
+        )
+        claimed = {sid: self._lease(sid, int(fence)) for sid, fence in rows if fence is not None}
+        for sid, fence in rows:
+            if fence is None:  # never leased (a checkpoint written outside a lease)
+                taken, _, _ = self._try_acquire(sid)
+                if taken is not None:
+                    claimed[sid] = self._lease(sid, taken)
+        return claimed
+
     def _try_acquire(self, id: str) -> tuple[int | None, str | None, float]:
         """One atomic attempt: the new fence, or ``None`` with the holder and its time left."""
         rows = self.fetch(
@@ -432,6 +460,10 @@ class PostgresSessionStore(PgPart, BaseSessionStore):
     def turn_lock(self, id: str, *, timeout: float | None = None) -> Lease:
         """Lease session ``id`` for a turn; see ``PostgresStore.turn_lock``."""
         return self.store.turn_lock(id, timeout=timeout)
+
+    def claim_stale(self, ids: Sequence[str]) -> dict[str, Lease]:
+        """Lease those of ``ids`` no live turn holds; see ``PostgresStore.claim_stale``."""
+        return self.store.claim_stale(ids)
 
     def turn_held(self, id: str) -> bool:
         """Whether a lease on ``id`` is unexpired now (its holder still heartbeats)."""
