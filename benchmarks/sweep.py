@@ -12,7 +12,10 @@ twice is a turn resumed twice, which must never happen. Every transcript is chec
 to hold its finished turn exactly once.
 
 Printed per N: wall time, turns/s, the speed-up over 1 sweeper, turns resumed twice
-(from the model's log), outcomes the sweepers reported, and the load average.
+(from the model's log), outcomes the sweepers reported (``taken``: a claim lost to
+another sweeper), and the load average. ``sweep`` runs the up to ``--batch`` turns it
+claims at once, on the agent's session lanes, so one sweeper already overlaps its model
+waits; more sweepers add CPUs (and claims that collide).
 
 Needs the server of ``LOUSHO_POSTGRES_URL`` (default
 ``postgresql://postgres@127.0.0.1:5432/test``); it works in a schema of its own,
@@ -39,7 +42,7 @@ import psycopg
 
 from lousho_sessions import FunctionProvider, Message, ModelRequest, ProviderError, create_agent
 from lousho_sessions.postgres import PostgresStore
-from lousho_sessions.recovery import sweep
+from lousho_sessions.recovery import stale_turns, sweep
 
 URL = os.environ.get("LOUSHO_POSTGRES_URL") or "postgresql://postgres@127.0.0.1:5432/test"
 TURNS = 1_000
@@ -147,6 +150,15 @@ def run_sweepers(
     return max(r["ended"] for r in reports) - go, outcomes
 
 
+def listing(schema: str, batch: int) -> tuple[int, float]:
+    """How many turns are pending, and the seconds one ``stale_turns(limit=batch)`` takes."""
+    with open_store(schema) as store:
+        pending = len(stale_turns(store, limit=10**9))
+        started = time.monotonic()
+        stale_turns(store, limit=batch)
+        return pending, time.monotonic() - started
+
+
 def check(schema: str, prefix: str, turns: int, log: Path) -> tuple[int, int]:
     """(turns resumed twice by the model's log, transcripts not holding exactly one turn)."""
     calls = collections.Counter(
@@ -167,7 +179,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="a few-second smoke run")
     parser.add_argument("--turns", type=int, default=None, help=f"default {TURNS}")
     parser.add_argument("--model-ms", type=float, default=None, help="model latency (default 20)")
-    parser.add_argument("--batch", type=int, default=10, help="sweep(limit=) per call")
+    parser.add_argument("--batch", type=int, default=100, help="sweep(limit=), default 100")
     parser.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -187,6 +199,7 @@ def main() -> None:
     )
     base: float | None = None
     failed = False
+    listed: tuple[int, float] | None = None
     try:
         with tempfile.TemporaryDirectory(prefix="lousho-bench-sweep-") as tmp:
             log = Path(tmp) / "model-calls.log"
@@ -194,6 +207,7 @@ def main() -> None:
             for n in counts:
                 prefix = f"n{n}"
                 abandon(schema, prefix, turns)
+                listed = listed or listing(schema, args.batch)
                 seconds, outcomes = run_sweepers(schema, log, n, model_ms, args.batch)
                 twice, wrong = check(schema, prefix, turns, log)
                 rate = turns / seconds
@@ -209,6 +223,11 @@ def main() -> None:
             conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
     ideal = f"{counts[-1]}x" if len(counts) > 1 else "-"
     print()
+    if listed is not None:
+        print(
+            f"one stale_turns(limit={args.batch}) with {listed[0]} turns pending took "
+            f"{listed[1]:.2f} s (each sweep lists before it claims)"
+        )
     print(
         f"linear would be {ideal} at {counts[-1]} sweepers; the machine has {os.cpu_count()} CPUs"
     )

@@ -7,6 +7,7 @@ Every process of one test (the victim SIGKILLed mid-turn, the Celery worker, the
 - ``LOUSHO_RECOVERY_STORE``: ``sqlite``, ``postgres:<schema>`` or ``redis:<prefix>``;
 - ``LOUSHO_RECOVERY_HANG=1``: the model's first call of each turn writes
   ``hanging-<session>`` and never returns (the victim: the test kills it there);
+  ``=tool``: the tools do that instead;
 - ``LOUSHO_CELERY_PREFIX``: the worker's Redis key prefix and queue (``app``);
   ``LOUSHO_CELERY_VISIBILITY``: the broker's ``visibility_timeout``, seconds;
   ``LOUSHO_CELERY_BEAT``: the sweep's beat period, seconds.
@@ -72,30 +73,49 @@ def make_store() -> Any:
     return open_store(directory(), os.environ.get("LOUSHO_RECOVERY_STORE", "sqlite"))
 
 
+def hang(session: str) -> None:
+    """Write ``hanging-<session>`` and wait until SIGKILLed (the victim processes)."""
+    (directory() / f"hanging-{session}").touch()
+    threading.Event().wait()
+
+
 @tool
 def record(ctx: ToolContext, note: str) -> str:
-    """Record a note (the side effect the tests count)."""
+    """Record a note (idempotent: the side effect the tests count)."""
     log_line("tool-runs.log", f"{ctx.session_id} {os.getpid()} {ctx.idempotency_key}")
+    if os.environ.get("LOUSHO_RECOVERY_HANG") == "tool":
+        hang(str(ctx.session_id))
     return f"recorded {note}"
 
 
+@tool(idempotent=False)
+def charge(ctx: ToolContext, note: str) -> str:
+    """Charge the customer (not idempotent: a run a crash interrupted must not repeat)."""
+    log_line("tool-runs.log", f"{ctx.session_id} {os.getpid()} {ctx.idempotency_key}")
+    if os.environ.get("LOUSHO_RECOVERY_HANG") == "tool":
+        hang(str(ctx.session_id))
+    return f"charged {note}"
+
+
 def model(request: ModelRequest) -> Message:
-    """User message → call ``record``; tool result → the final answer."""
-    first = request.messages[-1]
-    session = next(m for m in request.messages if m.role == "user").text.split()[0]
+    """User message → call ``record`` (``charge`` if the message says so); a tool result →
+    the final answer. The session id is the user message's first word."""
+    last = request.messages[-1]
+    text = next(m for m in request.messages if m.role == "user").text
+    session = text.split()[0]
     log_line("model-calls.log", f"{session} {os.getpid()}")
-    if first.role == "user":
+    if last.role == "user":
         if os.environ.get("LOUSHO_RECOVERY_HANG") == "1":
-            (directory() / f"hanging-{session}").touch()
-            threading.Event().wait()  # until SIGKILLed
-        return Message.assistant("", tool_calls=[ToolCall("c1", "record", {"note": first.text})])
-    return Message.assistant(f"done: {first.text}")
+            hang(session)
+        name = "charge" if "charge" in text.split() else "record"
+        return Message.assistant("", tool_calls=[ToolCall("c1", name, {"note": last.text})])
+    return Message.assistant(f"done: {last.text}")
 
 
 def make_agent(store: Any = None) -> Agent:
     """The agent every process builds (a factory: each process opens its own store)."""
     store = make_store() if store is None else store
-    return create_agent(provider=FunctionProvider(model), tools=[record], store=store)
+    return create_agent(provider=FunctionProvider(model), tools=[record, charge], store=store)
 
 
 def make_app(prefix: str) -> Any:
@@ -109,6 +129,8 @@ def make_app(prefix: str) -> Any:
     broker: dict[str, object] = dict(keyprefix)
     if os.environ.get("LOUSHO_CELERY_VISIBILITY"):  # redeliver unacked messages this soon
         broker["visibility_timeout"] = float(os.environ["LOUSHO_CELERY_VISIBILITY"])
+        broker["unacked_restore_interval"] = 0.5  # look for them this often (default 10 s)
+        broker["unacked_restore_throttle"] = 1  # at every look (default: every 10th)
     app.conf.update(
         task_default_queue=prefix,
         broker_transport_options=broker,

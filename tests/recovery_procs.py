@@ -43,13 +43,14 @@ def environment(root: Path, store: str, **extra: str) -> dict[str, str]:
     return env
 
 
-def kill_in_model(root: Path, store: str, session: str, code: str) -> int:
-    """Run ``code`` in a process whose model hangs, SIGKILL it inside the model call; its pid."""
+def kill_in_model(root: Path, store: str, session: str, code: str, where: str = "1") -> int:
+    """Run ``code`` in a process whose model (``where="tool"``: whose tools) hang, SIGKILL
+    it inside that call; its pid."""
     marker = root / f"hanging-{session}"
     marker.unlink(missing_ok=True)
     victim = subprocess.Popen(
         [sys.executable, "-c", code],
-        env=environment(root, store, LOUSHO_RECOVERY_HANG="1"),
+        env=environment(root, store, LOUSHO_RECOVERY_HANG=where),
         cwd=root,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
@@ -71,13 +72,16 @@ def kill_in_model(root: Path, store: str, session: str, code: str) -> int:
     return victim.pid
 
 
-def kill_mid_turn(root: Path, store: str, session: str) -> int:
-    """Start a turn on ``session`` in a process, SIGKILL it inside the model call; its pid."""
+def kill_mid_turn(
+    root: Path, store: str, session: str, *, in_tool: bool = False, text: str = "please record this"
+) -> int:
+    """Start a turn on ``session`` in a process, SIGKILL it inside the model call (or the
+    tool call); its pid."""
     code = (
         "from celery_agents import make_agent\n"
-        f"make_agent().session({session!r}).send({session + ' please record this'!r})\n"
+        f"make_agent().session({session!r}).send({session + ' ' + text!r})\n"
     )
-    return kill_in_model(root, store, session, code)
+    return kill_in_model(root, store, session, code, "tool" if in_tool else "1")
 
 
 def kill_mid_sweep(root: Path, store: str, session: str) -> int:

@@ -150,6 +150,30 @@ def test_resume_task_with_a_stale_fence_is_refused(rig: Rig) -> None:
     assert len(rig.tool_runs("fenced")) == 1
 
 
+def test_worker_reruns_an_idempotent_tool_a_kill_interrupted(rig: Rig) -> None:
+    kill_mid_turn(rig.root, rig.spec, "tool", in_tool=True)
+    rig.stale("tool.turn-0")
+    swept = rig.result(rig.app.inline.sweep.delay().id)
+    assert [s["outcome"] for s in swept["swept"] if s["session_id"] == "tool"] == ["finished"]
+    assert rig.roles("tool") == ROLES
+    runs = rig.tool_runs("tool")
+    assert len(runs) == 2 and runs[0].split()[2] == runs[1].split()[2]  # one idempotency key
+    assert len(rig.model_calls("tool")) == 2  # the recorded tool call was not asked for again
+
+
+def test_worker_parks_a_non_idempotent_tool_a_kill_interrupted(rig: Rig) -> None:
+    kill_mid_turn(rig.root, rig.spec, "charge", in_tool=True, text="please charge this")
+    turn = rig.stale("charge.turn-0")
+    parked = rig.result(rig.app.recovery.resume_turn.delay(turn.turn_id, turn.fence).id)
+    assert parked["outcome"] == "parked", parked
+    assert parked["finish_reason"] == "awaiting-approval"
+    assert len(rig.tool_runs("charge")) == 1  # the victim's only: it may have charged
+    assert rig.roles("charge") == []
+    assert [t.turn_id for t in stale_turns(rig.store)] == []  # a human decides now
+    [approval] = rig.store.approvals.list(session_id="charge", status="pending")
+    assert approval["session_id"] == "charge"
+
+
 def test_inline_sweep_task_resumes_in_the_sweep_itself(rig: Rig) -> None:
     kill_mid_turn(rig.root, rig.spec, "inline")
     rig.stale("inline.turn-0")

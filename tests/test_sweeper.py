@@ -104,7 +104,7 @@ def test_resolve_agent_and_store_take_objects_paths_and_factories(
     monkeypatch.setenv("LOUSHO_RECOVERY_DIR", str(tmp_path))
     monkeypatch.setenv("LOUSHO_RECOVERY_STORE", "sqlite")
     built = resolve_agent("celery_agents:make_agent")  # a factory, by path
-    assert built.tools.keys() == {"record"}
+    assert built.tools.keys() == {"record", "charge"}
     assert resolve_agent(built) is built
     assert resolve_agent(lambda: built) is built
     assert resolve_store(None, built) is built.store
