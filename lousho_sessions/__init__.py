@@ -58,6 +58,7 @@ from .stores.memory import (
     MemorySessionStore,
     memory_store,
 )
+from .stores.urls import open_store
 from .tools import Tool, ToolContext, tool
 
 __version__ = "0.1.0"
@@ -133,5 +134,6 @@ __all__ = [
     "create_agent",
     "file_store",
     "memory_store",
+    "open_store",
     "tool",
 ]

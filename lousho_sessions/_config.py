@@ -17,6 +17,7 @@ from .results import Limits
 from .stores.adapters import store_parts
 from .stores.base import AgentStore, ApprovalStore
 from .stores.memory import MemoryApprovalStore, MemorySessionStore
+from .stores.urls import URLStore, open_store, store_from_environment
 from .tools import Tool, as_tool
 
 __all__ = ["AgentConfig", "Approve", "find_project_instructions", "resolve_provider"]
@@ -53,6 +54,9 @@ class AgentConfig:
     meter_provider: Any = None
     #: put message content (prompts, answers, tool arguments and results) in spans
     trace_content: bool = False
+    #: the store this agent opened from a URL (``store="sqlite:///..."``, ``LOUSHO_STORE``):
+    #: the agent's to close
+    opened_store: URLStore | None = None
 
     @classmethod
     def build(
@@ -84,6 +88,11 @@ class AgentConfig:
             if one.name in built:
                 raise ValueError(f"two tools are named {one.name!r}")
             built[one.name] = one
+        opened = None
+        if isinstance(store, str):
+            store = opened = open_store(store)
+        elif store is None:
+            store = opened = store_from_environment()
         stores = store_parts(store)
         if stores.sessions is None:  # one per agent: session("u1") twice is one conversation
             stores = AgentStore(MemorySessionStore(), stores.checkpoints, stores.approvals)
@@ -98,6 +107,7 @@ class AgentConfig:
             pricing=pricing,
             max_steps=max_steps,
             settings=dict(settings or {}),
+            opened_store=opened,
             **rest,
         )
 

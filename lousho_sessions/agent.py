@@ -68,6 +68,10 @@ def create_agent(
     to ``tracer_provider`` and measured on ``meter_provider`` (None: the global ones,
     as set when the agent is made); ``name`` names the agent in its spans;
     ``trace_content=True`` puts messages and tool arguments and results in the spans.
+
+    ``store`` is an ``AgentStore`` (or its parts), or a URL for ``open_store``
+    (``"sqlite:///app.db"``); with none, ``$LOUSHO_STORE`` names one, else the agent
+    keeps transcripts in memory. A store opened from a URL is closed by ``close()``.
     """
     return Agent(**locals())  # the same keywords, given once
 
@@ -276,7 +280,9 @@ class Agent:
 
         The threads are the session workers, the tool pool and the loop of async tools.
         The provider is closed if it derives from ``ProviderBase`` (the built-in ones do);
-        stores are never closed. With ``timeout`` it waits at most that long; threads
+        stores are never closed, except one the agent opened from a URL (``store="..."``
+        or ``LOUSHO_STORE``): that one is closed, and an agent whose store needs a
+        connection (SQLite, PostgreSQL, Redis) cannot be used after that. With ``timeout`` it waits at most that long; threads
         still busy then end by themselves when their work is done. The agent stays
         usable: its next call starts threads again.
         """
@@ -284,6 +290,8 @@ class Agent:
         provider = self.config.provider
         if isinstance(provider, ProviderBase):
             provider.close()
+        if self.config.opened_store is not None:
+            self.config.opened_store.close()
 
     def __enter__(self) -> Agent:
         return self

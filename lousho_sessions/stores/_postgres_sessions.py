@@ -21,6 +21,7 @@ from .base import (
     BaseSessionStore,
     LockScope,
     PruneResult,
+    SessionInfo,
     message_json,
     validate_session_id,
     validate_turn_id,
@@ -181,6 +182,20 @@ class PostgresSessionStore(PgPart, BaseSessionStore):
         validate_session_id(id)
         rows = self.store.fetch("SELECT revision FROM {s}.sessions WHERE id = %(id)s", {"id": id})
         return None if not rows else int(rows[0][0])
+
+    def list_ids(self) -> list[str]:
+        # COLLATE "C": sorted as Python sorts, whatever the database's collation
+        rows = self.store.fetch('SELECT id FROM {s}.sessions ORDER BY id COLLATE "C"')
+        return [row[0] for row in rows]
+
+    def info(self, id: str) -> SessionInfo | None:
+        validate_session_id(id)
+        rows = self.store.fetch(
+            "SELECT length, extract(epoch FROM updated_at)::float8 FROM {s}.sessions "
+            "WHERE id = %(id)s",
+            {"id": id},
+        )
+        return None if not rows else SessionInfo(id, int(rows[0][0]), float(rows[0][1]))
 
     def turn_lock(self, id: str, *, timeout: float | None = None) -> Lease:
         """Lease session ``id`` for a turn; see ``PostgresStore.turn_lock``."""

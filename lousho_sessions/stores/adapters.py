@@ -2,7 +2,7 @@
 
 A user may hand us any object with the Protocol's methods. ``store_parts`` wraps
 it here, once: what the object offers of its own (``append``, ``revision``,
-``turn_lock``, ``prune``, ``close``) is looked up at construction and used, the
+``turn_lock``, ``list_ids``, ``prune``, ``close``) is looked up at construction and used, the
 rest comes from the base class. The user's methods cannot check fences, so the
 adapters pass ``fence`` to nothing; ``fenced_writes`` says so.
 """
@@ -84,7 +84,7 @@ class SessionStoreAdapter(_Adapter, BaseSessionStore):
     """A plain ``SessionStore`` under the contract.
 
     Its own ``append``, ``revision``, ``turn_lock`` (a context manager),
-    ``prune`` and ``close`` are used when it has them. Its own ``append`` cannot
+    ``list_ids``, ``prune`` and ``close`` are used when it has them. Its own ``append`` cannot
     check a fence, so with one ``fenced_writes`` is false; without one, the
     default ``append`` checks fences handed out in this process.
     ``lock_scope`` is the object's own if it declares one with its ``turn_lock``,
@@ -98,6 +98,7 @@ class SessionStoreAdapter(_Adapter, BaseSessionStore):
         self._append = _method(inner, "append")
         self._revision = _method(inner, "revision")
         self._turn_lock = _method(inner, "turn_lock")
+        self._list_ids = _method(inner, "list_ids")
         scope = getattr(inner, "lock_scope", "process") if self._turn_lock else "process"
         self.lock_scope: LockScope = (
             "cluster" if scope == "cluster" else "machine" if scope == "machine" else "process"
@@ -128,6 +129,11 @@ class SessionStoreAdapter(_Adapter, BaseSessionStore):
 
     def revision(self, id: str) -> object | None:
         return super().revision(id) if self._revision is None else self._revision(id)
+
+    def list_ids(self) -> list[str]:
+        if self._list_ids is None:
+            return super().list_ids()
+        return sorted(self._list_ids())
 
     def turn_held(self, id: str) -> bool | None:
         # the object's own lock cannot be asked without taking it

@@ -26,6 +26,8 @@ do more subclass the base classes (``BaseSessionStore``, ``BaseCheckpointStore``
   (``None``: the store cannot tell); ``BaseCheckpointStore.pending_turns()``: the
   ids of durable turns' checkpoints, which ``lousho_sessions.recovery`` sweeps.
 * ``prune(older_than)``: delete what was not updated for that long.
+* ``BaseSessionStore.list_ids()`` and ``info(id)``: the stored session ids, and a
+  session's length and last write without loading it (the admin command's listing).
 """
 
 from __future__ import annotations
@@ -42,15 +44,20 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 import attrs
 
-from ..errors import (
-    InvalidSessionIdError,
-    SessionBusyError,
-    StoreConflictError,
-    StoreCorruptError,
-)
+from ..errors import SessionBusyError, StoreConflictError, StoreCorruptError
 from ..messages import Message
 from ..serde import decode_json_object, encode_json_object, message_json
 from ._approval_records import approval_sort_key, check_approval_record, resolved_approval, shown
+from ._checks import (
+    APPROVAL_ID_PATTERN,
+    SESSION_ID_PATTERN,
+    TURN_ID_PATTERN,
+    is_session_id,
+    older_than_seconds,
+    validate_approval_id,
+    validate_session_id,
+    validate_turn_id,
+)
 from .lease import Lease, LocalLeases
 
 __all__ = [
@@ -66,11 +73,13 @@ __all__ = [
     "Lease",
     "LockScope",
     "PruneResult",
+    "SessionInfo",
     "SessionStore",
     "approval_sort_key",
     "check_approval_record",
     "decode_json_object",
     "encode_json_object",
+    "is_session_id",
     "message_json",
     "older_than_seconds",
     "resolved_approval",
@@ -82,54 +91,8 @@ __all__ = [
 
 log = logging.getLogger("lousho_sessions.stores")
 
-SESSION_ID_PATTERN = r"^[A-Za-z0-9_-]{1,128}$"
-#: A durable turn's key: ``<session id>.turn-<n>``, or ``<session id>.send`` for ``agent.send``.
-TURN_ID_PATTERN = r"^[A-Za-z0-9_-]{1,128}\.[A-Za-z0-9_-]{1,64}$"
-#: No leading dot: the file store keeps ``.``-names for its own temp and lock files.
-APPROVAL_ID_PATTERN = r"^[A-Za-z0-9_-][A-Za-z0-9_.-]{0,199}$"
-
-_SESSION_ID = re.compile(SESSION_ID_PATTERN)
-_TURN_ID = re.compile(TURN_ID_PATTERN)
-_APPROVAL_ID = re.compile(APPROVAL_ID_PATTERN)
+#: What ``pending_turns`` lists: a durable turn's checkpoint, not its result records.
 _PENDING_TURN = re.compile(r"[A-Za-z0-9_-]{1,128}\.(turn-[0-9]+|send)")
-
-
-def validate_session_id(session_id: object) -> str:
-    """Return ``session_id`` if it matches ``SESSION_ID_PATTERN``, else raise ``InvalidSessionIdError``."""
-    if isinstance(session_id, str) and _SESSION_ID.fullmatch(session_id):
-        return session_id
-    raise InvalidSessionIdError(
-        f"invalid session id {shown(session_id)}: session ids must match {SESSION_ID_PATTERN} "
-        "(letters, digits, '_' and '-', 1 to 128 characters; they become file names)"
-    )
-
-
-def validate_turn_id(turn_id: object) -> str:
-    """Return ``turn_id`` if it matches ``TURN_ID_PATTERN``, else raise ``InvalidSessionIdError``."""
-    if isinstance(turn_id, str) and _TURN_ID.fullmatch(turn_id):
-        return turn_id
-    raise InvalidSessionIdError(
-        f"invalid checkpoint id {shown(turn_id)}: checkpoint ids must match {TURN_ID_PATTERN} "
-        "(a session id, a dot, then e.g. 'turn-3')"
-    )
-
-
-def validate_approval_id(approval_id: object) -> str:
-    """Return ``approval_id`` if it matches ``APPROVAL_ID_PATTERN``, else raise ``InvalidSessionIdError``."""
-    if isinstance(approval_id, str) and _APPROVAL_ID.fullmatch(approval_id):
-        return approval_id
-    raise InvalidSessionIdError(
-        f"invalid approval id {shown(approval_id)}: approval ids must match "
-        f"{APPROVAL_ID_PATTERN} (letters, digits, '_', '-' and '.', not starting with '.')"
-    )
-
-
-def older_than_seconds(older_than: timedelta | float) -> float:
-    """``prune``'s age as seconds; ``ValueError`` for a negative or non-finite age."""
-    seconds = older_than.total_seconds() if isinstance(older_than, timedelta) else float(older_than)
-    if not seconds >= 0 or seconds == float("inf"):
-        raise ValueError(f"older_than must be a finite, non-negative age, got {older_than!r}")
-    return seconds
 
 
 @attrs.frozen
@@ -149,6 +112,19 @@ class PruneResult:
         return PruneResult(
             *(a + b for a, b in zip(attrs.astuple(self), attrs.astuple(other), strict=True))
         )
+
+
+@attrs.frozen
+class SessionInfo:
+    """What ``BaseSessionStore.info`` tells of a stored session without loading it all.
+
+    ``updated_at`` is when it was last written (seconds since the epoch), ``None``
+    when the store does not know.
+    """
+
+    id: str
+    messages: int
+    updated_at: float | None = None
 
 
 @runtime_checkable
@@ -241,7 +217,9 @@ class BaseSessionStore(_Closeable, ABC):
       for "nothing is stored".
     * ``turn_lock`` is a lease kept in this process (``LocalLeases``): it excludes
       threads, not processes, so ``lock_scope`` is ``"process"``.
-    * ``prune`` raises ``NotImplementedError``; every store of ours implements it.
+    * ``prune`` and ``list_ids`` raise ``NotImplementedError``; every store of ours
+      implements them.
+    * ``info`` loads the transcript to count it; the time of the last write is unknown.
 
     ``fenced_writes`` declares that writes given a ``fence`` refuse a stale one
     with ``LeaseLostError`` (the conformance kit tests it when true).
@@ -365,6 +343,22 @@ class BaseSessionStore(_Closeable, ABC):
     def prune(self, older_than: timedelta | float) -> PruneResult:
         """Delete the sessions not updated within ``older_than`` (seconds or a ``timedelta``)."""
         raise _not_implemented(self, "prune")
+
+    def list_ids(self) -> list[str]:
+        """Every stored session id, sorted (what ``lousho sessions list`` and ``migrate`` read).
+
+        The default raises ``NotImplementedError``: a store that cannot enumerate its
+        sessions must not look empty. Every store of ours implements it.
+        """
+        raise _not_implemented(self, "list_ids")
+
+    def info(self, id: str) -> SessionInfo | None:
+        """How many messages ``id`` holds and when it was last written; ``None`` if not stored.
+
+        The default loads the transcript and does not know the time.
+        """
+        messages = self.load(id)
+        return None if messages is None else SessionInfo(id, len(messages))
 
     def _local_leases(self) -> LocalLeases:
         # Created on first use, so a subclass need not call ``super().__init__()``.

@@ -64,7 +64,9 @@ from .base import (
     BaseSessionStore,
     LockScope,
     PruneResult,
+    SessionInfo,
     decode_json_object,
+    is_session_id,
     message_json,
     older_than_seconds,
     validate_session_id,
@@ -272,6 +274,23 @@ class FileSessionStore(BaseSessionStore):
         temp_files = self._dir.sweep_temp_files()
         return PruneResult(sessions, 0, 0, lock_files=lock_files, temp_files=temp_files)
 
+    def list_ids(self) -> list[str]:
+        """The ids of the ``<id>.json`` session files, sorted."""
+        ids = (name[: -len(".json")] for name in self._dir.names(".json"))
+        return sorted(id for id in ids if _is_session_id(id))
+
+    def info(self, id: str) -> SessionInfo | None:
+        """The session's length (the file is read once and cached) and its file's mtime."""
+        path = self.path(id)
+        current = self._current(id, path)
+        if current is None:
+            return None
+        try:
+            mtime = path.stat().st_mtime
+        except OSError:
+            return None  # deleted meanwhile
+        return SessionInfo(id, current.length, mtime)
+
     def revision(self, id: str) -> str | None:
         """A value that changes with every write of ``id``; ``None`` when no file exists."""
         path = self.path(id)
@@ -395,11 +414,7 @@ if hasattr(os, "register_at_fork"):
 
 
 def _is_session_id(value: str) -> bool:
-    try:
-        validate_session_id(value)
-    except ValueError:
-        return False
-    return True
+    return is_session_id(value)
 
 
 @attrs.define

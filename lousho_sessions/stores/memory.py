@@ -18,6 +18,7 @@ from .base import (
     BaseCheckpointStore,
     BaseSessionStore,
     PruneResult,
+    SessionInfo,
     check_approval_record,
     decode_json_object,
     encode_json_object,
@@ -118,6 +119,16 @@ class MemorySessionStore(BaseSessionStore):
     def revision(self, id: str) -> int | None:
         validate_session_id(id)
         return self._revisions.get(id)
+
+    def list_ids(self) -> list[str]:
+        with self._lock:
+            return sorted(self._data)
+
+    def info(self, id: str) -> SessionInfo | None:
+        validate_session_id(id)
+        with self._lock:
+            messages = self._data.get(id)
+            return None if messages is None else SessionInfo(id, len(messages), self._updated[id])
 
     def _bump(self, id: str) -> None:
         self._counter += 1

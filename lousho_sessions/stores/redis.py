@@ -38,6 +38,7 @@ from .base import (
     BaseSessionStore,
     LockScope,
     PruneResult,
+    SessionInfo,
     message_json,
     older_than_seconds,
     validate_session_id,
@@ -361,6 +362,21 @@ class RedisSessionStore(BaseSessionStore):
         with self.store.call(f"revision of {id!r}") as client:
             value = client.hget(self.store.key(id, "meta"), "revision")
         return None if value is None else text(value, source=f"session {id!r}")
+
+    def list_ids(self) -> list[str]:
+        """The sessions with a ``meta`` hash under this store's prefix (``SCAN``, never ``KEYS``)."""
+        keys = self.store.scan(f"{self.store.prefix}:{{*}}:meta")
+        return sorted({self.store.session_of(key) for key in keys})
+
+    def info(self, id: str) -> SessionInfo | None:
+        validate_session_id(id)
+        with self.store.call(f"info of {id!r}") as client:
+            length, updated = client.hmget(self.store.key(id, "meta"), ["length", "updated"])
+        if length is None:
+            return None
+        source = f"{self.store.where}: session {id!r}"
+        at = None if updated is None else int(float(text(updated, source=source))) / 1e6
+        return SessionInfo(id, int(text(length, source=source)), at)
 
     def turn_lock(self, id: str, *, timeout: float | None = None) -> Lease:
         """Hold session ``id`` for a turn; see ``RedisStore.turn_lock``."""

@@ -38,6 +38,7 @@ from .base import (
     BaseSessionStore,
     LockScope,
     PruneResult,
+    SessionInfo,
     message_json,
     older_than_seconds,
     validate_session_id,
@@ -248,6 +249,18 @@ class SqliteSessionStore(Part, BaseSessionStore):
         with self.store.connection() as conn:
             row = conn.execute("SELECT revision FROM sessions WHERE id = ?", (id,)).fetchone()
         return None if row is None else int(row[0])
+
+    def list_ids(self) -> list[str]:
+        with self.store.connection() as conn:
+            return [row[0] for row in conn.execute("SELECT id FROM sessions ORDER BY id")]
+
+    def info(self, id: str) -> SessionInfo | None:
+        validate_session_id(id)
+        with self.store.connection() as conn:
+            row = conn.execute(
+                "SELECT length, updated_at FROM sessions WHERE id = ?", (id,)
+            ).fetchone()
+        return None if row is None else SessionInfo(id, int(row[0]), float(row[1]))
 
     def turn_lock(self, id: str, *, timeout: float | None = None) -> Lease:
         """Hold session ``id`` for a turn; see ``SqliteStore.turn_lock``."""

@@ -91,6 +91,30 @@ class SessionTests(KitBase):
                 assert sessions.revision("s1") is None
             assert sessions.load("s2") == second
 
+    def test_list_ids_and_info(self, tmp_path: Path) -> None:
+        with self.store(tmp_path) as parts:
+            sessions = need_sessions(parts)
+            try:
+                before = sessions.list_ids()
+            except NotImplementedError:
+                skip(f"{type(sessions).__name__} does not implement list_ids()")
+            assert before == []
+            sessions.save("s-b", turn(1) + turn(2))
+            sessions.save("s-a", [])
+            sessions.save("s_c", turn(3))
+            sessions.append("s_c", turn(4), 2)
+            assert sessions.list_ids() == ["s-a", "s-b", "s_c"]
+            info = sessions.info("s_c")
+            assert info is not None and (info.id, info.messages) == ("s_c", 4)
+            empty = sessions.info("s-a")
+            assert empty is not None and empty.messages == 0
+            assert sessions.info("never") is None
+            sessions.delete("s-b")
+            assert sessions.list_ids() == ["s-a", "s_c"]
+            assert sessions.info("s-b") is None
+            with raises(InvalidSessionIdError):
+                sessions.info("../x")
+
     def test_append(self, tmp_path: Path) -> None:
         with self.store(tmp_path) as parts:
             sessions = need_sessions(parts)

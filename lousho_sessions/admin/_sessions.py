@@ -1,0 +1,208 @@
+"""``lousho sessions list|show|export|rm``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections import Counter
+from typing import Any
+
+from ..errors import SessionBusyError
+from ..stores.base import is_session_id
+from ._context import Context
+from ._data import EXPORT_FORMAT, dump_session, session_ids, turn_rows
+from ._output import EXIT_FOUND, EXIT_OK, EXIT_USAGE, CommandError, Progress, iso, say, short
+
+__all__ = ["register"]
+
+
+def register(commands: Any, common: argparse.ArgumentParser) -> None:
+    parser = commands.add_parser(
+        "sessions",
+        help="list, show, export or delete sessions",
+        description="List, show, export or delete stored sessions.",
+    )
+    sub = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
+
+    p = sub.add_parser(
+        "list",
+        parents=[common],
+        help="every session: messages, last write, pending turn",
+        description="List every stored session (with a transcript, a checkpoint or an "
+        "approval): its message count, when it was last written and its pending turn.",
+    )
+    p.add_argument("--limit", type=int, metavar="N", help="show at most N sessions")
+    p.set_defaults(run=list_sessions)
+
+    p = sub.add_parser(
+        "show",
+        parents=[common],
+        help="one session's messages, pending turns and approvals",
+        description="Show one session: its messages, its unfinished turns and its approvals.",
+    )
+    p.add_argument("id", help="the session id")
+    p.set_defaults(run=show_session)
+
+    p = sub.add_parser(
+        "export",
+        parents=[common],
+        help="sessions with their checkpoints and approvals, as JSON",
+        description="Write sessions (all, or the ids given) as one JSON document: messages, "
+        "checkpoints and approval records, exactly as stored.",
+    )
+    p.add_argument("ids", nargs="*", metavar="ID", help="the sessions to export (default: all)")
+    p.add_argument("-o", "--output", help="write to this file instead of stdout")
+    p.set_defaults(run=export_sessions)
+
+    p = sub.add_parser(
+        "rm",
+        parents=[common],
+        help="delete sessions with their checkpoints and approvals",
+        description="Delete sessions: transcript, checkpoints and approval records. A "
+        "session whose turn is running (its lease is held) is left alone unless --force.",
+    )
+    p.add_argument("ids", nargs="+", metavar="ID", help="the sessions to delete")
+    p.add_argument(
+        "--force", action="store_true", help="delete even while a turn holds the session"
+    )
+    p.set_defaults(run=remove_sessions)
+
+
+def _check_id(id: str) -> str:
+    if not is_session_id(id):
+        raise CommandError(
+            f"invalid session id {id!r}: letters, digits, '_' and '-', 1 to 128", EXIT_USAGE
+        )
+    return id
+
+
+def list_sessions(ctx: Context) -> int:
+    parts = ctx.parts
+    ids = session_ids(parts)
+    if ctx.args.limit is not None:
+        ids = ids[: max(ctx.args.limit, 0)]
+    pending = {row["session_id"]: row["status"] for row in turn_rows(parts)}
+    approvals = Counter(str(r.get("session_id")) for r in parts.approvals.list(status="pending"))
+    rows = []
+    for id in ids:
+        info = parts.sessions.info(id)
+        rows.append(
+            {
+                "id": id,
+                "messages": None if info is None else info.messages,
+                "updated_at": None if info is None else iso(info.updated_at),
+                "pending_turn": pending.get(id),
+                "pending_approvals": approvals.get(id, 0),
+            }
+        )
+    ctx.out.emit(rows, rows, ["id", "messages", "updated_at", "pending_turn", "pending_approvals"])
+    return EXIT_OK
+
+
+def show_session(ctx: Context) -> int:
+    id = _check_id(ctx.args.id)
+    parts = ctx.parts
+    dump = dump_session(parts, id)
+    turns = turn_rows(parts, session_id=id)
+    if dump["messages"] is None and not dump["checkpoints"] and not dump["approvals"]:
+        raise CommandError(f"no session {id!r} in {ctx.store.url}")
+    info = parts.sessions.info(id)
+    if ctx.out.as_json:
+        ctx.out.json(
+            {
+                "id": id,
+                "updated_at": None if info is None else iso(info.updated_at),
+                "messages": dump["messages"],
+                "turns": turns,
+                "approvals": dump["approvals"],
+            }
+        )
+        return EXIT_OK
+    out = ctx.out
+    out.fields(
+        [
+            ("session", id),
+            ("messages", 0 if dump["messages"] is None else len(dump["messages"])),
+            ("updated", None if info is None else iso(info.updated_at)),
+        ]
+    )
+    out.line()
+    rows = []
+    for i, m in enumerate(dump["messages"] or []):
+        text = "".join(p.get("text", "") for p in m.get("content", []) if isinstance(p, dict))
+        calls = ", ".join(str(c.get("name")) for c in m.get("tool_calls", []) or [])
+        rows.append(
+            {"n": i, "role": m.get("role"), "text": short(text), "tool_calls": calls or None}
+        )
+    out.table(rows, ["n", "role", "text", "tool_calls"])
+    out.line()
+    out.line("Unfinished turns:")
+    out.table(turns, ["turn_id", "status", "approval_id", "steps", "updated_at"])
+    out.line()
+    out.line("Approvals:")
+    out.table(
+        [
+            {
+                "id": r.get("id"),
+                "tool": r.get("tool") or (r.get("call") or {}).get("name"),
+                "status": r.get("status"),
+                "created_at": r.get("created_at"),
+            }
+            for r in dump["approvals"]
+        ],
+        ["id", "tool", "status", "created_at"],
+    )
+    return EXIT_OK
+
+
+def export_sessions(ctx: Context) -> int:
+    parts = ctx.parts
+    ids = [_check_id(i) for i in ctx.args.ids] or session_ids(parts)
+    records = parts.approvals.list(status=None)
+    sessions = []
+    with Progress("export", len(ids)) as progress:
+        for id in ids:
+            sessions.append(dump_session(parts, id, records))
+            progress.advance()
+    document: dict[str, Any] = {"format": EXPORT_FORMAT, "version": 1, "sessions": sessions}
+    if not ctx.args.ids:  # everything: approvals that name no session too
+        document["approvals"] = sorted(
+            (r for r in records if not is_session_id(r.get("session_id"))),
+            key=lambda r: str(r.get("id")),
+        )
+    text = json.dumps(document, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+    if ctx.args.output:
+        with open(ctx.args.output, "w", encoding="utf-8") as f:
+            f.write(text)
+        say(f"exported {len(sessions)} sessions to {ctx.args.output}")
+    else:
+        ctx.out.stdout.write(text)
+    return EXIT_OK
+
+
+def remove_sessions(ctx: Context) -> int:
+    parts = ctx.parts
+    ids = [_check_id(i) for i in ctx.args.ids]
+    known = set(session_ids(parts))
+    results = []
+    for id in ids:
+        if id not in known:
+            results.append({"id": id, "outcome": "missing"})
+            continue
+        try:
+            lease = None if ctx.args.force else parts.sessions.turn_lock(id, timeout=0)
+        except SessionBusyError:
+            results.append({"id": id, "outcome": "busy"})
+            continue
+        try:
+            for record in parts.approvals.list(session_id=id, status=None):
+                parts.approvals.delete(str(record["id"]))
+            for turn_id in parts.checkpoints.list(f"{id}."):
+                parts.checkpoints.delete(turn_id, fence=None if lease is None else lease.fence)
+            parts.sessions.delete(id)
+        finally:
+            if lease is not None:
+                lease.release()
+        results.append({"id": id, "outcome": "deleted"})
+    ctx.out.emit(results, results, ["id", "outcome"])
+    return EXIT_OK if all(r["outcome"] == "deleted" for r in results) else EXIT_FOUND
