@@ -43,7 +43,7 @@ _TOOL_CALL_KEYS = frozenset({"id", "name", "arguments", "raw_arguments"})
 
 
 def _with_extra(data: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
-    if extra:
+    if extra is not EMPTY and extra:  # most are the shared empty mapping: no len() call
         for key, value in thaw(extra).items():
             data.setdefault(key, value)
     return data
