@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import operator
+import re
 from collections.abc import Callable, Mapping
 from datetime import timezone
 from pathlib import Path
@@ -478,3 +479,28 @@ def test_a_previous_release_checkpoint_with_nulls_and_usage_extra_loads() -> Non
     assert (state.results, state.decisions, state.queued) == ({}, {}, [])
     assert state.usage == Usage(12, 5, 0.0) and state.base_length == 1
     assert "extra" not in turn_checkpoint(state)["usage"]
+
+
+@settings(max_examples=100, deadline=None)
+@given(JSON_VALUES, st.sampled_from(["", " ", "\n"]))
+def test_compact_json_reads_as_json_loads_reads_it(value: Any, pad: str) -> None:
+    from lousho_sessions.serde import _loads_compact
+
+    text = pad + json.dumps(value, separators=(",", ":")) + pad
+    assert _loads_compact(text) == json.loads(text)
+    for broken in (text + "}", "{" + text, text[:-1] if len(text) > 1 else "["):
+        try:
+            expected: Any = json.loads(broken)
+        except ValueError as exc:
+            with pytest.raises(ValueError, match=re.escape(str(exc))):
+                _loads_compact(broken)
+        else:
+            assert _loads_compact(broken) == expected
+
+
+def test_message_ids_are_uuid4_hex() -> None:
+    import uuid
+
+    for message in (Message.user("a"), Message.assistant("b")):
+        parsed = uuid.UUID(hex=message.id)
+        assert (parsed.version, parsed.variant, parsed.hex) == (4, uuid.RFC_4122, message.id)
