@@ -42,6 +42,11 @@ _USAGE_KEYS = frozenset({"input_tokens", "output_tokens", "cost_usd"})
 _TOOL_CALL_KEYS = frozenset({"id", "name", "arguments", "raw_arguments"})
 
 
+def _plain(mapping: Mapping[str, Any]) -> dict[str, Any]:
+    plain: dict[str, Any] = {} if mapping is EMPTY else thaw(mapping)
+    return plain
+
+
 def _with_extra(data: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
     if extra is not EMPTY and extra:  # most are the shared empty mapping: no len() call
         for key, value in thaw(extra).items():
@@ -70,7 +75,7 @@ def _part_dict(part: Any) -> dict[str, Any] | None:
 def _call_dict(call: Any) -> dict[str, Any] | None:
     if type(call) is not ToolCall:
         return None
-    data: dict[str, Any] = {"id": call.id, "name": call.name, "arguments": thaw(call.arguments)}
+    data: dict[str, Any] = {"id": call.id, "name": call.name, "arguments": _plain(call.arguments)}
     if call.raw_arguments is not None:
         data["raw_arguments"] = call.raw_arguments
     return _with_extra(data, call.extra)
@@ -119,7 +124,7 @@ def message_dict(message: Message) -> dict[str, Any] | None:
             "usage": None if usage is None else _usage_dict(usage),
             "created_at": created_at.isoformat(),
             "id": message.id,
-            "metadata": thaw(message.metadata),
+            "metadata": _plain(message.metadata),
         },
         message.extra,
     )

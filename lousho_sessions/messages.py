@@ -163,6 +163,8 @@ def _thaw_fast(value: Any, depth: int) -> Any:
         return value
     if depth > _FAST_DEPTH:
         raise _TooDeep
+    if type(value) is FrozenMapping:  # its dict's items, not the generic Mapping ones
+        value = value._data
     if isinstance(value, Mapping):
         return {k: v if type(v) in _SCALARS else _thaw_fast(v, depth + 1) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
