@@ -73,6 +73,23 @@ MIGRATIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
             ) WITHOUT ROWID""",
         ),
     ),
+    (
+        # A turn writes its checkpoint and deletes it: one b-tree instead of three (the rows,
+        # their turn-id index, the updated_at index) halves the pages those writes touch.
+        # The table holds only unfinished turns and result records: prune scans it.
+        "3: checkpoints keyed by turn id alone (WITHOUT ROWID, no updated_at index)",
+        (
+            """CREATE TABLE checkpoints_v3 (
+                turn_id TEXT PRIMARY KEY,
+                json TEXT NOT NULL,
+                updated_at REAL NOT NULL
+            ) WITHOUT ROWID""",
+            "INSERT INTO checkpoints_v3 (turn_id, json, updated_at) "
+            "SELECT turn_id, json, updated_at FROM checkpoints",
+            "DROP TABLE checkpoints",
+            "ALTER TABLE checkpoints_v3 RENAME TO checkpoints",
+        ),
+    ),
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 _SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
