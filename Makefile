@@ -3,12 +3,12 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test cover lint bench soak docs clean
+.PHONY: demo test cover lint bench peers soak docs clean
 
 $(STAMP): pyproject.toml setup.cfg
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev,examples,postgres,redis]'
+	$(BIN)/pip install -q -e '.[dev,examples,otel,postgres,redis]'
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -32,6 +32,18 @@ lint: $(STAMP)
 bench: $(STAMP)
 	@for f in benchmarks/*.py; do echo "== $$f"; $(BIN)/python $$f || exit 1; done
 
+# the peers the Postgres and Redis benchmarks compare against, in a venv of their own
+PEERS_VENV := .peers-venv
+PEERS_STAMP := $(PEERS_VENV)/.installed
+
+$(PEERS_STAMP): benchmarks/peers/requirements.txt
+	$(PY) -m venv $(PEERS_VENV)
+	$(PEERS_VENV)/bin/pip install -q --upgrade pip
+	$(PEERS_VENV)/bin/pip install -q -r benchmarks/peers/requirements.txt
+	touch $(PEERS_STAMP)
+
+peers: $(PEERS_STAMP)
+
 # no --quiet: it hides the warnings that --strict counts, and the build passes anyway
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
@@ -42,4 +54,4 @@ soak: $(STAMP)
 	LOUSHO_SOAK=1 $(BIN)/python -m pytest -q -p no:cacheprovider --timeout=3600 -m slow
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache site .coverage .coverage.*
+	rm -rf $(VENV) $(PEERS_VENV) .mypy_cache .ruff_cache .pytest_cache site .coverage .coverage.*

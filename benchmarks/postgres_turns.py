@@ -1,24 +1,35 @@
-"""A durable PostgreSQL turn at transcript lengths 10, 1,000 and 5,000, beside the raw floor.
+"""A durable PostgreSQL turn at 10, 1,000 and 5,000 messages, beside the raw floor and two peers.
 
-The turn: ``session.send`` with an instant ``FunctionProvider`` on a
-``PostgresStore`` given whole to the agent (checkpoints on), so a turn takes
-the lease, checks the revision, saves and deletes its checkpoints, appends two
-messages and releases the lease. The floor: a plain psycopg connection doing
+Our turn: ``session.send`` with an instant ``FunctionProvider`` on a
+``PostgresStore`` given whole to the agent (checkpoints on), so a turn takes the
+lease, checks the revision and the pending checkpoint, saves the turn's
+checkpoint, appends the two new messages deleting the checkpoint (one
+statement) and releases the lease. The floor: a plain psycopg connection doing
 one transaction of two ``INSERT``s of message JSON on the same server — the
-least a durable turn could write. Floor and turns alternate in blocks so that a
-change in machine load hits both; the figures are medians, in µs.
+least a durable turn could write.
 
+The peers, in the same run on the same database (each in a schema of its own,
+dropped at the end), run by the peers' interpreter as a subprocess
+(``benchmarks/peers/pg_peers.py``; they are not project dependencies):
+
+- LangGraph's ``PostgresSaver``: a ``StateGraph(MessagesState)`` whose one node is
+  a fake model; a turn is one ``invoke`` on the conversation's ``thread_id``;
+- the OpenAI Agents SDK's ``SQLAlchemySession`` (asyncpg): a turn is what its
+  ``Runner`` does with the session, ``get_items()`` then ``add_items([user,
+  assistant])``, without the model call or the agent loop.
+
+Every side starts from a conversation of the same length (seeded through its own
+API in one call) and adds two messages per turn. All sides at all lengths take
+turns in blocks, so that a change in machine load hits all alike (the flatness
+ratio included); the figures are medians, in µs.
 Flat means t(5,000) / t(10) close to 1: an append writes only the new rows.
 
+Set the peers up once with ``make peers`` (a ``.peers-venv`` with
+``benchmarks/peers/requirements.txt``), or point ``LOUSHO_PEERS_PYTHON`` at a
+python that has them; without one, only our side and the floor are measured.
 Needs the server of ``LOUSHO_POSTGRES_URL`` (default
-``postgresql://postgres@127.0.0.1:5432/test``); it works in a schema of its own,
-dropped at the end. Run: ``python benchmarks/postgres_turns.py [--quick]``.
-
-The peer comparison of the issue (LangGraph's ``PostgresSaver``, the OpenAI
-Agents SDK's ``SQLAlchemySession``) is not measured here yet: it needs those
-packages in a separate virtualenv (``python -m venv /tmp/peers && /tmp/peers/bin/pip
-install langgraph langgraph-checkpoint-postgres 'openai-agents[sqlalchemy]'
-asyncpg``), not as project dependencies.
+``postgresql://postgres@127.0.0.1:5432/test``). Run:
+``python benchmarks/postgres_turns.py [--quick]``.
 """
 
 from __future__ import annotations
@@ -31,20 +42,39 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import psycopg
 
 from lousho_sessions import FunctionProvider, Message, ModelRequest, create_agent
 from lousho_sessions.postgres import PostgresStore
 
+sys.path.insert(0, str(Path(__file__).parent / "peers"))
+from peer_protocol import (
+    REPLY_TEXT,
+    SETUP,
+    PeerError,
+    PeerProcess,
+    history_texts,
+    peers_python,
+)
+
 URL = os.environ.get("LOUSHO_POSTGRES_URL") or "postgresql://postgres@127.0.0.1:5432/test"
 LENGTHS = (10, 1_000, 5_000)
+PEERS = ("langgraph", "openai-sqlalchemy")
 USER_JSON = json.dumps({"role": "user", "content": [{"type": "text", "text": "weather?"}]})
-REPLY_JSON = json.dumps({"role": "assistant", "content": [{"type": "text", "text": "Sunny."}]})
+REPLY_JSON = json.dumps({"role": "assistant", "content": [{"type": "text", "text": REPLY_TEXT}]})
 
 
 def reply(request: ModelRequest) -> Message:
-    return Message.assistant("Sunny.")
+    return Message.assistant(REPLY_TEXT)
+
+
+def history(length: int) -> list[Message]:
+    return [
+        Message.user(text) if role == "user" else Message.assistant(text)
+        for role, text in history_texts(length)
+    ]
 
 
 class Floor:
@@ -71,7 +101,7 @@ class Floor:
         self.seq += 2
 
 
-def timed(write: Callable[[], None], n: int) -> list[float]:
+def timed(write: Callable[[], object], n: int) -> list[float]:
     out = []
     for _ in range(n):
         start = time.perf_counter()
@@ -80,50 +110,132 @@ def timed(write: Callable[[], None], n: int) -> list[float]:
     return out
 
 
+def peer_turns(peer: PeerProcess, name: str, length: int, n: int) -> Callable[[], list[float]]:
+    """A block of ``n`` turns of peer ``name`` on its conversation of ``length`` messages."""
+    return lambda: list(peer.ask(op="turns", peer=name, length=length, n=n)["us"])
+
+
+def load() -> str:
+    one, five, fifteen = os.getloadavg()
+    return f"{one:.2f}/{five:.2f}/{fifteen:.2f}"
+
+
+def start_peers() -> PeerProcess | None:
+    python = peers_python()
+    if python is None:
+        print(f"peers not measured: no peers' interpreter. {SETUP}")
+        return None
+    try:
+        peer = PeerProcess(python, "pg_peers.py", URL)
+    except OSError as exc:
+        print(f"peers not measured: cannot run {python}: {exc}. {SETUP}")
+        return None
+    try:
+        versions = peer.ask(op="versions")["versions"]
+    except PeerError as exc:
+        print(f"peers not measured: {exc}")
+        peer.close()
+        return None
+    print("peers (" + python + "): " + ", ".join(f"{k} {v}" for k, v in versions.items()))
+    return peer
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer rounds")
+    parser.add_argument("--no-peers", action="store_true", help="measure our side only")
     args = parser.parse_args()
-    rounds, block = (60, 10) if args.quick else (300, 20)
+    blocks, block, peer_block = (6, 10, 3) if args.quick else (15, 20, 5)
     schema = "bench_" + secrets.token_hex(4)
     try:
         psycopg.connect(URL, connect_timeout=3).close()
     except psycopg.Error as exc:
         sys.exit(f"PostgreSQL at {URL} is unreachable ({exc}); set LOUSHO_POSTGRES_URL")
+    print(f"PostgreSQL {URL.rsplit('@', 1)[-1]}, {os.cpu_count()} CPUs, load {load()} at start")
+    peer = None if args.no_peers else start_peers()
+    peers = PEERS if peer is not None else ()
     store = PostgresStore(URL, schema=schema, max_size=2)
+    results: dict[str, dict[int, float]] = {side: {} for side in ("turn", "floor", *peers)}
     try:
         floor = Floor(schema)
         agent = create_agent(provider=FunctionProvider(reply), store=store)
-        one, five, fifteen = os.getloadavg()
-        print(f"PostgreSQL {URL.rsplit('@', 1)[-1]}, load {one:.2f}/{five:.2f}/{fifteen:.2f}")
-        print(f"{'length':>7} {'turn µs':>9} {'floor µs':>9} {'turn/floor':>11}")
-        results = {}
+        # every side at every length, set up first, then measured in interleaved blocks
+        sides: list[tuple[str, int, Callable[[], list[float]]]] = []
+        sessions = []
         for length in LENGTHS:
             sid = f"len-{length}"
-            history = [
-                Message.user(f"q{i}") if i % 2 == 0 else Message.assistant(f"a{i}")
-                for i in range(length)
-            ]
-            store.sessions.save(sid, history)
+            store.sessions.save(sid, history(length))
             session = agent.session(sid)
             session.send("warm up")
-            turns: list[float] = []
-            floors: list[float] = []
-            for _ in range(rounds // block):
-                floors += timed(floor.write, block)
-                turns += timed(lambda s=session: s.send("weather?"), block)  # type: ignore[misc]
-            t, f = statistics.median(turns), statistics.median(floors)
-            results[length] = t
-            print(f"{length:>7} {t:>9.0f} {f:>9.0f} {t / f:>10.1f}x")
+            sessions.append(session)
+            sides.append(("floor", length, lambda: timed(floor.write, block)))
+            sides.append(
+                ("turn", length, lambda s=session: timed(lambda: s.send("weather?"), block))  # type: ignore[misc]
+            )
+            for name in peers:
+                assert peer is not None
+                peer.ask(op="seed", peer=name, length=length)
+                peer.ask(op="turns", peer=name, length=length, n=2)  # warm up
+                sides.append((name, length, peer_turns(peer, name, length, peer_block)))
+        samples: dict[tuple[str, int], list[float]] = {(n, k): [] for n, k, _ in sides}
+        for b in range(blocks):
+            shift = b * len(sides) // blocks
+            for name, length, run in sides[shift:] + sides[:shift]:
+                samples[name, length] += run()
+        for (name, length), values in samples.items():
+            results[name][length] = statistics.median(values)
+        for session in sessions:
             session.close()
-        print(f"flatness t(5,000)/t(10) = {results[5_000] / results[10]:.2f} (target <= 1.5)")
-        print("peers (LangGraph PostgresSaver, OpenAI Agents SQLAlchemySession): not measured")
         agent.close()
         floor.conn.close()
     finally:
         store.close()
+        if peer is not None:
+            peer.close()
         with psycopg.connect(URL, autocommit=True) as conn:
             conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+    report(results, peers, blocks, block, peer_block)
+
+
+def report(
+    results: dict[str, dict[int, float]],
+    peers: tuple[str, ...],
+    blocks: int,
+    block: int,
+    peer_block: int,
+) -> None:
+    turn, floor = results["turn"], results["floor"]
+    print(
+        f"median µs per turn (2 new messages), {blocks} blocks of {block} turns (peers: "
+        f"{peer_block}) per side and length, interleaved; load {load()} at the end"
+    )
+    head = f"{'length':>7} {'ours':>8} {'floor':>7} {'ours/floor':>10}"
+    for name in peers:
+        head += f" {name:>18} {'speed-up':>9}"
+    print(head)
+    for n in LENGTHS:
+        line = f"{n:>7,} {turn[n]:>8.0f} {floor[n]:>7.0f} {turn[n] / floor[n]:>9.1f}x"
+        for name in peers:
+            line += f" {results[name][n]:>18.0f} {results[name][n] / turn[n]:>8.1f}x"
+        print(line)
+    flat = turn[5_000] / turn[10]
+    checks = [
+        (f"flat t(5,000)/t(10) = {flat:.2f}", flat <= 1.5, "<= 1.5"),
+        (
+            f"ours/floor at 1,000 = {turn[1_000] / floor[1_000]:.1f}x",
+            turn[1_000] <= 4 * floor[1_000],
+            "<= 4x",
+        ),
+    ]
+    for name in peers:
+        for_peer = results[name]
+        speed = for_peer[1_000] / turn[1_000]
+        checks.append((f"speed-up vs {name} at 1,000 = {speed:.1f}x", speed >= 20, ">= 20x"))
+        print(f"{name} t(5,000)/t(10) = {for_peer[5_000] / for_peer[10]:.2f}")
+    for text, met, target in checks:
+        print(f"target {text} ({target}): {'met' if met else 'MISSED'}")
+    if not peers:
+        print("peers: not measured (see above)")
 
 
 if __name__ == "__main__":

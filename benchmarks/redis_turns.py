@@ -1,29 +1,40 @@
-"""Median µs per durable ``session.send`` on RedisStore at 10, 1,000 and 5,000 messages.
+"""A durable RedisStore turn at 10, 1,000 and 5,000 messages, beside the Agents SDK's RedisSession.
 
-Each turn takes the session's lease (one script), checks the revision, runs the
-(instant) model, writes and deletes the turn's durable checkpoint (a script
-each), appends the two new messages (one script) and releases the lease. The
-cost must stay flat — t(5,000) / t(10) <= 1.5 — because an append pushes only the
-new messages. Also prints the raw ``append`` µs.
+Our turn: ``session.send`` with an instant ``FunctionProvider`` on a
+``RedisStore`` given whole to the agent (checkpoints on): it takes the session's
+lease (one script), reads the revision and the pending checkpoint, saves the
+turn's checkpoint (one script), appends the two new messages deleting the
+checkpoint (one script) and releases the lease (one script). It must stay flat —
+t(5,000) / t(10) <= 1.5 — because an append pushes only the new messages. Also
+timed: the raw ``append`` of two messages.
 
-Needs a Redis server: ``LOUSHO_REDIS_URL`` (default ``redis://127.0.0.1:6379/0``);
-without one it says so and exits 0. Keys go under a prefix of their own, deleted
-afterwards. Run: ``python benchmarks/redis_turns.py`` (or ``make bench``).
+The peer, in the same run on the same server under a key prefix of its own
+(deleted at the end), run by the peers' interpreter as a subprocess
+(``benchmarks/peers/redis_peers.py``; not a project dependency): the OpenAI
+Agents SDK's ``RedisSession``, a turn being what its ``Runner`` does with the
+session, ``get_items()`` then ``add_items([user, assistant])``, without the model
+call or the agent loop. Both start from a conversation of the same length
+(seeded through each one's API in one call). All sides at all lengths take
+turns in blocks, so that a change in machine load hits all alike (the flatness
+ratio included); the figures are medians, in µs.
 
-Not measured here (yet): the OpenAI Agents SDK's ``RedisSession`` (``get_items`` +
-``add_items``) on the same server. It needs ``openai-agents[redis]`` in a venv of
-its own (its pins must not meet ours): ``python -m venv /tmp/oa && /tmp/oa/bin/pip
-install 'openai-agents[redis]'``, then time ``get_items()`` + ``add_items(two)``
-per turn at the same lengths with that interpreter.
+Set the peer up once with ``make peers`` (a ``.peers-venv`` with
+``benchmarks/peers/requirements.txt``), or point ``LOUSHO_PEERS_PYTHON`` at a
+python that has it; without one, only our side is measured. Needs a Redis
+server: ``LOUSHO_REDIS_URL`` (default ``redis://127.0.0.1:6379/0``); without one
+it says so and exits 0. Run: ``python benchmarks/redis_turns.py [--quick]``.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import secrets
 import statistics
 import sys
 import time
+from collections.abc import Callable
+from pathlib import Path
 
 import redis
 
@@ -31,86 +42,167 @@ from lousho_sessions import FunctionProvider, Message, Usage, create_agent
 from lousho_sessions.providers.base import ModelRequest
 from lousho_sessions.redis import RedisStore
 
+sys.path.insert(0, str(Path(__file__).parent / "peers"))
+from peer_protocol import (
+    REPLY_TEXT,
+    SETUP,
+    PeerError,
+    PeerProcess,
+    history_texts,
+    peers_python,
+)
+
 LENGTHS = (10, 1_000, 5_000)
-ROUNDS = 100
-WARMUP = 10
+PEER = "openai-redis"
 URL = os.environ.get("LOUSHO_REDIS_URL") or "redis://127.0.0.1:6379/0"
 
 
 def instant(request: ModelRequest) -> Message:
-    return Message.assistant(
-        "Revenue grew in most regions while costs stayed flat. " * 5, usage=Usage(1_200, 180)
-    )
+    return Message.assistant(REPLY_TEXT, usage=Usage(1_200, 180))
 
 
 def history(length: int) -> list[Message]:
     return [
-        m
-        for n in range(length // 2)
-        for m in (
-            Message.user(f"Question {n}: what changed in the report for region {n % 7}?"),
-            Message.assistant("Revenue grew in most regions while costs stayed flat. " * 5),
-        )
+        Message.user(text) if role == "user" else Message.assistant(text)
+        for role, text in history_texts(length)
     ]
 
 
-def measure_send(store: RedisStore, length: int) -> float:
-    """Median µs per durable send on a session that already holds ``length`` messages."""
-    id = f"bench-{length}"
-    store.sessions.save(id, history(length))
-    agent = create_agent(provider=FunctionProvider(instant), store=store)
-    session = agent.session(id)
-    for _ in range(WARMUP):
-        session.send("warm up")
-    samples = []
-    for n in range(ROUNDS):
+def timed(call: Callable[[], object], n: int) -> list[float]:
+    out = []
+    for _ in range(n):
         start = time.perf_counter_ns()
-        session.send(f"What about region {n}?")
-        samples.append((time.perf_counter_ns() - start) / 1_000)
-    session.close()
-    agent.close()
-    return statistics.median(samples)
+        call()
+        out.append((time.perf_counter_ns() - start) / 1_000)
+    return out
 
 
-def measure_append(store: RedisStore, length: int) -> float:
-    """Median µs per raw ``append`` of two messages at ``length`` stored messages."""
-    id = f"raw-{length}"
-    store.sessions.save(id, history(length))
-    known = length
-    samples = []
-    for n in range(ROUNDS):
-        new = [Message.user(f"q{n}"), Message.assistant(f"a{n}")]
-        start = time.perf_counter_ns()
-        store.sessions.append(id, new, known)
-        samples.append((time.perf_counter_ns() - start) / 1_000)
-        known += 2
-    return statistics.median(samples)
+def load() -> str:
+    one, five, fifteen = os.getloadavg()
+    return f"{one:.2f}/{five:.2f}/{fifteen:.2f}"
+
+
+def start_peer() -> PeerProcess | None:
+    python = peers_python()
+    if python is None:
+        print(f"peers not measured: no peers' interpreter. {SETUP}")
+        return None
+    try:
+        peer = PeerProcess(python, "redis_peers.py", URL)
+    except OSError as exc:
+        print(f"peers not measured: cannot run {python}: {exc}. {SETUP}")
+        return None
+    try:
+        versions = peer.ask(op="versions")["versions"]
+    except PeerError as exc:
+        print(f"peer not measured: {exc}")
+        peer.close()
+        return None
+    print("peer (" + python + "): " + ", ".join(f"{k} {v}" for k, v in versions.items()))
+    return peer
+
+
+class Appender:
+    """The raw ``append`` of two messages to a session of ``length`` messages."""
+
+    def __init__(self, store: RedisStore, length: int) -> None:
+        self.store, self.id, self.known = store, f"raw-{length}", length
+        store.sessions.save(self.id, history(length))
+
+    def append(self) -> None:
+        new = [Message.user(f"q{self.known}"), Message.assistant(f"a{self.known}")]
+        self.store.sessions.append(self.id, new, self.known)
+        self.known += 2
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="fewer rounds")
+    parser.add_argument("--no-peers", action="store_true", help="measure our side only")
+    args = parser.parse_args()
+    blocks, block, peer_block = (6, 10, 5) if args.quick else (15, 20, 10)
     try:
         redis.Redis.from_url(URL, socket_connect_timeout=3).ping()
     except redis.RedisError as exc:
         print(f"skipped: Redis at {URL} is unreachable ({exc})")
         return
+    print(f"Redis {URL}, {os.cpu_count()} CPUs, load {load()} at start")
+    peer = None if args.no_peers else start_peer()
     prefix = f"lousho-bench-{secrets.token_hex(4)}"
     store = RedisStore(URL, prefix=prefix)
+    results: dict[str, dict[int, float]] = {"send": {}, "append": {}, PEER: {}}
     try:
-        sends = {n: measure_send(store, n) for n in LENGTHS}
-        appends = {n: measure_append(store, n) for n in LENGTHS}
+        agent = create_agent(provider=FunctionProvider(instant), store=store)
+        # every side at every length, set up first, then measured in interleaved blocks
+        sides: list[tuple[str, int, Callable[[], list[float]]]] = []
+        sessions = []
+        for length in LENGTHS:
+            id = f"bench-{length}"
+            store.sessions.save(id, history(length))
+            session = agent.session(id)
+            timed(lambda s=session: s.send("warm up"), 5)  # type: ignore[misc]
+            sessions.append(session)
+            appender = Appender(store, length)
+            sides.append(
+                ("send", length, lambda s=session: timed(lambda: s.send("What about it?"), block))  # type: ignore[misc]
+            )
+            sides.append(("append", length, lambda a=appender: timed(a.append, block)))  # type: ignore[misc]
+            if peer is not None:
+                peer.ask(op="seed", peer=PEER, length=length)
+                peer.ask(op="turns", peer=PEER, length=length, n=3)  # warm up
+                sides.append((PEER, length, peer_turns(peer, length, peer_block)))
+        samples: dict[tuple[str, int], list[float]] = {(n, k): [] for n, k, _ in sides}
+        for b in range(blocks):
+            shift = b * len(sides) // blocks
+            for name, length, run in sides[shift:] + sides[:shift]:
+                samples[name, length] += run()
+        for (name, length), values in samples.items():
+            results[name][length] = statistics.median(values)
+        for session in sessions:
+            session.close()
+        agent.close()
     finally:
         store.close()
+        if peer is not None:
+            peer.close()
         with redis.Redis.from_url(URL) as client:
             keys = list(client.scan_iter(match=f"{prefix}:*", count=1000))
             if keys:
                 client.unlink(*keys)
-    print(f"RedisStore at {URL}: median µs (instant model, 2 new messages per turn)")
+    report(results, peer is not None, blocks, block, peer_block)
+
+
+def peer_turns(peer: PeerProcess, length: int, n: int) -> Callable[[], list[float]]:
+    """A block of ``n`` peer turns on its conversation of ``length`` messages."""
+    return lambda: list(peer.ask(op="turns", peer=PEER, length=length, n=n)["us"])
+
+
+def report(
+    results: dict[str, dict[int, float]], peered: bool, blocks: int, block: int, peer_block: int
+) -> None:
+    print(
+        f"median µs per turn (2 new messages), {blocks} blocks of {block} turns (peer: "
+        f"{peer_block}) per side and length, interleaved; load {load()} at the end"
+    )
+    rows = [("durable session.send", results["send"]), ("raw append", results["append"])]
+    if peered:
+        rows.append((f"{PEER} get+add", results[PEER]))
     print(f"{'':>22} | " + " | ".join(f"{n:>8,}" for n in LENGTHS) + " | t(5000)/t(10)")
-    for name, row in (("durable session.send", sends), ("raw append", appends)):
+    for name, row in rows:
         cells = " | ".join(f"{row[n]:>8.0f}" for n in LENGTHS)
         print(f"{name:>22} | {cells} | {row[5_000] / row[10]:>13.2f}")
+    sends = results["send"]
+    if peered:
+        peer = results[PEER]
+        speed = " | ".join(f"{peer[n] / sends[n]:>7.1f}x" for n in LENGTHS)
+        print(f"{'speed-up vs ' + PEER:>22} | {speed} |")
     flat = sends[5_000] / sends[10] <= 1.5
-    print(f"target (durable send ratio <= 1.5): {'met' if flat else 'MISSED'}")
+    print(f"target durable send t(5,000)/t(10) <= 1.5: {'met' if flat else 'MISSED'}")
+    if peered:
+        fast = results[PEER][1_000] / sends[1_000] >= 10
+        print(f"target >= 10x faster than {PEER} at 1,000: {'met' if fast else 'MISSED'}")
+    else:
+        print("peer: not measured (see above)")
     if not flat:
         sys.exit(1)
 

@@ -10,6 +10,11 @@ O(n²) per step). Loading a turn merges the records of its current step back in;
 the next whole save holds their results, so it deletes the records (in its own
 transaction where the store can: ``save_and_delete``).
 
+The effect ledger: before calls to tools declared ``idempotent=False`` run, their ids
+are written to the step's current result record (``started``: one small write for the
+calls that start together), so a resumed turn knows which calls may have run
+(``_effects``). Calls to idempotent tools cost no such write.
+
 Every write carries the fence of the session's lease (``fence``, ``None`` outside a
 lease): a turn whose lease was lost gets ``LeaseLostError`` and writes nothing.
 """
@@ -48,28 +53,45 @@ class TurnCheckpoints:
         self.fence = fence
         self._record_key: str | None = None
         self._record: dict[str, Any] = {}
+        self._started: list[str] = []
         self._counter = 0
 
     def save(self, state: TurnState) -> None:
         """Save the whole state (when durable, or paused), then drop the records it now holds."""
         if not (self.durable or state.status == "awaiting-approval"):
             return
+        state.fence = self.fence
         self.store.save_and_delete(
             state.turn_id or "", turn_checkpoint(state), list(state.records), fence=self.fence
         )
-        self._record_key, self._record = None, {}
+        self._record_key, self._record, self._started = None, {}, []
         state.records.clear()
 
     def save_result(self, state: TurnState, call_id: str) -> None:
         """Save the recorded result of ``call_id`` in the step's current result record."""
         if not self.durable:
             return
+        self._next_record(state)
+        self._record[call_id] = turn_result_dict(state, call_id)
+        self._write_record(state)
+
+    def save_started(self, state: TurnState, call_ids: list[str]) -> None:
+        """Record that the calls ``call_ids`` begin (their intent), before they run."""
+        if not self.durable:
+            return
+        self._next_record(state)
+        self._started.extend(call_ids)
+        self._write_record(state)
+
+    def _next_record(self, state: TurnState) -> None:
         if self._record_key is None or len(self._record) >= RESULTS_PER_RECORD:
             self._counter += 1
             self._record_key = f"{state.turn_id}-r{state.steps}-{self._counter}"
-            self._record = {}
+            self._record, self._started = {}, []
             state.records.append(self._record_key)
-        self._record[call_id] = turn_result_dict(state, call_id)
+
+    def _write_record(self, state: TurnState) -> None:
+        assert self._record_key is not None
         self.store.save(
             self._record_key,
             {
@@ -78,6 +100,7 @@ class TurnCheckpoints:
                 "run_id": state.run_id,
                 "step": state.steps,
                 "results": self._record,
+                **({"started": self._started} if self._started else {}),
             },
             fence=self.fence,
         )
@@ -98,6 +121,9 @@ class TurnCheckpoints:
             try:
                 for call_id, message in dict(data["results"]).items():
                     state.results.setdefault(str(call_id), message_from_dict(message))
+                # each start counts (a record holds only those since the last whole save):
+                # a call approved to run again that is interrupted again is asked about again
+                state.started.extend(str(c) for c in data.get("started", ()))
             except (KeyError, TypeError, ValueError) as exc:
                 raise StoreCorruptError(f"checkpoint {key!r}: cannot read results: {exc}") from exc
         numbers = [k.rpartition("-")[2] for k in state.records]

@@ -46,6 +46,13 @@ class AgentConfig:
     pricing: Mapping[str, Pricing] | None = None
     max_steps: int = 20
     settings: Mapping[str, Any] = attrs.field(factory=dict)
+    #: the agent's name, in traces (``invoke_agent {name}``)
+    name: str | None = None
+    #: OpenTelemetry providers; None: the global ones (docs/operations.md)
+    tracer_provider: Any = None
+    meter_provider: Any = None
+    #: put message content (prompts, answers, tool arguments and results) in spans
+    trace_content: bool = False
 
     @classmethod
     def build(

@@ -24,6 +24,7 @@ from ._checkpoints import TurnCheckpoints
 from ._config import AgentConfig, Approve
 from ._inbox import Inbox, Ticket
 from ._runtime import Runtime
+from ._telemetry import Telemetry
 from ._turn import Turn, TurnConfig, TurnState
 from .abort import AbortController
 from .approvals import TurnKey
@@ -55,6 +56,13 @@ class TurnRunner:
     def __init__(self, config: AgentConfig, runtime: Runtime) -> None:
         self.config = config
         self.runtime = runtime
+        #: decided once per agent: None when nothing is traced or measured
+        self.telemetry = Telemetry.build(
+            config.tracer_provider,
+            config.meter_provider,
+            content=config.trace_content,
+            name=config.name,
+        )
 
     def run(
         self,
@@ -81,6 +89,10 @@ class TurnRunner:
         ``context`` is the caller's object for tools (``ToolContext.context``).
         """
         c = self.config
+        if resumed:
+            log.info(
+                "resuming turn %s (run %s) after step %d", state.turn_id, state.run_id, state.steps
+            )
         config = TurnConfig(
             provider=c.provider,
             system=c.system,
@@ -104,6 +116,17 @@ class TurnRunner:
             context=context,
         )
         kept = checkpoints.durable or resumed  # a checkpoint may exist
+        trace = None  # started last: nothing between it and the try can leave it open
+        if self.telemetry is not None:
+            trace = self.telemetry.turn(
+                state,
+                resumed=resumed,
+                fence=checkpoints.fence,
+                provider=c.provider.name.split("/", 1)[0],  # "openai/gpt-4o" -> "openai"
+                model=c.model_name,
+                system=c.system,
+            )
+        config.trace = trace
         try:
             result = Turn(state, config).run()
             reason = result.finish_reason
@@ -114,9 +137,15 @@ class TurnRunner:
         except LeaseLostError as exc:
             # another turn holds the session now: its checkpoint, its approvals; write nothing
             log.warning("turn %s lost its lease and ends: %s", state.turn_id, exc)
+            if trace is not None:
+                trace.end(error=exc)
+            if self.telemetry is not None:
+                self.telemetry.lease_lost(c.provider.name.split("/", 1)[0])
             settle(inbox, None, exc, requeue)
             raise
         except BaseException as exc:
+            if trace is not None:
+                trace.end(error=exc)
             permanent = is_permanent(exc)
             left = inbox.close() if inbox is not None else []
             if left and checkpoints.durable and not permanent:
@@ -136,6 +165,12 @@ class TurnRunner:
                 _forget_quietly(checkpoints, state)
             settle(inbox, None, exc, requeue)
             raise
+        log.debug(
+            "turn %s (run %s) ended: %s after %d model calls and %d tool calls",
+            state.turn_id, state.run_id, reason, state.steps, state.tool_calls,
+        )  # fmt: skip
+        if trace is not None:
+            trace.end(result)
         if kept and reason != "awaiting-approval":
             checkpoints.forget(state)
         settle(inbox, result, None, requeue)
@@ -145,7 +180,11 @@ class TurnRunner:
         """The approval gate: let a turn paused on an approval go on once it is decided.
 
         Raises ``waiting(approval_id)`` while the approval is pending (or its record is gone).
+        A turn a sweep abandoned (``lousho_sessions.recovery``) is tried again: whoever
+        calls ``resume()``/``send()`` on it decided so.
         """
+        if state.status == "abandoned":
+            state.status = "running"
         if state.status != "awaiting-approval":
             return
         record = self.config.approvals.get(state.approval_id or "")

@@ -3,14 +3,18 @@
 A single turn runs as a job on the agent's workers, in a lane of its own: keyed by
 its session id when it is durable (so two sends with one id run one after the
 other), else by its run id. A durable one is checkpointed under
-``TurnKey("single", id).turn_id`` (``f"{id}.send"``).
+``TurnKey("single", id).turn_id`` (``f"{id}.send"``) and runs holding the lease of
+session ``id`` in the agent's session store (``turn_lock``), its writes carrying the
+lease's fence: so a sweeper (``lousho_sessions.recovery``) can tell a running send from
+one whose process died, and a send whose lease was taken over writes nothing.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from concurrent.futures import Future
+from contextlib import contextmanager
 from typing import Any, Protocol
 
 from ._calls import Stop, announced, linked
@@ -27,7 +31,9 @@ from .inputs import Input, to_messages
 from .messages import Message
 from .results import ExecutionResult
 from .run import AgentRun
+from .stores.adapters import adapt_sessions
 from .stores.base import ApprovalStore, CheckpointStore, validate_session_id
+from .stores.lease import Lease
 
 __all__ = ["AgentExecutor", "HasRunner", "SingleTurns"]
 
@@ -66,28 +72,38 @@ class SingleTurns:
         durable = session_id is not None and self.runner.config.store.checkpoints is not None
         turn = TurnKey("single", session_id or run_id)
         checkpoints = self._store(durable)
-        lane = _lane(checkpoints, turn.key)
+        lane = lane_of(checkpoints, turn.key)
         if inside(lane):
             raise SessionBusyError(
                 f"agent.send(session_id={turn.key!r}) was called from inside that run's own tool; "
                 "it would wait for itself forever"
             )
+        sessions = self.runner.config.store.sessions
+        if durable and inside(("session", id(sessions), turn.key)):
+            raise SessionBusyError(
+                f"agent.send(session_id={turn.key!r}) was called from inside a turn of session "
+                f"{turn.key!r}, whose lease a durable send needs; it would wait for itself "
+                "forever. Use another session id."
+            )
 
         def work(job: Job) -> ExecutionResult:
             try:
-                if session_id is not None:
-                    # finish (or refuse to overwrite) the run this id left unfinished
-                    earlier = self.finish(turn, checkpoints, None, context=context, approve=approve)
-                    if earlier is not None and earlier.finish_reason == "awaiting-approval":
-                        raise _waiting(turn, earlier.approval_id)
-                state = TurnState.start(
-                    messages, session_id=session_id, turn_id=turn.turn_id, run_id=run_id
-                )
-                writer = TurnCheckpoints(checkpoints, durable=durable)
-                result = self.runner.run(
-                    state, controller, writer, turn=turn, emit=emit, approve=approve,
-                    context=context,
-                )  # fmt: skip
+                with self.lease(turn.key, durable) as fence:
+                    if session_id is not None:
+                        # finish (or refuse to overwrite) the run this id left unfinished
+                        earlier = self.finish(
+                            turn, checkpoints, None, context=context, approve=approve, fence=fence
+                        )
+                        if earlier is not None and earlier.finish_reason == "awaiting-approval":
+                            raise _waiting(turn, earlier.approval_id)
+                    state = TurnState.start(
+                        messages, session_id=session_id, turn_id=turn.turn_id, run_id=run_id
+                    )
+                    writer = TurnCheckpoints(checkpoints, durable=durable, fence=fence)
+                    result = self.runner.run(
+                        state, controller, writer, turn=turn, emit=emit, approve=approve,
+                        context=context,
+                    )  # fmt: skip
             except BaseException as exc:
                 if emit is not None:
                     emit(ErrorEvent(run_id, exc))
@@ -127,8 +143,9 @@ class SingleTurns:
         """Finish the durable single turn of ``key``, if one is pending; its Future and
         controller. With ``emit`` the turn is streamed (and pauses on every approval);
         ``wire`` gets the Future and controller before the job is queued."""
-        checkpoints = self._store(self.runner.config.store.checkpoints is not None)
-        lane = _lane(checkpoints, key)
+        durable = self.runner.config.store.checkpoints is not None
+        checkpoints = self._store(durable)
+        lane = lane_of(checkpoints, key)
         if inside(lane):
             raise SessionBusyError(f"run {key!r}: resume() was called from inside its own tool")
         controller = AbortController()
@@ -136,9 +153,11 @@ class SingleTurns:
 
         def finish() -> ExecutionResult | None:
             turn = TurnKey("single", key)
-            return self.finish(
-                turn, checkpoints, controller.signal, context=context, emit=emit, approve=approve
-            )
+            with self.lease(key, durable) as fence:
+                return self.finish(
+                    turn, checkpoints, controller.signal, context=context, emit=emit,
+                    approve=approve, fence=fence,
+                )  # fmt: skip
 
         job = Job(lambda j: announced(finish, emit, run_id), "single")
         if wire is not None:
@@ -165,9 +184,12 @@ class SingleTurns:
         context: Any = None,
         emit: Callable[[Event], None] | None = None,
         approve: Approve | None,
+        fence: int | None = None,
     ) -> ExecutionResult | None:
-        """Run the pending single turn ``turn`` to an end; None if none is pending."""
-        writer = TurnCheckpoints(checkpoints, durable=True)
+        """Run the pending single turn ``turn`` to an end; None if none is pending.
+
+        ``fence`` is the lease's (``lease``) that the caller holds."""
+        writer = TurnCheckpoints(checkpoints, durable=True, fence=fence)
         state = self.runner.load(writer, turn)
         if state is None:
             return None
@@ -183,13 +205,30 @@ class SingleTurns:
             context=context,
         )
 
+    @contextmanager
+    def lease(self, key: str, durable: bool, *, held: Lease | None = None) -> Iterator[int | None]:
+        """Hold session ``key`` in the agent's session store while a durable send runs;
+        yields the lease's fence (``None``, holding nothing, when not durable). ``held``:
+        a lease taken already (a sweep's claim), used and released instead."""
+        sessions = self.runner.config.store.sessions
+        if held is not None:
+            with held:
+                yield held.fence
+            return
+        if not durable or sessions is None:
+            yield None
+            return
+        with adapt_sessions(sessions).turn_lock(key) as lease:
+            yield lease.fence
+
     def _store(self, durable: bool) -> CheckpointStore:
         """The agent's checkpoint store when durable; else paused turns in memory."""
         store = self.runner.config.store.checkpoints
         return store if durable and store is not None else self.runner.runtime.pauses
 
 
-def _lane(checkpoints: CheckpointStore, key: str) -> Hashable:
+def lane_of(checkpoints: CheckpointStore, key: str) -> Hashable:
+    """The lane of the single turns keyed ``key``: one at a time per key and store."""
     return ("single", id(checkpoints), key)
 
 

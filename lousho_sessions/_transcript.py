@@ -36,10 +36,13 @@ class Transcript:
         self.fence: int | None = None
         self._revision: object = None
         self._loaded = False
+        #: the revision the lease was taken with, for the first ``sync()`` under it
+        self._start_revision: tuple[object | None] | None = None
 
     def sync(self) -> None:
         """Bring the transcript up to date if the store changed since this session last looked."""
-        revision = self.store.revision(self.id)
+        known, self._start_revision = self._start_revision, None
+        revision = known[0] if known is not None else self.store.revision(self.id)
         if self._loaded:
             if revision == self._revision:
                 return
@@ -92,11 +95,17 @@ class Transcript:
         self.spent = (old_usage + usage, old_steps + steps, old_calls + calls)
 
     @contextmanager
-    def turn_lock(self) -> Iterator[Lease]:
-        """Hold the session in the store for a turn; writes made meanwhile carry its fence."""
-        with self.store.turn_lock(self.id) as lease:
+    def turn_lock(self, held: Lease | None = None) -> Iterator[Lease]:
+        """Hold the session in the store for a turn; writes made meanwhile carry its fence.
+
+        ``held``: a lease on the session taken already (a sweep's claim), used and released
+        instead of taking one."""
+        with held or self.store.turn_lock(self.id) as lease:
             self.fence = lease.fence
+            # read with the lease: a writer with an older fence can no longer land
+            self._start_revision = lease.start_revision
             try:
                 yield lease
             finally:
                 self.fence = None
+                self._start_revision = None

@@ -23,6 +23,7 @@ from typing import Any
 
 import attrs
 
+from ._effects import RERUN_NOTE, ledger, rerun_approval_id
 from ._inbox import Inbox
 from ._tool_calls import MAX_MALFORMED_TOOL_CALLS, check_malformed, malformed_text, unique_call_ids
 from ._turn_config import ToolOutcome, TurnConfig
@@ -179,6 +180,7 @@ class Turn:
             settings=config.settings,
             signal=controller.signal,
         )
+        chat = config.trace.chat(request.messages) if config.trace is not None else None
         response: ModelResponse | None = None
         try:
             for event in config.provider.stream(request, controller.signal):
@@ -193,25 +195,47 @@ class Turn:
                 elif isinstance(event, ModelResponse):
                     response = event
         except Exception as exc:
-            if config.signal.aborted:
-                raise AbortedError(config.signal.reason) from exc
-            if controller.signal.aborted:
+            error = self._call_error(controller, exc)
+            if chat is not None:
+                chat.end(None, error)
+            if error is None:
                 return None  # steered
-            if isinstance(exc, LoushoError):
+            if error is exc:
                 raise
-            raise ProviderError(None, f"model call failed: {type(exc).__name__}: {exc}") from exc
+            raise error from exc
+        except BaseException as exc:  # KeyboardInterrupt, SystemExit: the span ends too
+            if chat is not None:
+                chat.end(None, exc)
+            raise
         finally:
             remove()
             if inbox is not None:
                 inbox.set_steer_hook(None)
-        self._check_abort()
+        if response is None or config.signal.aborted or controller.signal.aborted:
+            error = self._call_error(controller, None)
+            if chat is not None:
+                chat.end(None, error)
+            if error is None:
+                return None  # steered
+            raise error
+        if chat is not None:
+            chat.end(response)
+        return response
+
+    def _call_error(
+        self, controller: AbortController, exc: Exception | None
+    ) -> BaseException | None:
+        """What a model call that raised ``exc`` (None: gave no response) raises; None: steered."""
+        if self.config.signal.aborted:
+            return AbortedError(self.config.signal.reason)
         if controller.signal.aborted:
             return None
-        if response is None:
-            raise ProviderError(
-                None, f"provider {config.provider.name!r} ended its stream without a response"
-            )
-        return response
+        if exc is None:
+            name = self.config.provider.name
+            return ProviderError(None, f"provider {name!r} ended its stream without a response")
+        if isinstance(exc, LoushoError):
+            return exc
+        return ProviderError(None, f"model call failed: {type(exc).__name__}: {exc}")
 
     def _tool_step(self, assistant: Message) -> None:
         state, config = self.state, self.config
@@ -221,14 +245,14 @@ class Turn:
         steered = config.inbox is not None and config.inbox.has_steer()
         for call in calls:
             if steered:
-                self._record(
+                self.record(
                     call, "Not run: the user sent a new message first.", True, checkpoint=False
                 )
                 continue
             tool = config.tools.get(call.name)
             if tool is None:
                 known = ", ".join(sorted(config.tools)) or "none"
-                self._record(
+                self.record(
                     call,
                     f"Error: unknown tool {call.name!r} (tools: {known})",
                     True,
@@ -236,12 +260,12 @@ class Turn:
                 )
                 continue
             if call.raw_arguments is not None:  # not JSON: back to the model, which may retry
-                self._record(call, malformed_text(call), True, checkpoint=False)
+                self.record(call, malformed_text(call), True, checkpoint=False)
                 continue
             try:  # arguments that do not fit go back to the model before anyone approves
                 tool.check_arguments(call.arguments)
             except ToolArgumentsError as exc:
-                self._record(call, tool_error_text(exc), True, checkpoint=False, exception=exc)
+                self.record(call, tool_error_text(exc), True, checkpoint=False, exception=exc)
                 continue
             decision = self._decision(call, tool)
             if decision is None:
@@ -253,24 +277,28 @@ class Turn:
             else:
                 reason = decision.get("reason")
                 text = "The user denied this tool call" + (f": {reason}" if reason else ".")
-                self._record(call, text, True, checkpoint=False)
+                self.record(call, text, True, checkpoint=False)
         left = self._tool_calls_left()
         if left is not None and len(runnable) > left:
             # run the calls that fit; the others still get an answer, so none is left open
             runnable, over = runnable[:left], runnable[left:]
             for call in over:
-                self._record(
+                self.record(
                     call, "Not run: limit reached (max_tool_calls).", True, checkpoint=False
                 )
+        runnable, parked = ledger(self, runnable)
         if runnable:
             self._run(runnable)
         if pause is not None:
             self._pause(pause)
+        if parked is not None:
+            self._pause(parked, rerun_approval_id(state.run_id, parked, state.started), RERUN_NOTE)
         # every call answered: the results join the turn, in call order. No checkpoint
         # here: the results are recorded already, and the next model response saves.
         for call in assistant.tool_calls:
             state.new.append(state.results.pop(call.id))
         state.results.clear()
+        state.started.clear()
 
     def _decision(self, call: ToolCall, tool: Tool) -> dict[str, Any] | str | None:
         """None: no approval needed; "pending": wait; else the decision."""
@@ -302,9 +330,11 @@ class Turn:
         state.decisions[call.id] = decision
         return decision
 
-    def _pause(self, call: ToolCall) -> None:
+    def _pause(
+        self, call: ToolCall, approval_id: str | None = None, note: str | None = None
+    ) -> None:
         state, config = self.state, self.config
-        approval_id = approval_id_for(state.run_id, call.id)
+        approval_id = approval_id or approval_id_for(state.run_id, call.id)
         if config.approvals.get(approval_id) is None:
             record = new_record(
                 approval_id,
@@ -313,6 +343,7 @@ class Turn:
                 run_id=state.run_id,
                 call=call,
                 turn=config.turn,
+                note=note,
             )
             checkpoints = config.checkpoints
             config.approvals.create(record, fence=checkpoints.fence if checkpoints else None)
@@ -323,27 +354,33 @@ class Turn:
         raise _Finish("awaiting-approval")
 
     def _run(self, calls: list[ToolCall]) -> None:
-        state, config = self.state, self.config
+        config = self.config
 
         def job(call: ToolCall) -> Callable[[], ToolOutcome]:
             tool = config.tools[call.name]
-            context: ToolContext[Any] = ToolContext(
-                session_id=state.session_id,
-                run_id=state.run_id,
-                call_id=call.id,
-                signal=config.signal,
-                idempotency_key=f"{state.run_id}:{call.id}",
-                context=config.context,
-            )
+            context = self.context(call)
 
-            def invoke() -> ToolOutcome:
-                return tool.invoke(call.arguments, context, loop=config.tool_loop), False
+            def run() -> str:
+                return tool.invoke(call.arguments, context, loop=config.tool_loop)
 
-            return invoke
+            traced = run if config.trace is None else config.trace.tool(call, run)
+            return lambda: (traced(), False)
 
         outcomes = config.run_tools([job(c) for c in calls])
         with contextlib.closing(outcomes):  # type: ignore[type-var]
             self._collect(calls, outcomes)
+
+    def context(self, call: ToolCall) -> ToolContext[Any]:
+        """The ``ToolContext`` of ``call`` (the same for its reconcile hook)."""
+        state, config = self.state, self.config
+        return ToolContext(
+            session_id=state.session_id,
+            run_id=state.run_id,
+            call_id=call.id,
+            signal=config.signal,
+            idempotency_key=f"{state.run_id}:{call.id}",
+            context=config.context,
+        )
 
     def _collect(
         self, calls: list[ToolCall], outcomes: Iterator[tuple[int, ToolOutcome | BaseException]]
@@ -363,12 +400,12 @@ class Turn:
                 output, is_error, exception = tool_error_text(outcome), True, outcome
             else:
                 output, is_error = outcome
-            self._record(call, output, is_error, checkpoint=True, exception=exception)
+            self.record(call, output, is_error, checkpoint=True, exception=exception)
             self._check_abort()
         if propagate is not None:
             raise propagate
 
-    def _record(
+    def record(
         self,
         call: ToolCall,
         output: str,

@@ -15,6 +15,7 @@ import attrs
 
 from ._checkpoints import TurnCheckpoints
 from ._inbox import Inbox
+from ._telemetry import TurnTrace
 from .abort import AbortSignal
 from .approvals import ApprovalRequest, TurnKey
 from .events import Event
@@ -73,3 +74,5 @@ class TurnConfig:
     turn: TurnKey | None = None
     #: the caller's object for tools (``ToolContext.context``); never saved
     context: Any = None
+    #: this run's spans and measurements; None when the agent traces nothing
+    trace: TurnTrace | None = None

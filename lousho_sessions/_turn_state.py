@@ -2,7 +2,13 @@
 
 The checkpoint codec is in ``serde`` (``turn_checkpoint``/``turn_state_from_checkpoint``),
 with every other format. The saved format is versioned by ``CHECKPOINT_VERSION``:
-1 — first release.
+1 — first release; 2 — ``attempts`` (sweeps that claimed the turn), ``started`` (calls
+of the current step to non-idempotent tools that began: the effect ledger's intents),
+``fence`` (the lease that saved it) and the status ``"abandoned"``. Optional fields
+added without a new version (a release that does not know a field keeps it in
+``extra`` and writes it back; one that does reads a checkpoint without it as before):
+``trace`` — the W3C trace context of the run that started the turn and its attempt
+count (``_telemetry``), written only when the agent traces.
 """
 
 from __future__ import annotations
@@ -18,8 +24,8 @@ from .messages import Message, Usage
 
 __all__ = ["CHECKPOINT_FORMAT", "CHECKPOINT_VERSION", "TurnState"]
 
-#: Checkpoint format versions: 1 — first release.
-CHECKPOINT_VERSION = 1
+#: Checkpoint format versions: 1 — first release; 2 — attempts, started, fence, "abandoned".
+CHECKPOINT_VERSION = 2
 CHECKPOINT_FORMAT = "lousho.turn"
 
 
@@ -51,6 +57,12 @@ class TurnState:
     usage: Usage = Usage()
     queued: list[dict[str, Any]] = attrs.field(factory=list)
     created_at: str = attrs.field(factory=now_iso)
+    #: how many times a sweep claimed this turn (``lousho_sessions.recovery``)
+    attempts: int = 0
+    #: calls of the current step to non-idempotent tools that began (their intent)
+    started: list[str] = attrs.field(factory=list)
+    #: the fence of the lease that saved this checkpoint (``None``: no lease)
+    fence: int | None = None
     extra: dict[str, Any] = attrs.field(factory=dict)
     #: result records saved beside the checkpoint and not deleted yet (see _checkpoints)
     records: list[str] = attrs.field(factory=list, init=False, eq=False, repr=False)

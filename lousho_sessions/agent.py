@@ -51,6 +51,10 @@ def create_agent(
     max_steps: int = 20,
     settings: Mapping[str, Any] | None = None,
     check_key: bool = True,
+    name: str | None = None,
+    tracer_provider: Any = None,
+    meter_provider: Any = None,
+    trace_content: bool = False,
 ) -> Agent:
     """Make an ``Agent``. With neither ``provider`` nor ``model``: ``$LOUSHO_MODEL``, else ``"demo"``.
 
@@ -59,6 +63,11 @@ def create_agent(
     environment variable; ``check_key=False`` leaves that to the first model call (for
     code that makes an agent but never calls the model, such as tests that replace
     the provider).
+
+    Tracing (docs/operations.md): with the ``otel`` extra installed, turns are traced
+    to ``tracer_provider`` and measured on ``meter_provider`` (None: the global ones,
+    as set when the agent is made); ``name`` names the agent in its spans;
+    ``trace_content=True`` puts messages and tool arguments and results in the spans.
     """
     return Agent(**locals())  # the same keywords, given once
 
@@ -87,6 +96,10 @@ class Agent:
         max_steps: int = 20,
         settings: Mapping[str, Any] | None = None,
         check_key: bool = True,
+        name: str | None = None,
+        tracer_provider: Any = None,
+        meter_provider: Any = None,
+        trace_content: bool = False,
     ) -> None:
         self.config = AgentConfig.build(
             instructions=instructions,
@@ -102,6 +115,10 @@ class Agent:
             limits=limits,
             approve=approve,
             compaction=compaction,
+            name=name,
+            tracer_provider=tracer_provider,
+            meter_provider=meter_provider,
+            trace_content=trace_content,
         )
         self.runtime = Runtime()
         self.runner = TurnRunner(self.config, self.runtime)

@@ -89,6 +89,8 @@ class ApprovalRequest:
     reason: str | None = None
     created_at: str | None = None
     resolved_at: str | None = None
+    #: why it is asked, when not for the tool's ``needs_approval``: "this call may have run; …"
+    note: str | None = None
 
     @property
     def tool(self) -> str:
@@ -120,6 +122,7 @@ class ApprovalRequest:
             reason=record.get("reason"),
             created_at=record.get("created_at"),
             resolved_at=record.get("resolved_at"),
+            note=record.get("note"),
         )
 
 
@@ -131,8 +134,11 @@ def new_record(
     run_id: str,
     call: ToolCall,
     turn: TurnKey | None = None,
+    note: str | None = None,
 ) -> dict[str, Any]:
-    return {
+    """A pending approval record; ``note`` says why it is asked when it is not the tool's
+    ``needs_approval`` (a call that may have run: ``_effects.RERUN_NOTE``)."""
+    record = {
         "id": approval_id,
         "session_id": session_id,
         "turn_id": turn_id,
@@ -145,6 +151,9 @@ def new_record(
         "created_at": datetime.now(timezone.utc).isoformat(),
         "resolved_at": None,
     }
+    if note is not None:
+        record["note"] = note
+    return record
 
 
 #: Continues the turn an approval was resolved for, given the caller's ``context``: its

@@ -364,7 +364,7 @@ def messages_from_json_texts(texts: Iterable[str], *, source: str = "<json>") ->
 #: Checkpoint keys that are not ``TurnState`` fields: written, checked, not kept.
 _CHECKPOINT_KEYS = frozenset({"format", "version", "updated_at"})
 #: Fields a previous release read leniently: a null one takes the field's default.
-_NULL_IS_DEFAULT = ("results", "decisions", "queued", "usage", "created_at")
+_NULL_IS_DEFAULT = ("results", "decisions", "queued", "usage", "created_at", "started")
 _TURN_FIELDS = frozenset(
     a.name for a in attrs.fields(TurnState) if a.init and a.name not in ("history", "extra")
 )

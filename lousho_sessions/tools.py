@@ -72,6 +72,9 @@ class ToolContext(Generic[Deps]):
 
 
 NeedsApproval = Union[bool, Callable[[Mapping[str, Any]], bool]]
+#: Asks the outside system whether an interrupted call happened (``ctx.idempotency_key``):
+#: its result text if it did, ``None`` if it did not (then the call runs).
+Reconcile = Callable[[ToolContext[Any]], Union[str, None]]
 
 
 def _parameters_of(tool: Tool) -> Parameters:
@@ -85,6 +88,13 @@ class Tool:
     ``raise_errors=True``: an exception from the function ends the turn as a
     ``PropagatingToolError`` (its ``__cause__`` is the exception) instead of
     becoming an error result the model sees.
+
+    ``idempotent`` (default ``True``, as before it existed): running the call twice does
+    no harm, so a call a crash interrupted runs again on resume. ``idempotent=False``:
+    the call's start is recorded first, and an interrupted call is not run again
+    unless ``reconcile(ctx)`` says it did not happen (``None``) — it returns the
+    result text when it did — or, without ``reconcile``, a human approves running it
+    again (the turn parks as awaiting approval). See docs/durable.md.
     """
 
     fn: Callable[..., Any]
@@ -94,6 +104,8 @@ class Tool:
     needs_approval: NeedsApproval = False
     takes_context: bool = False
     raise_errors: bool = False
+    idempotent: bool = True
+    reconcile: Reconcile | None = None
     signature: Parameters = attrs.field(
         default=attrs.Factory(_parameters_of, takes_self=True), eq=False, repr=False
     )
@@ -193,6 +205,8 @@ def tool(
     description: str | None = None,
     needs_approval: NeedsApproval = False,
     raise_errors: bool = False,
+    idempotent: bool = True,
+    reconcile: Reconcile | None = None,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
@@ -204,12 +218,20 @@ def tool(
     description: str | None = None,
     needs_approval: NeedsApproval = False,
     raise_errors: bool = False,
+    idempotent: bool = True,
+    reconcile: Reconcile | None = None,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Make a ``Tool`` of ``fn``; use bare (``@tool``) or with options (``@tool(needs_approval=True)``).
 
     Raises ``ToolDefinitionError`` (a ``TypeError`` and ``ValueError``) naming the tool
-    and the parameter when a name is invalid or a parameter type has no JSON schema.
+    and the parameter when a name is invalid or a parameter type has no JSON schema,
+    or ``reconcile`` is given but is not callable. ``idempotent`` and ``reconcile``:
+    see ``Tool``.
     """
+    if reconcile is not None and not callable(reconcile):
+        raise ToolDefinitionError(
+            f"reconcile must be a callable taking the ToolContext, got {reconcile!r}"
+        )
 
     def build(f: Callable[..., Any]) -> Tool:
         tool_name = name or getattr(f, "__name__", None)
@@ -227,6 +249,8 @@ def tool(
             needs_approval=needs_approval,
             takes_context=signature.takes_context,
             raise_errors=raise_errors,
+            idempotent=bool(idempotent),
+            reconcile=reconcile,
             signature=signature,
         )
 

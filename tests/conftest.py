@@ -6,10 +6,16 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 from provider_server import ProviderServer
 from provider_wires import WIRES, HttpProvider, Wire, provider_factory
 
 pytest.register_assert_rewrite("lousho_sessions.testing")
+
+# CI shares two cores with subprocess-heavy tests: a slow example is load, not a bug.
+# Tests that set their own settings keep them; this is the default for the rest.
+settings.register_profile("lousho", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("lousho")
 
 from storekit import KINDS, Kit, open_kit  # noqa: E402 - after the rewrite hook
 

@@ -17,6 +17,7 @@ import pytest
 from services_pg import fresh_schema, postgres_url
 
 from lousho_sessions import (
+    FunctionProvider,
     Lease,
     LeaseLostError,
     Message,
@@ -24,6 +25,7 @@ from lousho_sessions import (
     SessionBusyError,
     StoreClosedError,
     StoreError,
+    create_agent,
 )
 from lousho_sessions.postgres import SCHEMA_VERSION, PostgresStore, migration_sql
 
@@ -257,6 +259,27 @@ def test_no_connection_is_held_while_a_turn_holds_its_lease(pg_schema: str) -> N
         assert store._pool.get_stats()["pool_size"] == 1
 
 
+def test_pooled_connections_keep_no_session_state(pg_schema: str) -> None:
+    """What PgBouncer's transaction mode needs: no prepared statement, advisory lock or
+    setting outlives a statement (the release turns synchronous_commit off for its own
+    transaction only)."""
+    with open_store(pg_schema, min_size=1, max_size=1) as store:
+        agent = create_agent(
+            provider=FunctionProvider(lambda r: Message.assistant("ok")), store=store
+        )
+        session = agent.session("s1")
+        for n in range(8):  # more than psycopg's default prepare_threshold (5)
+            session.send(f"q{n}")
+        agent.close()
+        assert len(store.sessions.load("s1") or []) == 16
+        default = sql("SHOW synchronous_commit")
+        with store._pool.connection() as conn:  # the only one: every statement ran on it
+            assert conn.execute("SELECT count(*) FROM pg_prepared_statements").fetchone() == (0,)
+            locks = "SELECT count(*) FROM pg_locks WHERE pid = pg_backend_pid() AND locktype = 'advisory'"
+            assert conn.execute(locks).fetchone() == (0,)
+            assert [conn.execute("SHOW synchronous_commit").fetchone()] == default
+
+
 def test_a_closed_store_refuses_calls(pg: PostgresStore) -> None:
     pg.close()
     pg.close()
@@ -276,3 +299,32 @@ def test_prune_keeps_what_is_recent_and_pending(pg: PostgresStore) -> None:
     result = pg.prune(0)
     assert (result.sessions, result.checkpoints, result.approvals) == (1, 1, 1)
     assert [r["id"] for r in pg.approvals.list()] == ["p"]
+
+
+def test_claim_stale_skips_held_leases_and_rows_another_claimer_is_updating(
+    pg: PostgresStore, pg_schema: str
+) -> None:
+    """A sweep's claim (issue 16): released and never-leased sessions are claimed with new
+    fences; a live lease is left out; a row locked by another transaction is skipped
+    (``FOR UPDATE SKIP LOCKED``) instead of waited for."""
+    old = {}
+    for id in ("a", "b", "c"):
+        lease = pg.sessions.turn_lock(id)
+        old[id] = lease.fence
+        lease.release()  # leased once, released: claimable
+    held = pg.sessions.turn_lock("held")
+    with psycopg.connect(postgres_url()) as conn:  # another claimer, mid-transaction on "c"
+        conn.execute(f'SELECT 1 FROM "{pg_schema}".leases WHERE session_id = %s FOR UPDATE', ("c",))
+        claimed = pg.sessions.claim_stale(["a", "b", "c", "held", "never"])
+        assert sorted(claimed) == ["a", "b", "never"]
+        conn.rollback()
+    try:
+        assert claimed["a"].fence > old["a"] and claimed["b"].fence > old["b"]
+        assert pg.sessions.turn_held("a") and not pg.sessions.turn_held("c")
+        assert pg.sessions.claim_stale(["a", "b"]) == {}  # held by the first claim now
+        claimed.update(pg.sessions.claim_stale(["c"]))  # unlocked again: claimable
+        assert claimed["c"].fence > old["c"]
+    finally:
+        for lease in claimed.values():
+            lease.release()
+        held.release()

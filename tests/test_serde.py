@@ -388,7 +388,7 @@ TURN_STATES = st.builds(
     new=st.lists(MESSAGES, max_size=3),
     base_length=st.integers(0, 10**6),
     base_last_id=st.none() | TEXT,
-    status=st.sampled_from(["running", "awaiting-approval"]),
+    status=st.sampled_from(["running", "awaiting-approval", "abandoned"]),
     approval_id=st.none() | TEXT,
     results=st.dictionaries(TEXT, MESSAGES, max_size=2),
     decisions=st.dictionaries(
@@ -399,6 +399,9 @@ TURN_STATES = st.builds(
     usage=USAGE,
     queued=st.lists(QUEUED, max_size=2),
     created_at=TEXT,
+    attempts=st.integers(0, 100),
+    started=st.lists(TEXT, max_size=3),
+    fence=st.none() | st.integers(0, 2**63 - 1),
     extra=UNKNOWN,
 )
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -411,7 +414,7 @@ def test_turn_state_round_trips_through_its_checkpoint(
 ) -> None:
     state.history = tuple(history)
     data = json.loads(json.dumps(turn_checkpoint(state)))
-    assert (data["format"], data["version"]) == ("lousho.turn", 1)
+    assert (data["format"], data["version"]) == ("lousho.turn", 2)
     assert "history" not in data  # the session store holds it
     again = turn_state_from_checkpoint(data, history, source="test")
     assert again == state
@@ -458,11 +461,22 @@ def test_malformed_checkpoints_name_the_source(data: Any) -> None:
         turn_state_from_checkpoint(data, (), source="checkpoint 'x.turn-0'")
 
 
-def test_golden_checkpoint_is_written_back_exactly() -> None:
+def test_golden_checkpoint_v1_is_written_back_as_v2_with_the_new_fields_defaulted() -> None:
     golden = json.loads((FIXTURES / "checkpoint-v1.json").read_text())
     state = turn_state_from_checkpoint(golden, (), source="golden")
     assert [m.id for m in state.new] == ["m-user", "m-asst"] and state.steps == 1
     assert state.new[1].tool_calls[0].arguments == {"city": "Paris"}
+    assert (state.attempts, state.started, state.fence) == (0, [], None)
+    again = turn_checkpoint(state)
+    assert again.pop("updated_at") != golden.pop("updated_at")
+    assert again == {**golden, "version": 2, "attempts": 0, "started": [], "fence": None}
+
+
+def test_golden_checkpoint_v2_is_written_back_exactly() -> None:
+    """Version 2: ``attempts``, ``started`` (the effect ledger's intents), ``fence``."""
+    golden = json.loads((FIXTURES / "checkpoint-v2.json").read_text())
+    state = turn_state_from_checkpoint(golden, (), source="golden")
+    assert (state.attempts, state.started, state.fence) == (2, ["call-1"], 1764633600000000000)
     again = turn_checkpoint(state)
     assert again.pop("updated_at") != golden.pop("updated_at")
     assert again == golden

@@ -69,6 +69,11 @@ class Reply:
     calls: dict[int, _Call] = attrs.field(factory=dict)
     input_tokens: int = 0
     output_tokens: int = 0
+    #: of ``input_tokens``, those read from and written to the provider's prompt cache
+    cache_read_tokens: int = 0
+    cache_creation_tokens: int = 0
+    #: the model that answered, as the server names it
+    model: str | None = None
     stop: str | None = None
     done: bool = False
 
@@ -285,11 +290,19 @@ class HttpProvider(ProviderBase):
         finish = self.FINISH.get(reply.stop or self.DEFAULT_STOP, "stop")
         if calls and finish == "stop":  # some compatible servers say "stop" after tool calls
             finish = "tool_calls"
+        cache = {
+            key: value
+            for key, value in (
+                ("cache_read_input_tokens", reply.cache_read_tokens),
+                ("cache_creation_input_tokens", reply.cache_creation_tokens),
+            )
+            if value
+        }
         usage = price_usage(
-            Usage(reply.input_tokens, reply.output_tokens), self.model, self.pricing
+            Usage(reply.input_tokens, reply.output_tokens, extra=cache), self.model, self.pricing
         )
         message = Message.assistant("".join(reply.text), tool_calls=calls, usage=usage)
-        return ModelResponse(message=message, usage=usage, finish_reason=finish)
+        return ModelResponse(message=message, usage=usage, finish_reason=finish, model=reply.model)
 
     # --- what a wire format gives ---------------------------------------------------
 

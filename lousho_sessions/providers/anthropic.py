@@ -128,7 +128,10 @@ class AnthropicProvider(HttpProvider):
             data = reply.json(event)
             kind = str(data.get("type") or event.event)
             if kind == "message_start":
-                _usage(reply, (data.get("message") or {}).get("usage") or {})
+                message = data.get("message") or {}
+                if isinstance(message.get("model"), str):
+                    reply.model = message["model"]
+                _usage(reply, message.get("usage") or {})
             elif kind == "content_block_start":
                 index = int(data.get("index", len(blocks)))
                 yield from _start(reply, blocks, index, data.get("content_block") or {})
@@ -157,6 +160,8 @@ def _usage(reply: Reply, usage: Mapping[str, Any]) -> None:
             int(usage.get(key) or 0)
             for key in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
         )
+        reply.cache_read_tokens = int(usage.get("cache_read_input_tokens") or 0)
+        reply.cache_creation_tokens = int(usage.get("cache_creation_input_tokens") or 0)
     if "output_tokens" in usage:
         reply.output_tokens = int(usage.get("output_tokens") or 0)
 

@@ -83,6 +83,8 @@ class ModelResponse:
     usage: Usage = Usage()
     finish_reason: FinishReason = "stop"
     type: Literal["response"] = "response"
+    #: the model that answered, as the provider names it (traces: ``gen_ai.response.model``)
+    model: str | None = None
 
 
 ModelEvent = Union[ModelTextDelta, ModelToolCallDelta, ModelResponse]

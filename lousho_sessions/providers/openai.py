@@ -111,10 +111,15 @@ def _chunk(chunk: Mapping[str, Any], reply: Reply) -> Iterator[ModelEvent]:
         else:
             message, kind = error, ""
         raise reply.stream_error(message, kind, None)
+    if isinstance(chunk.get("model"), str):
+        reply.model = chunk["model"]
     usage = chunk.get("usage")
     if isinstance(usage, Mapping):
         reply.input_tokens = int(usage.get("prompt_tokens") or 0)
         reply.output_tokens = int(usage.get("completion_tokens") or 0)
+        details = usage.get("prompt_tokens_details")
+        if isinstance(details, Mapping):
+            reply.cache_read_tokens = int(details.get("cached_tokens") or 0)
     for choice in chunk.get("choices") or ():
         if not isinstance(choice, Mapping) or choice.get("index", 0) != 0:
             continue

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
@@ -42,6 +42,14 @@ class PgCore:
 
     def close(self) -> None:
         """Close the store (``PostgresStore.close``)."""
+        raise NotImplementedError
+
+    def turn_lock(self, id: str, *, timeout: float | None = None) -> Lease:
+        """Lease session ``id`` for a turn (``PostgresStore.turn_lock``)."""
+        raise NotImplementedError
+
+    def claim_stale(self, ids: Sequence[str]) -> dict[str, Lease]:
+        """Lease those of ``ids`` no live turn holds (``PostgresStore.claim_stale``)."""
         raise NotImplementedError
 
     @contextmanager

@@ -5,8 +5,8 @@ connection, transaction or advisory lock: between its statements the holder keep
 no connection, so a turn's model and tool calls hold nothing in the pool. Every
 time is the database's (``now()``), so workers' clocks do not matter.
 
-``PostgresLease`` renews its row from a thread it owns every ``ttl / 3`` seconds
-and stops it on release. ``ReleaseListener`` holds one ``LISTEN`` connection
+``PostgresLease`` has its row renewed every ``ttl / 3`` seconds by the store's
+heartbeat thread (``_heartbeat``), and stops that on release. ``ReleaseListener`` holds one ``LISTEN`` connection
 per store (the only session-level state the store uses; ``notify=False`` turns it
 off for PgBouncer in transaction mode) and wakes the threads waiting for a session
 when its holder releases it.
@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from ._heartbeat import Heartbeat
 from .lease import Lease
 
 __all__ = ["PostgresLease", "ReleaseListener"]
@@ -31,13 +32,14 @@ log = logging.getLogger("lousho_sessions.stores.postgres")
 
 
 class PostgresLease(Lease):
-    """A lease kept alive by a heartbeat thread it owns; ``lost`` once a renewal fails.
+    """A lease kept alive by the store's heartbeat; ``lost`` once a renewal fails.
 
     ``renew()`` returns whether the row still carries this lease's fence (then its
-    expiry moved ``ttl`` on). A renewal that finds another fence, or that cannot
-    reach the database for ``ttl`` seconds, marks the lease lost: ``lost`` turns
-    true and the turn's writes (which carry the fence) are refused by the database.
-    ``release()`` stops and joins the heartbeat, then frees the row.
+    expiry moved ``ttl`` on); the store's ``Heartbeat`` calls it every ``ttl / 3``
+    seconds. A renewal that finds another fence, or that cannot reach the
+    database for ``ttl`` seconds, marks the lease lost: ``lost`` turns true and
+    the turn's writes (which carry the fence) are refused by the database.
+    ``release()`` stops the renewals (waiting for one in progress), then frees the row.
     """
 
     def __init__(
@@ -48,55 +50,47 @@ class PostgresLease(Lease):
         ttl: float,
         renew: Callable[[], bool],
         release: Callable[[], None],
+        heartbeat: Heartbeat,
     ) -> None:
         super().__init__(session_id, fence, self._finish)
         self.ttl = ttl
         self._renew = renew
         self._free = release
         self._lost = threading.Event()
-        self._stop = threading.Event()
-        self._heartbeat = threading.Thread(
-            target=self._beat, name=f"lousho-lease-{session_id}", daemon=True
-        )
-        self._heartbeat.start()
+        self._last_ok = time.monotonic()
+        self._heartbeat = heartbeat
+        self._beat_entry = heartbeat.add(self._beat, ttl / 3)
 
     @property
     def lost(self) -> bool:
         """True once released, or once a renewal found the session taken over or failed for ``ttl`` s."""
         return self._lost.is_set() or super().lost
 
-    def _beat(self) -> None:
-        interval = self.ttl / 3
-        last_ok = time.monotonic()
-        while not self._stop.wait(interval):
-            try:
-                held = self._renew()
-            except Exception as exc:  # the database is unreachable: retry until the ttl is spent
-                if time.monotonic() - last_ok < self.ttl:
-                    log.warning(
-                        "session %r: lease renewal failed, retrying: %s", self.session_id, exc
-                    )
-                    continue
-                log.error(
-                    "session %r: lease lost, not renewed for %.1f s", self.session_id, self.ttl
-                )
-                self._lost.set()
-                return
-            if not held:
-                log.warning(
-                    "session %r: lease with fence %d was taken over (it expired); "
-                    "this turn's writes will be refused",
-                    self.session_id,
-                    self.fence,
-                )
-                self._lost.set()
-                return
-            last_ok = time.monotonic()
+    def _beat(self) -> bool:
+        """One renewal; whether to go on renewing."""
+        try:
+            held = self._renew()
+        except Exception as exc:  # the database is unreachable: retry until the ttl is spent
+            if time.monotonic() - self._last_ok < self.ttl:
+                log.warning("session %r: lease renewal failed, retrying: %s", self.session_id, exc)
+                return True
+            log.error("session %r: lease lost, not renewed for %.1f s", self.session_id, self.ttl)
+            self._lost.set()
+            return False
+        if not held:
+            log.warning(
+                "session %r: lease with fence %d was taken over (it expired); "
+                "this turn's writes will be refused",
+                self.session_id,
+                self.fence,
+            )
+            self._lost.set()
+            return False
+        self._last_ok = time.monotonic()
+        return True
 
     def _finish(self) -> None:
-        self._stop.set()
-        if self._heartbeat is not threading.current_thread():
-            self._heartbeat.join()
+        self._heartbeat.remove(self._beat_entry)
         self._free()
 
 

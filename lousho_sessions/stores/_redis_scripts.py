@@ -88,7 +88,8 @@ def _script(body: str) -> str:
     return _PRELUDE + body
 
 
-#: ARGV: holder token, lease ttl (ms), session ttl (ms or ''). -> {1, fence} or {0, µs left}.
+#: ARGV: holder token, lease ttl (ms), session ttl (ms or '').
+#: -> {1, fence, revision or false} or {0, µs left}.
 ACQUIRE = _script("""
 local now = now_us()
 local l = redis.call('HMGET', LEASE, 'holder', 'until', 'fence')
@@ -101,7 +102,7 @@ if fence <= last then fence = last + 1 end
 redis.call('HSET', LEASE, 'fence', fmt(fence), 'holder', ARGV[1],
   'until', fmt(now + tonumber(ARGV[2]) * 1000))
 settle(now, ARGV[3])
-return {1, fmt(fence)}
+return {1, fmt(fence), redis.call('HGET', META, 'revision')}
 """)
 
 #: ARGV: holder token, fence, lease ttl (ms). -> 1 if still held (expiry moved on), else 0.
@@ -130,7 +131,8 @@ end
 return 0
 """)
 
-#: ARGV: expected length, fence or '', revision, session ttl, messages...
+#: ARGV: expected length, fence or '', revision, session ttl, n, n checkpoint turn ids to
+#: delete (a turn's commit), messages...
 #: -> {'ok'} | {'lease-lost', latest} | {'conflict', length} | {'corrupt', list length}
 APPEND = _script("""
 local now = now_us()
@@ -139,8 +141,14 @@ local length = tonumber(redis.call('HGET', META, 'length') or '0')
 if length ~= tonumber(ARGV[1]) then return {'conflict', length} end
 local stored = redis.call('LLEN', MESSAGES)
 if stored ~= length then return {'corrupt', stored} end
-push_all(MESSAGES, 5)
-redis.call('HSET', META, 'length', length + #ARGV - 4, 'revision', ARGV[3], 'updated', fmt(now))
+local deletes = tonumber(ARGV[5])
+for i = 6, 5 + deletes do
+  redis.call('HDEL', CPS, ARGV[i])
+  redis.call('HDEL', CP_TIMES, ARGV[i])
+end
+push_all(MESSAGES, 6 + deletes)
+redis.call('HSET', META, 'length', length + #ARGV - 5 - deletes, 'revision', ARGV[3],
+  'updated', fmt(now))
 settle(now, ARGV[4])
 return {'ok'}
 """)

@@ -79,6 +79,12 @@ class SqliteTurns:
 
         return Lease(id, fence, release)
 
+    def held(self, id: str) -> bool:
+        """Whether a live turn holds ``id`` now: its lock file locked (or, in memory, its lock)."""
+        if self.memory is not None:
+            return self.memory.held(id)
+        return _lockfile.is_held(self.lock_path(id))
+
     def check(self, conn: sqlite3.Connection, session_id: str, fence: int | None) -> None:
         """In a write transaction: ``LeaseLostError`` if ``fence`` is older than the session's
         newest; else record it in the ``leases`` row if it is newer than the row's."""

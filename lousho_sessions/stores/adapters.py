@@ -129,6 +129,10 @@ class SessionStoreAdapter(_Adapter, BaseSessionStore):
     def revision(self, id: str) -> object | None:
         return super().revision(id) if self._revision is None else self._revision(id)
 
+    def turn_held(self, id: str) -> bool | None:
+        # the object's own lock cannot be asked without taking it
+        return super().turn_held(id) if self._turn_lock is None else None
+
     def turn_lock(self, id: str, *, timeout: float | None = None) -> Lease:
         if self._turn_lock is None:
             return super().turn_lock(id, timeout=timeout)

@@ -21,30 +21,36 @@ do more subclass the base classes (``BaseSessionStore``, ``BaseCheckpointStore``
   it and delete its checkpoints, in one transaction when both share a database.
 * ``BaseCheckpointStore.save_and_delete(turn_id, checkpoint, delete, fence=)``:
   save a checkpoint and delete the records it replaces, in one transaction where it can.
+* ``claim_stale(ids)``: take the turn locks of those no live turn holds, without
+  waiting (a sweep's claim). ``turn_held(id)``: whether a live turn holds ``id`` now, without taking it
+  (``None``: the store cannot tell); ``BaseCheckpointStore.pending_turns()``: the
+  ids of durable turns' checkpoints, which ``lousho_sessions.recovery`` sweeps.
 * ``prune(older_than)``: delete what was not updated for that long.
 """
 
 from __future__ import annotations
 
+import builtins
 import logging
 import re
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
-from datetime import datetime, timedelta, timezone
+from collections.abc import Iterator, Mapping, Sequence
+from datetime import timedelta
 from types import TracebackType
 from typing import Any, Literal, Protocol, runtime_checkable
 
 import attrs
 
 from ..errors import (
-    ApprovalAlreadyResolvedError,
     InvalidSessionIdError,
+    SessionBusyError,
     StoreConflictError,
     StoreCorruptError,
 )
 from ..messages import Message
 from ..serde import decode_json_object, encode_json_object, message_json
+from ._approval_records import approval_sort_key, check_approval_record, resolved_approval, shown
 from .lease import Lease, LocalLeases
 
 __all__ = [
@@ -85,18 +91,7 @@ APPROVAL_ID_PATTERN = r"^[A-Za-z0-9_-][A-Za-z0-9_.-]{0,199}$"
 _SESSION_ID = re.compile(SESSION_ID_PATTERN)
 _TURN_ID = re.compile(TURN_ID_PATTERN)
 _APPROVAL_ID = re.compile(APPROVAL_ID_PATTERN)
-
-
-#: Ids longer than this are shown cut short in error messages.
-_SHOWN_CHARS = 40
-
-
-def shown(value: object) -> str:
-    """``repr(value)`` for an error message, cut to its first 40 characters plus its length."""
-    if isinstance(value, str) and len(value) > _SHOWN_CHARS:
-        return f"{value[:_SHOWN_CHARS]!r}... ({len(value)} characters)"
-    text = repr(value)
-    return text if len(text) <= _SHOWN_CHARS * 2 else f"{text[: _SHOWN_CHARS * 2]}..."
+_PENDING_TURN = re.compile(r"[A-Za-z0-9_-]{1,128}\.(turn-[0-9]+|send)")
 
 
 def validate_session_id(session_id: object) -> str:
@@ -129,31 +124,6 @@ def validate_approval_id(approval_id: object) -> str:
     )
 
 
-def resolved_approval(
-    record: Mapping[str, Any], *, approved: bool, reason: str | None, source: str
-) -> dict[str, Any]:
-    """The record after a successful ``resolve``; ``ApprovalAlreadyResolvedError`` unless pending.
-
-    Stores call this inside their compare-and-set (a lock, a transaction) so every
-    store writes the same fields: ``status``, ``reason`` and ``resolved_at`` (ISO 8601, UTC).
-    """
-    status = record.get("status")
-    if status != "pending":
-        raise ApprovalAlreadyResolvedError(f"approval {source} was already resolved ({status})")
-    updated = dict(record)
-    updated.update(
-        status="approved" if approved else "denied",
-        reason=reason,
-        resolved_at=datetime.now(timezone.utc).isoformat(),
-    )
-    return updated
-
-
-def approval_sort_key(record: Mapping[str, Any]) -> tuple[str, str]:
-    """The order ``ApprovalStore.list`` returns records in: creation time, then id."""
-    return (str(record.get("created_at", "")), str(record.get("id")))
-
-
 def older_than_seconds(older_than: timedelta | float) -> float:
     """``prune``'s age as seconds; ``ValueError`` for a negative or non-finite age."""
     seconds = older_than.total_seconds() if isinstance(older_than, timedelta) else float(older_than)
@@ -179,27 +149,6 @@ class PruneResult:
         return PruneResult(
             *(a + b for a, b in zip(attrs.astuple(self), attrs.astuple(other), strict=True))
         )
-
-
-def check_approval_record(record: Mapping[str, Any], *, source: str) -> dict[str, Any]:
-    """``record`` as a dict if it has what every reader relies on, else ``StoreCorruptError``
-    naming ``source``: a string ``id``, ``session_id`` a string or null, ``status`` one of
-    pending/approved/denied, and ``call`` (if present) an object with an object ``arguments``."""
-    problem = None
-    call = record.get("call")
-    if not isinstance(record.get("id"), str):
-        problem = "'id' is not a string"
-    elif record.get("session_id") is not None and not isinstance(record.get("session_id"), str):
-        problem = "'session_id' is not a string"
-    elif record.get("status") not in ("pending", "approved", "denied"):
-        problem = f"'status' is {shown(record.get('status'))}, not pending, approved or denied"
-    elif call is not None and not (
-        isinstance(call, Mapping) and isinstance(call.get("arguments", {}), Mapping)
-    ):
-        problem = "'call' is not an object with an object 'arguments'"
-    if problem:
-        raise StoreCorruptError(f"{source}: not a valid approval record: {problem}")
-    return dict(record)
 
 
 @runtime_checkable
@@ -390,6 +339,29 @@ class BaseSessionStore(_Closeable, ABC):
         validate_session_id(id)
         return self._local_leases().acquire(id, timeout)
 
+    def claim_stale(self, ids: Sequence[str]) -> dict[str, Lease]:
+        """Take, without waiting, the turn locks of those of ``ids`` that no live turn holds:
+        a lease (with a new fence) for each one taken, by id; the others are left out.
+
+        What a sweep claims turns with (``lousho_sessions.recovery``). The default tries
+        ``turn_lock(id, timeout=0)`` for each; a store that can claim many at once overrides it.
+        """
+        claimed: dict[str, Lease] = {}
+        for id in dict.fromkeys(ids):
+            try:
+                claimed[id] = self.turn_lock(id, timeout=0)
+            except SessionBusyError:
+                continue
+        return claimed
+
+    def turn_held(self, id: str) -> bool | None:
+        """Whether a live turn holds ``id`` now (its lock taken, its lease unexpired), asked
+        without taking it or handing out a fence; ``None`` when the store cannot tell.
+
+        The default knows the leases of this process (``LocalLeases``).
+        """
+        return self._local_leases().held(validate_session_id(id))
+
     def prune(self, older_than: timedelta | float) -> PruneResult:
         """Delete the sessions not updated within ``older_than`` (seconds or a ``timedelta``)."""
         raise _not_implemented(self, "prune")
@@ -449,6 +421,26 @@ class BaseCheckpointStore(_Closeable, ABC):
         self.save(turn_id, checkpoint, fence=fence)
         for key in delete:
             self.delete(key, fence=fence)
+
+    def pending_turns(self) -> builtins.list[str]:
+        """The ids of the durable turns' checkpoints (``<id>.turn-<n>``, ``<id>.send``), sorted;
+        not their result records. A store with an index of them overrides this."""
+        return [key for key in self.list() if _PENDING_TURN.fullmatch(key)]
+
+    def pending_checkpoints(self) -> Iterator[tuple[str, dict[str, Any]]]:
+        """Each of ``pending_turns()`` with its checkpoint (those deleted meanwhile left out).
+
+        ``StoreCorruptError`` for an unreadable one is logged and it is left out. The
+        default loads them one by one; a database reads them in one query.
+        """
+        for turn_id in self.pending_turns():
+            try:
+                data = self.load(turn_id)
+            except StoreCorruptError as exc:
+                log.warning("skipping unreadable checkpoint %s: %s", turn_id, exc)
+                continue
+            if data is not None:
+                yield turn_id, data
 
     def prune(self, older_than: timedelta | float) -> PruneResult:
         """Delete the checkpoints not updated within ``older_than``."""

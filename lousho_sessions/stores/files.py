@@ -305,6 +305,10 @@ class FileSessionStore(BaseSessionStore):
             raise
         return Lease(id, fence, release)
 
+    def turn_held(self, id: str) -> bool:
+        """Whether a live process holds ``<dir>/<id>.lock`` now (a dead one holds nothing)."""
+        return _lockfile.is_held(self._dir.path / f"{validate_session_id(id)}.lock")
+
     def _fence_path(self, id: str) -> Path:
         return self._dir.path / f"{id}.fence"
 

@@ -69,7 +69,13 @@ class Lease:
     the same store; pass it to the turn's writes. ``lost`` is true once the lease
     was released, or when ``current`` (given by stores that can tell) says another
     holder took the session over. Stores whose leases expire subclass it.
+
+    ``start_revision`` is ``(revision,)`` when the store read the session's
+    ``revision()`` in the same atomic step that took the lease (one round trip
+    fewer for the turn's first look at the transcript), else ``None``.
     """
+
+    start_revision: tuple[object | None] | None = None
 
     def __init__(
         self,
@@ -185,6 +191,12 @@ class LocalLeases:
     def current(self, session_id: str, fence: int) -> bool:
         """Whether ``fence`` is still the newest fence of ``session_id``."""
         return self._fences.get(session_id) == fence
+
+    def held(self, session_id: str) -> bool:
+        """Whether a lease of this process holds ``session_id`` now."""
+        with self._lock:
+            entry = self._held.get(session_id)
+            return entry is not None and entry.lock.locked()
 
     def latest(self, session_id: str) -> int | None:
         """The fence handed out last for ``session_id``, or ``None``."""

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import os
-import secrets
 import socket
 import threading
 import time
@@ -28,12 +27,10 @@ from ..errors import (
     SchemaVersionError,
     SessionBusyError,
     StoreClosedError,
-    StoreConflictError,
     StoreError,
 )
-from ..messages import Message
-from ..serde import messages_from_json
-from ._postgres_core import FENCED, PgCore, PgPart
+from ._heartbeat import Heartbeat
+from ._postgres_core import PgCore
 from ._postgres_lease import PostgresLease, ReleaseListener
 from ._postgres_records import PostgresApprovalStore, PostgresCheckpointStore
 from ._postgres_schema import (
@@ -45,11 +42,9 @@ from ._postgres_schema import (
     stored_version,
     validate_schema,
 )
+from ._postgres_sessions import PostgresSessionStore
 from .base import (
-    BaseSessionStore,
-    LockScope,
     PruneResult,
-    message_json,
     validate_session_id,
 )
 from .lease import Lease
@@ -149,6 +144,7 @@ class PostgresStore(PgCore):
             )
         self._pool = pool
         self._listener = ReleaseListener(self._connect, self._channel)
+        self._heartbeat = Heartbeat(f"lousho-postgres-heartbeat-{schema}")
         self.sessions = PostgresSessionStore(self)
         self.checkpoints = PostgresCheckpointStore(self)
         self.approvals = PostgresApprovalStore(self)
@@ -177,6 +173,7 @@ class PostgresStore(PgCore):
             return
         self._closed = True
         self._listener.close()
+        self._heartbeat.close()
         if self._own_pool:
             self._pool.close()
 
@@ -245,6 +242,34 @@ class PostgresStore(PgCore):
                     wait = min(wait, max(deadline - time.monotonic(), 0.0))
                 self._listener.wait(interest, seen, wait)
 
+    def claim_stale(self, ids: Sequence[str]) -> dict[str, Lease]:
+        """Lease, in one statement, those of sessions ``ids`` whose lease expired or was
+        released; the others are left out. Rows another claimer is updating right now are
+        skipped (``FOR UPDATE SKIP LOCKED``), so concurrent sweepers never wait on each other."""
+        wanted = [validate_session_id(i) for i in dict.fromkeys(ids)]
+        if not wanted:
+            return {}
+        params = {"ids": wanted, "holder": f"{self._holder}:sweep", "ttl": self.lease_ttl}
+        rows = self.fetch(
+            "WITH c AS (SELECT session_id FROM {s}.leases WHERE session_id = ANY(%(ids)s) "
+            "AND (expires_at IS NULL OR expires_at <= now()) "
+            "ORDER BY session_id FOR UPDATE SKIP LOCKED), "
+            "u AS (UPDATE {s}.leases l SET fence = nextval('{s}.fences'), holder = %(holder)s, "
+            "expires_at = now() + make_interval(secs => %(ttl)s) FROM c "
+            "WHERE l.session_id = c.session_id RETURNING l.session_id, l.fence) "
+            "SELECT u.session_id, u.fence FROM u UNION ALL "
+            "SELECT i, NULL FROM unnest(%(ids)s::text[]) AS i "
+            "WHERE NOT EXISTS (SELECT 1 FROM {s}.leases k WHERE k.session_id = i)",
+            params,
+        )
+        claimed = {sid: self._lease(sid, int(fence)) for sid, fence in rows if fence is not None}
+        for sid, fence in rows:
+            if fence is None:  # never leased (a checkpoint written outside a lease)
+                taken, _, _ = self._try_acquire(sid)
+                if taken is not None:
+                    claimed[sid] = self._lease(sid, taken)
+        return claimed
+
     def _try_acquire(self, id: str) -> tuple[int | None, str | None, float]:
         """One atomic attempt: the new fence, or ``None`` with the holder and its time left."""
         rows = self.fetch(
@@ -270,7 +295,8 @@ class PostgresStore(PgCore):
             return bool(
                 self.fetch(
                     "UPDATE {s}.leases SET expires_at = now() + make_interval(secs => %(ttl)s) "
-                    "WHERE session_id = %(id)s AND fence = %(fence)s RETURNING 1",
+                    "WHERE session_id = %(id)s AND fence = %(fence)s "
+                    "AND expires_at IS NOT NULL RETURNING 1",
                     params,
                 )
             )
@@ -279,10 +305,14 @@ class PostgresStore(PgCore):
             if held.get(id) is lease:
                 del held[id]
             try:
+                # Not flushed to disk before it returns (synchronous_commit off for this one
+                # transaction): a release lost in a server crash only leaves the lease to
+                # run out; the fence it frees was made durable by the turn's first write.
                 self.fetch(
                     "WITH r AS (UPDATE {s}.leases SET expires_at = NULL, holder = NULL "
                     "WHERE session_id = %(id)s AND fence = %(fence)s RETURNING session_id) "
-                    "SELECT pg_notify(%(channel)s, session_id) FROM r",
+                    "SELECT pg_notify(%(channel)s, session_id) FROM r "
+                    "WHERE set_config('synchronous_commit', 'off', true) IS NOT NULL",
                     params,
                 )
             except StoreError as exc:  # the row runs out by itself
@@ -290,7 +320,9 @@ class PostgresStore(PgCore):
                     "session %r: cannot release the lease (%s); it expires in time", id, exc
                 )
 
-        lease = PostgresLease(id, fence, ttl=self.lease_ttl, renew=renew, release=release)
+        lease = PostgresLease(
+            id, fence, ttl=self.lease_ttl, renew=renew, release=release, heartbeat=self._heartbeat
+        )
         held[id] = lease
         return lease
 
@@ -300,136 +332,6 @@ class PostgresStore(PgCore):
         """Delete sessions and checkpoints not updated within ``older_than`` (seconds or a
         ``timedelta``, by the database's clock) and approvals resolved that long ago."""
         return self.prune_parts(older_than)
-
-
-class PostgresSessionStore(PgPart, BaseSessionStore):
-    """The transcripts of a ``PostgresStore``: one row per message; ``lock_scope`` ``"cluster"``."""
-
-    lock_scope: LockScope = "cluster"
-    store: PostgresStore
-
-    def load(self, id: str) -> list[Message] | None:
-        validate_session_id(id)
-        rows = self.store.fetch(
-            "SELECT m.body::text FROM {s}.sessions s LEFT JOIN {s}.messages m "
-            "ON m.session_id = s.id AND m.seq < s.length WHERE s.id = %(id)s ORDER BY m.seq",
-            {"id": id},
-        )
-        if not rows:
-            return None
-        if rows[0][0] is None:
-            return []
-        text = "[" + ",".join(row[0] for row in rows) + "]"
-        return messages_from_json(text, source=f"{self.store.where}: session {id!r}")
-
-    def save(self, id: str, messages: Sequence[Message]) -> None:
-        """Replace the transcript (refused with ``LeaseLostError`` if this thread's lease was lost)."""
-        validate_session_id(id)
-        bodies = _bodies(id, messages)
-        fence = self.store.effective_fence(id, None)
-        with self.store.transaction() as conn:
-            if fence is not None:
-                (fenced,) = self.store.run(
-                    conn,
-                    FENCED + " SELECT fenced FROM ok",
-                    {"sid": id, "fence": fence},
-                ).fetchone()
-                self.store.check_fenced(fenced, id, None)
-            self.store.run(conn, "DELETE FROM {s}.messages WHERE session_id = %s", (id,))
-            self.store.run(
-                conn,
-                "INSERT INTO {s}.messages (session_id, seq, body) SELECT %(id)s, u.seq - 1, u.body "
-                "FROM unnest(%(bodies)s::json[]) WITH ORDINALITY AS u(body, seq)",
-                {"id": id, "bodies": bodies},
-            )
-            self.store.run(
-                conn,
-                "INSERT INTO {s}.sessions (id, length, revision, updated_at) "
-                "VALUES (%(id)s, %(n)s, %(rev)s, now()) ON CONFLICT (id) DO UPDATE SET "
-                "length = excluded.length, revision = excluded.revision, updated_at = now()",
-                {"id": id, "n": len(bodies), "rev": secrets.randbits(63)},
-            )
-
-    def append(
-        self,
-        id: str,
-        messages: Sequence[Message],
-        expected_length: int,
-        *,
-        fence: int | None = None,
-    ) -> None:
-        """Add ``messages`` if ``expected_length`` are stored, else ``StoreConflictError``;
-        ``LeaseLostError`` if ``fence`` is older than the session's newest. One statement."""
-        validate_session_id(id)
-        bodies = _bodies(id, messages)
-        if expected_length == 0:  # the session may not exist yet
-            upsert = (
-                "INSERT INTO {s}.sessions AS t (id, length, revision, updated_at) "
-                "SELECT %(sid)s, %(n)s, %(rev)s, now() WHERE (SELECT fenced FROM ok) "
-                "ON CONFLICT (id) DO UPDATE SET length = excluded.length, "
-                "revision = excluded.revision, updated_at = now() WHERE t.length = 0 RETURNING 1"
-            )
-        else:
-            upsert = (
-                "UPDATE {s}.sessions SET length = %(n)s, revision = %(rev)s, updated_at = now() "
-                "WHERE id = %(sid)s AND length = %(expected)s AND (SELECT fenced FROM ok) "
-                "RETURNING 1"
-            )
-        rows = self.store.fetch(
-            FENCED + f", w AS ({upsert}), "
-            "m AS (INSERT INTO {s}.messages (session_id, seq, body) "
-            "SELECT %(sid)s, %(expected)s + u.seq - 1, u.body "
-            "FROM unnest(%(bodies)s::json[]) WITH ORDINALITY AS u(body, seq) "
-            "WHERE EXISTS (SELECT 1 FROM w) "
-            "ON CONFLICT (session_id, seq) DO UPDATE SET body = excluded.body) "
-            "SELECT EXISTS (SELECT 1 FROM w), (SELECT fenced FROM ok), "
-            "(SELECT length FROM {s}.sessions WHERE id = %(sid)s)",
-            {
-                "sid": id,
-                "fence": self.store.effective_fence(id, fence),
-                "n": expected_length + len(bodies),
-                "expected": expected_length,
-                "rev": secrets.randbits(63),
-                "bodies": bodies,
-            },
-        )
-        written, fenced, length = rows[0]
-        if written:
-            return
-        self.store.check_fenced(fenced, id, fence)
-        raise StoreConflictError(
-            f"session {id!r} ({self.store.where}): expected {expected_length} stored "
-            f"messages, found {length or 0}"
-        )
-
-    def delete(self, id: str) -> None:
-        validate_session_id(id)
-        with self.store.transaction() as conn:
-            self.store.run(conn, "DELETE FROM {s}.sessions WHERE id = %s", (id,))
-            self.store.run(conn, "DELETE FROM {s}.messages WHERE session_id = %s", (id,))
-
-    def revision(self, id: str) -> int | None:
-        """A value that changes with every write of ``id``; ``None`` when nothing is stored."""
-        validate_session_id(id)
-        rows = self.store.fetch("SELECT revision FROM {s}.sessions WHERE id = %(id)s", {"id": id})
-        return None if not rows else int(rows[0][0])
-
-    def turn_lock(self, id: str, *, timeout: float | None = None) -> Lease:
-        """Lease session ``id`` for a turn; see ``PostgresStore.turn_lock``."""
-        return self.store.turn_lock(id, timeout=timeout)
-
-    def prune(self, older_than: timedelta | float) -> PruneResult:
-        """Delete the sessions not updated within ``older_than`` (seconds or a ``timedelta``)."""
-        return self.store.prune_parts(older_than, checkpoints=False, approvals=False)
-
-
-def _bodies(id: str, messages: Sequence[Message]) -> list[str]:
-    bodies = []
-    for m in messages:
-        if not isinstance(m, Message):
-            raise TypeError(f"session {id!r}: expected Message objects, got {type(m).__name__}")
-        bodies.append(message_json(m))
-    return bodies
 
 
 def _describe(conninfo: str, schema: str) -> str:

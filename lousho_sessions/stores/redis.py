@@ -30,17 +30,20 @@ import redis
 from ..errors import SessionBusyError, StoreConflictError, StoreCorruptError, StoreError
 from ..messages import Message
 from ..serde import messages_from_json
+from ._heartbeat import Heartbeat
 from ._redis_base import RedisConnection, text
 from ._redis_records import RedisApprovalStore, RedisCheckpointStore
 from .base import (
+    BaseCheckpointStore,
     BaseSessionStore,
     LockScope,
     PruneResult,
     message_json,
     older_than_seconds,
     validate_session_id,
+    validate_turn_id,
 )
-from .lease import Lease
+from .lease import Lease, fence_session_id
 
 __all__ = ["RedisLease", "RedisSessionStore", "RedisStore"]
 
@@ -74,6 +77,8 @@ class RedisStore(RedisConnection):
     ) -> None:
         super().__init__(client, prefix=prefix, lease_ttl=lease_ttl, ttl=ttl, wake_poll=wake_poll)
         self._leases: weakref.WeakSet[RedisLease] = weakref.WeakSet()
+        #: renews every lease this store holds (one thread, started on the first lease)
+        self.heartbeat = Heartbeat(f"lousho-redis-heartbeat-{prefix}")
         self.sessions = RedisSessionStore(self)
         self.checkpoints = RedisCheckpointStore(self)
         self.approvals = RedisApprovalStore(self)
@@ -100,6 +105,7 @@ class RedisStore(RedisConnection):
                 log.warning("%s: releasing %r on close failed: %s", self.where, lease, exc)
         with self._lock:
             self._closed = True
+        self.heartbeat.close()
         if self._owns_client:
             self.client.close()
 
@@ -113,10 +119,16 @@ class RedisStore(RedisConnection):
         deadline = None if timeout is None else time.monotonic() + max(timeout, 0.0)
         wake = self.key(id, "wake")
         while True:
-            acquired, value = self.run("ACQUIRE", id, token, ttl_ms, self._ttl_arg, what="lease")
+            acquired, value, *revision = self.run(
+                "ACQUIRE", id, token, ttl_ms, self._ttl_arg, what="lease"
+            )
             if int(acquired) == 1:
                 fence = int(text(value, source="fence"))
                 lease = RedisLease(self, id, fence, token)
+                stored = revision[0] if revision else None
+                lease.start_revision = (
+                    None if stored is None else text(stored, source="revision"),
+                )
                 with self._lock:
                     self._leases.add(lease)
                 return lease
@@ -147,14 +159,15 @@ class RedisStore(RedisConnection):
 
 
 class RedisLease(Lease):
-    """A lease renewed by a heartbeat thread it owns; ``lost`` once renewal fails or time runs out.
+    """A lease renewed by the store's heartbeat; ``lost`` once renewal fails or time runs out.
 
-    The heartbeat renews every ``lease_ttl / 3`` seconds. The lease is lost when a
-    renewal finds another holder or fence, or when ``lease_ttl`` seconds passed
-    since the last renewal that succeeded was sent (a stopped process, a lost
-    network): by then the server may have handed the session to another turn,
-    whose newer fence makes the server refuse this turn's writes. ``release()``
-    stops and joins the heartbeat, then frees the session and wakes one waiter.
+    The store's ``Heartbeat`` renews it every ``lease_ttl / 3`` seconds. The lease
+    is lost when a renewal finds another holder or fence, or when ``lease_ttl``
+    seconds passed since the last renewal that succeeded was sent (a stopped
+    process, a lost network): by then the server may have handed the session to
+    another turn, whose newer fence makes the server refuse this turn's writes.
+    ``release()`` stops the renewals (waiting for one in progress), then frees the
+    session and wakes one waiter.
     """
 
     def __init__(self, store: RedisStore, session_id: str, fence: int, token: str) -> None:
@@ -164,11 +177,7 @@ class RedisLease(Lease):
         self._ttl_ms = str(max(1, round(store.lease_ttl * 1000)))
         self._renewed = time.monotonic()
         self._taken = threading.Event()
-        self._stop = threading.Event()
-        self._heartbeat = threading.Thread(
-            target=self._beat, name=f"lousho-redis-lease-{session_id}", daemon=True
-        )
-        self._heartbeat.start()
+        self._beat_entry = store.heartbeat.add(self._beat, store.lease_ttl / 3)
 
     @property
     def lost(self) -> bool:
@@ -180,42 +189,38 @@ class RedisLease(Lease):
             return True
         return False
 
-    def _beat(self) -> None:
-        interval = self._store.lease_ttl / 3
-        while not self._stop.wait(interval):
-            sent = time.monotonic()
-            try:
-                held = self._store.run(
-                    "RENEW",
-                    self.session_id,
-                    self._token,
-                    str(self.fence),
-                    self._ttl_ms,
-                    what="renew",
-                )
-            except StoreError as exc:
-                if self.lost:
-                    log.error(
-                        "session %r: lease lost, not renewed in time: %s", self.session_id, exc
-                    )
-                    return
-                log.warning("session %r: lease renewal failed, retrying: %s", self.session_id, exc)
-                continue
-            if int(held) != 1:
-                log.warning(
-                    "session %r: the lease with fence %d was taken over (it expired); this "
-                    "turn's writes will be refused",
-                    self.session_id,
-                    self.fence,
-                )
-                self._taken.set()
-                return
-            self._renewed = sent
+    def _beat(self) -> bool:
+        """One renewal; whether to go on renewing."""
+        sent = time.monotonic()
+        try:
+            held = self._store.run(
+                "RENEW",
+                self.session_id,
+                self._token,
+                str(self.fence),
+                self._ttl_ms,
+                what="renew",
+            )
+        except StoreError as exc:
+            if self.lost:
+                log.error("session %r: lease lost, not renewed in time: %s", self.session_id, exc)
+                return False
+            log.warning("session %r: lease renewal failed, retrying: %s", self.session_id, exc)
+            return True
+        if int(held) != 1:
+            log.warning(
+                "session %r: the lease with fence %d was taken over (it expired); this "
+                "turn's writes will be refused",
+                self.session_id,
+                self.fence,
+            )
+            self._taken.set()
+            return False
+        self._renewed = sent
+        return True
 
     def _finish(self) -> None:
-        self._stop.set()
-        if self._heartbeat is not threading.current_thread():
-            self._heartbeat.join()
+        self._store.heartbeat.remove(self._beat_entry)
         if self._store.closed:
             return
         self._store.run(
@@ -281,15 +286,52 @@ class RedisSessionStore(BaseSessionStore):
     ) -> None:
         """Add ``messages`` if ``expected_length`` are stored, else ``StoreConflictError``;
         ``LeaseLostError`` if ``fence`` is older than the session's newest."""
+        self._append(id, messages, expected_length, fence, ())
+
+    def append_and_delete(
+        self,
+        id: str,
+        messages: Sequence[Message],
+        expected_length: int,
+        *,
+        checkpoints: BaseCheckpointStore | None = None,
+        delete: Sequence[str] = (),
+        fence: int | None = None,
+    ) -> object | None:
+        """``append`` and delete the checkpoints ``delete``: one script when ``checkpoints``
+        is this store's and they are this session's; returns the new revision."""
+        keys = [validate_turn_id(key) for key in delete]
+        if not (
+            isinstance(checkpoints, RedisCheckpointStore)
+            and checkpoints.store is self.store
+            and all(fence_session_id(key) == id for key in keys)
+        ):
+            return super().append_and_delete(
+                id, messages, expected_length, checkpoints=checkpoints, delete=delete, fence=fence
+            )
+        return self._append(id, messages, expected_length, fence, keys)
+
+    def _append(
+        self,
+        id: str,
+        messages: Sequence[Message],
+        expected_length: int,
+        fence: int | None,
+        delete: Sequence[str],
+    ) -> str:
+        """The fenced, length-checked append script, deleting the checkpoints ``delete``."""
         validate_session_id(id)
         rows = _rows(id, messages)
+        revision = secrets.token_hex(8)
         reply = self.store.run(
             "APPEND",
             id,
             str(int(expected_length)),
             "" if fence is None else str(int(fence)),
-            secrets.token_hex(8),
+            revision,
             self.store.ttl_arg(id),
+            str(len(delete)),
+            *delete,
             *rows,
             what=f"append to {id!r}",
         )
@@ -306,6 +348,7 @@ class RedisSessionStore(BaseSessionStore):
                 f"{self.store.where}: session {id!r}: the length and the {reply[1]} stored "
                 "messages disagree; nothing was written"
             )
+        return revision
 
     def delete(self, id: str) -> None:
         """Delete the transcript; the session's last fence is kept (fences keep growing)."""
@@ -322,6 +365,15 @@ class RedisSessionStore(BaseSessionStore):
     def turn_lock(self, id: str, *, timeout: float | None = None) -> Lease:
         """Hold session ``id`` for a turn; see ``RedisStore.turn_lock``."""
         return self.store.turn_lock(id, timeout=timeout)
+
+    def turn_held(self, id: str) -> bool:
+        """Whether a lease on ``id`` is unexpired now (its holder still heartbeats)."""
+        validate_session_id(id)
+        with self.store.call(f"lease of {id!r}") as client:
+            holder, until = client.hmget(self.store.key(id, "lease"), ["holder", "until"])
+        if not holder:
+            return False
+        return int(until or 0) > self.store.server_time_us()
 
     def prune(self, older_than: timedelta | float) -> PruneResult:
         """Delete the sessions not written within ``older_than``, unless a turn holds them."""

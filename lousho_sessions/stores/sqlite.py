@@ -253,6 +253,10 @@ class SqliteSessionStore(Part, BaseSessionStore):
         """Hold session ``id`` for a turn; see ``SqliteStore.turn_lock``."""
         return self.store.turn_lock(id, timeout=timeout)
 
+    def turn_held(self, id: str) -> bool:
+        """Whether a live turn holds ``id`` now; see ``SqliteStore.turn_lock``."""
+        return self.store._turns.held(validate_session_id(id))
+
     def prune(self, older_than: timedelta | float) -> PruneResult:
         """Delete the sessions not updated within ``older_than`` (seconds or a ``timedelta``)."""
         cutoff = time.time() - older_than_seconds(older_than)

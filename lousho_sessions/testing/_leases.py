@@ -95,6 +95,31 @@ class LeaseTests(KitBase):
             with sessions.turn_lock("s1", timeout=WAIT):
                 pass
 
+    def test_turn_held_and_claim_stale_leave_a_held_session_alone(self, tmp_path: Path) -> None:
+        """What a sweep relies on: ``turn_held`` tells a held session (``None``: cannot tell)
+        without taking it; ``claim_stale`` takes only the free ones, with new fences."""
+        with self.store(tmp_path) as parts:
+            sessions = need_sessions(parts)
+            with sessions.turn_lock("s1", timeout=WAIT) as held:
+                assert sessions.turn_held("s1") in (True, None)
+                assert sessions.turn_held("s2") in (False, None)
+                claimed = sessions.claim_stale(["s1", "s2", "s2"])
+                try:
+                    assert sorted(claimed) == ["s2"]
+                    assert sessions.turn_held("s2") in (True, None)
+                    with raises(SessionBusyError):
+                        sessions.turn_lock("s2", timeout=0.05)
+                finally:
+                    for lease in claimed.values():
+                        lease.release()
+            assert sessions.turn_held("s1") in (False, None)
+            claimed = sessions.claim_stale(["s1"])
+            try:
+                assert sorted(claimed) == ["s1"] and claimed["s1"].fence > held.fence
+            finally:
+                for lease in claimed.values():
+                    lease.release()
+
     def test_waiting_turn_lock_gets_it_on_release(self, tmp_path: Path) -> None:
         with self.store(tmp_path) as parts:
             sessions = need_sessions(parts)

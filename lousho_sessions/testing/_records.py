@@ -39,6 +39,15 @@ class CheckpointTests(KitBase):
             assert cp.list("s1.") == ["s1.turn-0", "s1.turn-2"]
             assert cp.list("s1") == ["s1.turn-0", "s1.turn-2", "s10.turn-0"]
             assert cp.list("zzz") == []
+            cp.save("s1.turn-2-r1-1", {"results": {}})  # a result record: not a turn
+            assert cp.pending_turns() == ["s1.turn-0", "s1.turn-2", "s10.turn-0", "s2.send"]
+            assert dict(cp.pending_checkpoints()) == {
+                "s1.turn-0": {"step": 0},
+                "s1.turn-2": {"step": 2},
+                "s10.turn-0": {"step": 0},
+                "s2.send": {"step": 0},
+            }
+            cp.delete("s1.turn-2-r1-1")
             cp.delete("s1.turn-0")
             cp.delete("s1.turn-0")
             assert cp.load("s1.turn-0") is None

@@ -1,0 +1,312 @@
+"""What tracing adds to a durable SQLite turn: off, and on with a no-op exporter.
+
+The turn: ``session.send`` with an instant ``FunctionProvider`` on a ``SqliteStore``
+given whole to the agent (checkpoints on, ``synchronous=NORMAL``), with no tool
+call (2 spans) and with one tool call (4 spans). Configurations, each its own agent
+and database, timed turn by turn in interleaved blocks so that a change in machine
+load hits all of them. The figure is a paired ratio: per round, a configuration's
+block median ÷ the "off" block median of that round, the median over rounds (the
+median turn times are printed beside it):
+
+- ``off``: no tracer or meter provider anywhere, so ``Telemetry.build`` returns
+  ``None`` and the turn code skips every tracing call — the same path as with the
+  ``otel`` extra absent. ``off again`` is a second such agent: the A/A ratio shows
+  the noise of the measurement.
+- ``spans``: an SDK ``TracerProvider`` with a ``SimpleSpanProcessor`` exporting to
+  an exporter that drops everything.
+- ``sampled out``: an SDK ``TracerProvider`` whose sampler records nothing
+  (``ALWAYS_OFF``, as most turns are under ratio sampling): our code runs, the SDK
+  makes only the turn's non-recording span, and no children.
+- ``spans+metrics``: the same as ``spans``, plus an SDK ``MeterProvider`` whose reader is never
+  collected (the instruments record; nothing is exported).
+
+The cost is split in two: ``sampled out - off`` is our code with the API's plumbing
+and one non-recording span (the most our part can be), ``spans - sampled out`` is
+recording the spans, which ``sdk floor`` bounds from below: it makes, per turn, the
+same spans (names, kinds, attributes, parents, made current in turn) straight
+through the SDK, without a turn, on warm caches.
+
+A child process with ``opentelemetry`` made unimportable checks that an agent then
+imports nothing of it and traces nothing (and times its turns, for reference only:
+another process is not interleaved).
+
+Run: ``python benchmarks/tracing_overhead.py [--quick]`` (or ``make bench``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+ROUNDS = 600  # timed turns per configuration
+BLOCK = 20  # configurations alternate in blocks of this many turns
+WARMUP = 30
+
+
+def machine() -> str:
+    one, five, fifteen = os.getloadavg()
+    return (
+        f"load average {one:.2f} / {five:.2f} / {fifteen:.2f} (1/5/15 min), {os.cpu_count()} CPUs"
+    )
+
+
+def make_turn(path: Path, with_tool: bool, **tracing: Any) -> tuple[Callable[[], None], Any]:
+    from lousho_sessions import FunctionProvider, Message, ModelRequest, ToolCall, create_agent
+    from lousho_sessions import tool as make_tool
+    from lousho_sessions.sqlite import SqliteStore
+
+    @make_tool
+    def lookup(city: str) -> str:
+        """Instant tool."""
+        return "sunny"
+
+    def model(request: ModelRequest) -> Message:
+        if with_tool and request.messages[-1].role != "tool":
+            return Message.assistant("", tool_calls=[ToolCall("c1", "lookup", {"city": "Paris"})])
+        return Message.assistant("Sunny.")
+
+    store = SqliteStore(path)
+    agent = create_agent(
+        provider=FunctionProvider(model), tools=[lookup], store=store, name="bench", **tracing
+    )
+    session = agent.session("bench")
+
+    def turn() -> None:
+        session.send("weather?")
+
+    def close() -> None:
+        session.close()
+        agent.close()
+        store.close()
+
+    return turn, (agent, close)
+
+
+def sdk_floor(tracer: Any, with_tool: bool) -> Callable[[], None]:
+    """The SDK's part alone: the spans a turn makes, made directly, without a turn."""
+    from opentelemetry import context, trace
+
+    kind = trace.SpanKind
+
+    def span(name: str, parent: Any, span_kind: Any, attributes: dict[str, Any]) -> Any:
+        made = tracer.start_span(name, context=parent, kind=span_kind, attributes=attributes)
+        inside = trace.set_span_in_context(made)
+        return made, inside, context.attach(inside)
+
+    def chat(parent: Any, finish: str) -> None:
+        made, _, token = span(
+            "chat function", parent, kind.CLIENT,
+            {"gen_ai.operation.name": "chat", "gen_ai.provider.name": "function"},
+        )  # fmt: skip
+        context.detach(token)
+        made.set_attributes(
+            {"gen_ai.response.finish_reasons": (finish,), "gen_ai.usage.input_tokens": 0,
+             "gen_ai.usage.output_tokens": 0}
+        )  # fmt: skip
+        made.end()
+
+    def turn() -> None:
+        attributes = {
+            "gen_ai.operation.name": "invoke_agent", "gen_ai.provider.name": "function",
+            "lousho.run.id": "run-x", "lousho.turn.attempt": 1, "lousho.turn.resumed": False,
+            "gen_ai.agent.name": "bench", "gen_ai.conversation.id": "bench",
+            "lousho.turn.id": "bench.turn-0", "lousho.lease.fence": 1,
+        }  # fmt: skip
+        root, inside, token = span("invoke_agent bench", None, kind.INTERNAL, attributes)
+        if with_tool:
+            chat(inside, "tool_calls")
+            made, _, inner = span(
+                "execute_tool lookup", inside, kind.INTERNAL,
+                {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "lookup",
+                 "gen_ai.tool.call.id": "c1", "gen_ai.tool.type": "function"},
+            )  # fmt: skip
+            context.detach(inner)
+            made.end()
+        chat(inside, "stop")
+        context.detach(token)
+        root.set_attributes(
+            {"lousho.finish_reason": "stop", "gen_ai.usage.input_tokens": 0,
+             "gen_ai.usage.output_tokens": 0}
+        )  # fmt: skip
+        root.end()
+
+    return turn
+
+
+def sdk_providers() -> tuple[Any, Any, Any]:
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
+
+    class DropExporter(SpanExporter):
+        """Exports to nothing."""
+
+        def export(self, spans: Sequence[Any]) -> SpanExportResult:
+            return SpanExportResult.SUCCESS
+
+    tracer_provider = TracerProvider()
+    tracer_provider.add_span_processor(SimpleSpanProcessor(DropExporter()))
+    meter_provider = MeterProvider(metric_readers=[InMemoryMetricReader()])
+    return tracer_provider, meter_provider, tracer_provider.get_tracer("floor")
+
+
+def sampled_out() -> Any:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
+
+    return TracerProvider(sampler=ALWAYS_OFF)
+
+
+def timed(fn: Callable[[], None], times: list[float], n: int) -> None:
+    for _ in range(n):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+
+
+def measure(with_tool: bool, rounds: int, tmp: Path) -> tuple[dict[str, float], dict[str, float]]:
+    """Per configuration: the median turn, and the median over rounds of its block's
+    median ÷ the ``off`` block's median of that round (paired: a load change between
+    rounds cancels out)."""
+    tracer_provider, meter_provider, tracer = sdk_providers()
+    unsampled = sampled_out()
+    made = {
+        "off": make_turn(tmp / f"off-{with_tool}.db", with_tool),
+        "off again": make_turn(tmp / f"off2-{with_tool}.db", with_tool),
+        "sampled out": make_turn(tmp / f"out-{with_tool}.db", with_tool, tracer_provider=unsampled),
+        "spans": make_turn(
+            tmp / f"spans-{with_tool}.db", with_tool, tracer_provider=tracer_provider
+        ),
+        "spans+metrics": make_turn(
+            tmp / f"both-{with_tool}.db",
+            with_tool,
+            tracer_provider=tracer_provider,
+            meter_provider=meter_provider,
+        ),
+    }
+    assert made["off"][1][0].runner.telemetry is None
+    assert made["spans"][1][0].runner.telemetry is not None
+    fns = {name: turn for name, (turn, _) in made.items()}
+    fns["sdk floor"] = sdk_floor(tracer, with_tool)
+    blocks: dict[str, list[list[float]]] = {name: [] for name in fns}
+    for fn in fns.values():
+        timed(fn, [], WARMUP)
+    done = 0
+    order = list(fns.items())
+    while done < rounds:
+        n = min(BLOCK, rounds - done)
+        for name, fn in order:
+            blocks[name].append([])
+            timed(fn, blocks[name][-1], n)
+        done += n
+        order = order[1:] + order[:1]  # each configuration in each place in turn
+    for _, (_, close) in made.values():
+        close()
+    tracer_provider.shutdown()
+    meter_provider.shutdown()
+    unsampled.shutdown()
+    medians = {name: statistics.median(t for b in bs for t in b) for name, bs in blocks.items()}
+    ratios = {
+        name: statistics.median(
+            statistics.median(mine) / statistics.median(off)
+            for mine, off in zip(bs, blocks["off"], strict=True)
+        )
+        for name, bs in blocks.items()
+    }
+    return medians, ratios
+
+
+BLOCKER = """
+import json, sys, time
+class Blocker:
+    def find_spec(self, name, path, target=None):
+        if name == "opentelemetry" or name.startswith("opentelemetry."):
+            raise ModuleNotFoundError(name, name=name)
+sys.meta_path.insert(0, Blocker())
+sys.path.insert(0, sys.argv[1])
+from pathlib import Path
+from tracing_overhead import make_turn, timed
+import statistics
+out = {}
+for with_tool in (False, True):
+    turn, (agent, close) = make_turn(Path(sys.argv[2]) / f"absent-{with_tool}.db", with_tool)
+    assert agent.runner.telemetry is None
+    times = []
+    timed(turn, [], 30)
+    timed(turn, times, int(sys.argv[3]))
+    close()
+    out[str(with_tool)] = statistics.median(times)
+out["loaded"] = sorted(m for m in sys.modules if m.split(".")[0] == "opentelemetry")
+print(json.dumps(out))
+"""
+
+
+def extra_absent(rounds: int, tmp: Path) -> dict[str, Any]:
+    here = str(Path(__file__).parent)
+    done = subprocess.run(
+        [sys.executable, "-c", BLOCKER, here, str(tmp), str(rounds)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=True,
+    )
+    result: dict[str, Any] = json.loads(done.stdout)
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer rounds (a smoke run)")
+    parser.add_argument("--rounds", type=int, default=None, help=f"timed turns (default {ROUNDS})")
+    args = parser.parse_args()
+    rounds = args.rounds or (60 if args.quick else ROUNDS)
+    print(f"tracing overhead of a durable SQLite turn; {machine()}")
+    print(
+        f"{rounds} timed turns per configuration, interleaved in blocks of {BLOCK}, the order rotated"
+    )
+    print()
+    with tempfile.TemporaryDirectory() as name:
+        tmp = Path(name)
+        absent = extra_absent(max(rounds // 2, 30), tmp)
+        for with_tool, label in ((False, "no tool (2 spans)"), (True, "one tool (4 spans)")):
+            medians, ratios = measure(with_tool, rounds, tmp)
+            off = medians["off"]
+            print(
+                f"{label}: median turn, off = {off * 1e6:.0f} µs  [load {os.getloadavg()[0]:.2f}]"
+            )
+            for name in ("off again", "sampled out", "spans", "spans+metrics"):
+                print(f"  {name:<14} {medians[name] * 1e6:8.0f} µs   x{ratios[name]:.3f} of off")
+            floor = ratios["sdk floor"]
+            ours = ratios["sampled out"] - 1
+            recording = ratios["spans"] - ratios["sampled out"]
+            print(
+                f"  {'sdk floor':<14} {medians['sdk floor'] * 1e6:8.0f} µs   "
+                f"x{floor:.3f} of off (the SDK making these spans alone)"
+            )
+            print(
+                f"  our code, no span recorded (sampled out - off): {ours * 100:+.1f}% of the turn"
+            )
+            print(
+                f"  recording the spans (spans - sampled out): {recording * 100:+.1f}%, "
+                f"of which the sdk floor {floor * 100:.1f}%"
+            )
+            print(
+                f"  extra absent (child process, not interleaved): "
+                f"{absent[str(with_tool)] * 1e6:.0f} µs"
+            )
+            print()
+    print(f"child with opentelemetry blocked imported: {absent['loaded'] or 'nothing of it'}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,72 @@
+"""What every approval store shares: the record checks, the resolve compare-and-set, the order.
+
+Re-exported by ``stores.base`` (with ``shown``, for error messages); here so that the contract module stays small.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime, timezone
+from typing import Any
+
+from ..errors import ApprovalAlreadyResolvedError, StoreCorruptError
+
+__all__ = ["approval_sort_key", "check_approval_record", "resolved_approval", "shown"]
+
+
+#: Ids longer than this are shown cut short in error messages.
+_SHOWN_CHARS = 40
+
+
+def shown(value: object) -> str:
+    """``repr(value)`` for an error message, cut to its first 40 characters plus its length."""
+    if isinstance(value, str) and len(value) > _SHOWN_CHARS:
+        return f"{value[:_SHOWN_CHARS]!r}... ({len(value)} characters)"
+    text = repr(value)
+    return text if len(text) <= _SHOWN_CHARS * 2 else f"{text[: _SHOWN_CHARS * 2]}..."
+
+
+def resolved_approval(
+    record: Mapping[str, Any], *, approved: bool, reason: str | None, source: str
+) -> dict[str, Any]:
+    """The record after a successful ``resolve``; ``ApprovalAlreadyResolvedError`` unless pending.
+
+    Stores call this inside their compare-and-set (a lock, a transaction) so every
+    store writes the same fields: ``status``, ``reason`` and ``resolved_at`` (ISO 8601, UTC).
+    """
+    status = record.get("status")
+    if status != "pending":
+        raise ApprovalAlreadyResolvedError(f"approval {source} was already resolved ({status})")
+    updated = dict(record)
+    updated.update(
+        status="approved" if approved else "denied",
+        reason=reason,
+        resolved_at=datetime.now(timezone.utc).isoformat(),
+    )
+    return updated
+
+
+def approval_sort_key(record: Mapping[str, Any]) -> tuple[str, str]:
+    """The order ``ApprovalStore.list`` returns records in: creation time, then id."""
+    return (str(record.get("created_at", "")), str(record.get("id")))
+
+
+def check_approval_record(record: Mapping[str, Any], *, source: str) -> dict[str, Any]:
+    """``record`` as a dict if it has what every reader relies on, else ``StoreCorruptError``
+    naming ``source``: a string ``id``, ``session_id`` a string or null, ``status`` one of
+    pending/approved/denied, and ``call`` (if present) an object with an object ``arguments``."""
+    problem = None
+    call = record.get("call")
+    if not isinstance(record.get("id"), str):
+        problem = "'id' is not a string"
+    elif record.get("session_id") is not None and not isinstance(record.get("session_id"), str):
+        problem = "'session_id' is not a string"
+    elif record.get("status") not in ("pending", "approved", "denied"):
+        problem = f"'status' is {shown(record.get('status'))}, not pending, approved or denied"
+    elif call is not None and not (
+        isinstance(call, Mapping) and isinstance(call.get("arguments", {}), Mapping)
+    ):
+        problem = "'call' is not an object with an object 'arguments'"
+    if problem:
+        raise StoreCorruptError(f"{source}: not a valid approval record: {problem}")
+    return dict(record)

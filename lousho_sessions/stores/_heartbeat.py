@@ -1,0 +1,119 @@
+"""One heartbeat thread per store, renewing every lease it holds when each falls due.
+
+A turn's lease must be renewed while the turn runs (a model call may take
+minutes). Starting a thread per lease put two thread hand-offs on every turn
+(``start()`` waits for the new thread to run, ``release()`` joins it), each a
+wake-up of a sleeping thread: on a loaded machine hundreds of µs. So a store
+keeps one daemon thread, started on the first lease, that calls each registered
+``beat`` every ``interval`` seconds; taking and releasing a lease only adds and
+removes an entry under a lock.
+
+``beat()`` returns whether to go on (``False``: the lease is lost or ended, drop
+it). Beats run one after another on the heartbeat thread, so a beat must bound
+its own blocking (the stores' calls have timeouts) and judge lateness by its own
+clock readings, as the leases do (lost after ``ttl`` without a successful renewal).
+``remove()`` waits for a beat of that entry in progress to finish, so once it
+returns no renewal of that lease can reach the server after the release.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+
+__all__ = ["Beat", "Heartbeat"]
+
+log = logging.getLogger("lousho_sessions.stores")
+
+
+class Beat:
+    """One registered renewal: ``beat`` every ``interval`` seconds until removed or it says stop."""
+
+    __slots__ = ("beat", "due", "interval", "removed", "running")
+
+    def __init__(self, beat: Callable[[], bool], interval: float) -> None:
+        self.beat = beat
+        self.interval = interval
+        self.due = time.monotonic() + interval
+        self.running = False
+        self.removed = False
+
+
+class Heartbeat:
+    """The heartbeat thread of one store (``name`` names the thread)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._cond = threading.Condition()
+        self._beats: list[Beat] = []
+        self._thread: threading.Thread | None = None
+        self._pid = os.getpid()
+        self._stopped = False
+        #: when the sleeping thread wakes next (0: it is awake and will look at the entries)
+        self._sleep_until = 0.0
+
+    def add(self, beat: Callable[[], bool], interval: float) -> Beat:
+        """Call ``beat`` every ``interval`` seconds from the heartbeat thread, starting then."""
+        entry = Beat(beat, interval)
+        with self._cond:
+            if self._pid != os.getpid():  # a forked child: the parent's thread is not here
+                self._pid, self._thread, self._beats = os.getpid(), None, []
+            self._beats.append(entry)
+            if self._thread is None and not self._stopped:
+                self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
+                self._thread.start()
+            elif entry.due < self._sleep_until:  # else the thread wakes in time by itself
+                self._cond.notify_all()
+        return entry
+
+    def remove(self, entry: Beat) -> None:
+        """Stop ``entry``; waits for a beat of it in progress (unless called from that beat)."""
+        with self._cond:
+            entry.removed = True
+            if threading.current_thread() is not self._thread:
+                self._cond.wait_for(lambda: not entry.running)
+            if entry in self._beats:
+                self._beats.remove(entry)
+
+    def close(self) -> None:
+        """Stop the thread (entries left are dropped) and wait for it."""
+        with self._cond:
+            self._stopped = True
+            self._beats = []
+            self._cond.notify_all()
+            thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while True:
+                    if self._stopped:
+                        return
+                    now = time.monotonic()
+                    due = [b for b in self._beats if b.due <= now and not b.removed]
+                    if due:
+                        break
+                    wait = max(min((b.due for b in self._beats), default=now + 3600.0) - now, 0.0)
+                    self._sleep_until = now + wait
+                    self._cond.wait(wait)
+                    self._sleep_until = 0.0
+                for entry in due:
+                    entry.running = True
+            for entry in due:
+                go_on = False
+                try:
+                    if not entry.removed:
+                        go_on = entry.beat()
+                except Exception:  # a beat handles its own errors; this one is a bug
+                    log.exception("%s: a lease renewal failed unexpectedly", self.name)
+                with self._cond:
+                    entry.running = False
+                    entry.due = time.monotonic() + entry.interval
+                    if not go_on and entry in self._beats:
+                        self._beats.remove(entry)
+                    self._cond.notify_all()

@@ -1,0 +1,213 @@
+"""The transcripts of a ``PostgresStore`` (``lousho_sessions.stores.postgres``): messages as rows.
+
+An append is one statement that checks the stored length and the lease's fence
+and inserts the new rows; a turn's commit (``append_and_delete``) deletes the
+turn's checkpoints in that same statement.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Sequence
+from datetime import timedelta
+
+from ..errors import StoreConflictError
+from ..messages import Message
+from ..serde import messages_from_json
+from ._postgres_core import FENCED, PgCore, PgPart
+from ._postgres_records import PostgresCheckpointStore
+from .base import (
+    BaseCheckpointStore,
+    BaseSessionStore,
+    LockScope,
+    PruneResult,
+    message_json,
+    validate_session_id,
+    validate_turn_id,
+)
+from .lease import Lease
+
+__all__ = ["PostgresSessionStore"]
+
+
+class PostgresSessionStore(PgPart, BaseSessionStore):
+    """The transcripts of a ``PostgresStore``: one row per message; ``lock_scope`` ``"cluster"``."""
+
+    lock_scope: LockScope = "cluster"
+    store: PgCore
+
+    def load(self, id: str) -> list[Message] | None:
+        validate_session_id(id)
+        rows = self.store.fetch(
+            "SELECT m.body::text FROM {s}.sessions s LEFT JOIN {s}.messages m "
+            "ON m.session_id = s.id AND m.seq < s.length WHERE s.id = %(id)s ORDER BY m.seq",
+            {"id": id},
+        )
+        if not rows:
+            return None
+        if rows[0][0] is None:
+            return []
+        text = "[" + ",".join(row[0] for row in rows) + "]"
+        return messages_from_json(text, source=f"{self.store.where}: session {id!r}")
+
+    def save(self, id: str, messages: Sequence[Message]) -> None:
+        """Replace the transcript (refused with ``LeaseLostError`` if this thread's lease was lost)."""
+        validate_session_id(id)
+        bodies = _bodies(id, messages)
+        fence = self.store.effective_fence(id, None)
+        with self.store.transaction() as conn:
+            if fence is not None:
+                (fenced,) = self.store.run(
+                    conn,
+                    FENCED + " SELECT fenced FROM ok",
+                    {"sid": id, "fence": fence},
+                ).fetchone()
+                self.store.check_fenced(fenced, id, None)
+            self.store.run(conn, "DELETE FROM {s}.messages WHERE session_id = %s", (id,))
+            self.store.run(
+                conn,
+                "INSERT INTO {s}.messages (session_id, seq, body) SELECT %(id)s, u.seq - 1, u.body "
+                "FROM unnest(%(bodies)s::json[]) WITH ORDINALITY AS u(body, seq)",
+                {"id": id, "bodies": bodies},
+            )
+            self.store.run(
+                conn,
+                "INSERT INTO {s}.sessions (id, length, revision, updated_at) "
+                "VALUES (%(id)s, %(n)s, %(rev)s, now()) ON CONFLICT (id) DO UPDATE SET "
+                "length = excluded.length, revision = excluded.revision, updated_at = now()",
+                {"id": id, "n": len(bodies), "rev": secrets.randbits(63)},
+            )
+
+    def append(
+        self,
+        id: str,
+        messages: Sequence[Message],
+        expected_length: int,
+        *,
+        fence: int | None = None,
+    ) -> None:
+        """Add ``messages`` if ``expected_length`` are stored, else ``StoreConflictError``;
+        ``LeaseLostError`` if ``fence`` is older than the session's newest. One statement."""
+        self._append(id, messages, expected_length, fence, ())
+
+    def append_and_delete(
+        self,
+        id: str,
+        messages: Sequence[Message],
+        expected_length: int,
+        *,
+        checkpoints: BaseCheckpointStore | None = None,
+        delete: Sequence[str] = (),
+        fence: int | None = None,
+    ) -> object | None:
+        """``append`` and delete the checkpoints ``delete``: one statement (one transaction)
+        when ``checkpoints`` is this store's; returns the new revision."""
+        if not (
+            isinstance(checkpoints, PostgresCheckpointStore) and checkpoints.store is self.store
+        ):
+            return super().append_and_delete(
+                id, messages, expected_length, checkpoints=checkpoints, delete=delete, fence=fence
+            )
+        return self._append(id, messages, expected_length, fence, delete)
+
+    def _append(
+        self,
+        id: str,
+        messages: Sequence[Message],
+        expected_length: int,
+        fence: int | None,
+        delete: Sequence[str],
+    ) -> int:
+        """The fenced, length-checked append, deleting the checkpoints ``delete`` if it lands."""
+        validate_session_id(id)
+        bodies = _bodies(id, messages)
+        keys = [validate_turn_id(key) for key in delete]
+        revision = secrets.randbits(63)
+        if expected_length == 0:  # the session may not exist yet
+            upsert = (
+                "INSERT INTO {s}.sessions AS t (id, length, revision, updated_at) "
+                "SELECT %(sid)s, %(n)s, %(rev)s, now() WHERE (SELECT fenced FROM ok) "
+                "ON CONFLICT (id) DO UPDATE SET length = excluded.length, "
+                "revision = excluded.revision, updated_at = now() WHERE t.length = 0 RETURNING 1"
+            )
+        else:
+            upsert = (
+                "UPDATE {s}.sessions SET length = %(n)s, revision = %(rev)s, updated_at = now() "
+                "WHERE id = %(sid)s AND length = %(expected)s AND (SELECT fenced FROM ok) "
+                "RETURNING 1"
+            )
+        rows = self.store.fetch(
+            FENCED + f", w AS ({upsert}), "
+            "m AS (INSERT INTO {s}.messages (session_id, seq, body) "
+            "SELECT %(sid)s, %(expected)s + u.seq - 1, u.body "
+            "FROM unnest(%(bodies)s::json[]) WITH ORDINALITY AS u(body, seq) "
+            "WHERE EXISTS (SELECT 1 FROM w) "
+            "ON CONFLICT (session_id, seq) DO UPDATE SET body = excluded.body)"
+            + (
+                ", d AS (DELETE FROM {s}.checkpoints WHERE turn_id = ANY(%(delete)s::text[]) "
+                "AND EXISTS (SELECT 1 FROM w)) "
+                if keys
+                else " "
+            )
+            + "SELECT EXISTS (SELECT 1 FROM w), (SELECT fenced FROM ok), "
+            "(SELECT length FROM {s}.sessions WHERE id = %(sid)s)",
+            {
+                "sid": id,
+                "fence": self.store.effective_fence(id, fence),
+                "n": expected_length + len(bodies),
+                "expected": expected_length,
+                "rev": revision,
+                "bodies": bodies,
+                "delete": keys,
+            },
+        )
+        written, fenced, length = rows[0]
+        if written:
+            return revision
+        self.store.check_fenced(fenced, id, fence)
+        raise StoreConflictError(
+            f"session {id!r} ({self.store.where}): expected {expected_length} stored "
+            f"messages, found {length or 0}"
+        )
+
+    def delete(self, id: str) -> None:
+        validate_session_id(id)
+        with self.store.transaction() as conn:
+            self.store.run(conn, "DELETE FROM {s}.sessions WHERE id = %s", (id,))
+            self.store.run(conn, "DELETE FROM {s}.messages WHERE session_id = %s", (id,))
+
+    def revision(self, id: str) -> int | None:
+        """A value that changes with every write of ``id``; ``None`` when nothing is stored."""
+        validate_session_id(id)
+        rows = self.store.fetch("SELECT revision FROM {s}.sessions WHERE id = %(id)s", {"id": id})
+        return None if not rows else int(rows[0][0])
+
+    def turn_lock(self, id: str, *, timeout: float | None = None) -> Lease:
+        """Lease session ``id`` for a turn; see ``PostgresStore.turn_lock``."""
+        return self.store.turn_lock(id, timeout=timeout)
+
+    def claim_stale(self, ids: Sequence[str]) -> dict[str, Lease]:
+        """Lease those of ``ids`` no live turn holds; see ``PostgresStore.claim_stale``."""
+        return self.store.claim_stale(ids)
+
+    def turn_held(self, id: str) -> bool:
+        """Whether a lease on ``id`` is unexpired now (its holder still heartbeats)."""
+        validate_session_id(id)
+        rows = self.store.fetch(
+            "SELECT 1 FROM {s}.leases WHERE session_id = %(id)s AND expires_at > now()",
+            {"id": id},
+        )
+        return bool(rows)
+
+    def prune(self, older_than: timedelta | float) -> PruneResult:
+        """Delete the sessions not updated within ``older_than`` (seconds or a ``timedelta``)."""
+        return self.store.prune_parts(older_than, checkpoints=False, approvals=False)
+
+
+def _bodies(id: str, messages: Sequence[Message]) -> list[str]:
+    bodies = []
+    for m in messages:
+        if not isinstance(m, Message):
+            raise TypeError(f"session {id!r}: expected Message objects, got {type(m).__name__}")
+        bodies.append(message_json(m))
+    return bodies
