@@ -25,6 +25,7 @@ import attrs
 
 from ._effects import RERUN_NOTE, ledger, rerun_approval_id
 from ._inbox import Inbox
+from ._limits import limit_reached, tool_calls_left
 from ._tool_calls import MAX_MALFORMED_TOOL_CALLS, check_malformed, malformed_text, unique_call_ids
 from ._turn_config import ToolOutcome, TurnConfig
 from ._turn_state import CHECKPOINT_VERSION, TurnState
@@ -118,7 +119,7 @@ class Turn:
 
     def _model_step(self) -> None:
         state, config = self.state, self.config
-        limit = self._limit_reached()
+        limit = limit_reached(self.state, self.config)
         if limit is not None:
             raise _Finish("limit", limit)
         if state.steps >= config.max_steps:
@@ -278,7 +279,7 @@ class Turn:
                 reason = decision.get("reason")
                 text = "The user denied this tool call" + (f": {reason}" if reason else ".")
                 self.record(call, text, True, checkpoint=False)
-        left = self._tool_calls_left()
+        left = tool_calls_left(self.state, self.config)
         if left is not None and len(runnable) > left:
             # run the calls that fit; the others still get an answer, so none is left open
             runnable, over = runnable[:left], runnable[left:]
@@ -441,39 +442,6 @@ class Turn:
         return bool(applied)
 
     # -- helpers ------------------------------------------------------------
-
-    def _limit_reached(self) -> str | None:
-        state, config = self.state, self.config
-        spent, steps, calls = config.session_spent
-        for limits, base_usage, base_steps, base_calls in (
-            (config.limits, Usage(), 0, 0),
-            (config.session_limits, spent, steps, calls),
-        ):
-            if limits is None:
-                continue
-            usage = base_usage + state.usage
-            if limits.max_cost_usd is not None and usage.cost_usd >= limits.max_cost_usd:
-                return "max_cost_usd"
-            if limits.max_tokens is not None and usage.total_tokens >= limits.max_tokens:
-                return "max_tokens"
-            if limits.max_steps is not None and base_steps + state.steps >= limits.max_steps:
-                return "max_steps"
-            if (
-                limits.max_tool_calls is not None
-                and base_calls + state.tool_calls >= limits.max_tool_calls
-            ):
-                return "max_tool_calls"
-        return None
-
-    def _tool_calls_left(self) -> int | None:
-        """How many more tools may run under ``max_tool_calls`` (turn and session); None: no cap."""
-        state, config = self.state, self.config
-        left: int | None = None
-        for limits, base in ((config.limits, 0), (config.session_limits, config.session_spent[2])):
-            if limits is not None and limits.max_tool_calls is not None:
-                room = max(0, limits.max_tool_calls - base - state.tool_calls)
-                left = room if left is None else min(left, room)
-        return left
 
     def _check_abort(self) -> None:
         if self.config.signal.aborted:
