@@ -40,7 +40,15 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from lousho_sessions import FunctionProvider, Message, ModelRequest, ToolCall, create_agent, tool
+from lousho_sessions import (
+    FunctionProvider,
+    Message,
+    ModelRequest,
+    ToolCall,
+    create_agent,
+    memory_store,
+    tool,
+)
 from lousho_sessions.sqlite import SqliteStore
 
 ROUNDS = 400  # timed operations per configuration (turns, and as many floor transactions)
@@ -102,10 +110,13 @@ class Floor:
 
 
 class Turn:
-    """A durable session turn on a SqliteStore with checkpoints."""
+    """A durable session turn on a SqliteStore with checkpoints (``path`` None: the same turn
+    on ``memory_store()``, checkpoints too: what the engine costs without a database)."""
 
-    def __init__(self, path: Path, synchronous: str, with_tool: bool) -> None:
-        self.store = SqliteStore(path, synchronous=synchronous)
+    def __init__(self, path: Path | None, synchronous: str, with_tool: bool) -> None:
+        self.store: Any = (
+            memory_store() if path is None else SqliteStore(path, synchronous=synchronous)
+        )
         self.agent = create_agent(
             provider=FunctionProvider(one_tool if with_tool else no_tool),
             tools=[lookup] if with_tool else [],
@@ -119,7 +130,8 @@ class Turn:
     def close(self) -> None:
         self.session.close()
         self.agent.close()
-        self.store.close()
+        if isinstance(self.store, SqliteStore):
+            self.store.close()
 
 
 class Statements:
@@ -190,26 +202,39 @@ def counted_turns(root: Path, synchronous: str, with_tool: bool, turns: int) -> 
     return counts
 
 
-def timed(root: Path, synchronous: str, with_tool: bool, rounds: int) -> tuple[float, float]:
-    """Median µs of the floor transaction and of the durable turn, measured interleaved."""
+def timed(root: Path, synchronous: str, with_tool: bool, rounds: int) -> tuple[float, float, float]:
+    """Median µs of the floor transaction, of the same turn on ``memory_store()`` and of the
+    durable turn, measured interleaved."""
     floor = Floor(root / f"floor-{synchronous}-{with_tool}.db", synchronous)
+    memory = Turn(None, synchronous, with_tool)
     turn = Turn(root / f"turn-{synchronous}-{with_tool}.db", synchronous, with_tool)
     floor_samples: list[float] = []
+    memory_samples: list[float] = []
     turn_samples: list[float] = []
+    operations = (
+        (floor.write, floor_samples),
+        (memory.write, memory_samples),
+        (turn.write, turn_samples),
+    )
     try:
         for _ in range(WARMUP):
-            floor.write()
-            turn.write()
+            for operation, _samples in operations:
+                operation()
         for _ in range(max(rounds // BLOCK, 1)):
-            for operation, samples in ((floor.write, floor_samples), (turn.write, turn_samples)):
+            for operation, samples in operations:
                 for _ in range(BLOCK):
                     start = time.perf_counter_ns()
                     operation()
                     samples.append((time.perf_counter_ns() - start) / 1_000)
     finally:
         floor.close()
+        memory.close()
         turn.close()
-    return statistics.median(floor_samples), statistics.median(turn_samples)
+    return (
+        statistics.median(floor_samples),
+        statistics.median(memory_samples),
+        statistics.median(turn_samples),
+    )
 
 
 def fsync_child(root: Path, synchronous: str, with_tool: bool, turns: int) -> None:
@@ -307,7 +332,15 @@ def main() -> None:
     print(f"durable SQLite turn vs raw 2-INSERT WAL transaction; {machine()}")
     print(f"{rounds} timed turns per row (interleaved with the floor in blocks of {BLOCK})")
     print()
-    header = f"{'sync':<6} | {'tool calls':>10} | {'floor µs':>8} | {'turn µs':>8} | {'ratio':>6}"
+    print(
+        "floor: the raw transaction; memory: the same turn on memory_store() (the engine's own\n"
+        "cost: two thread hand-offs, the turn, its checkpoint, no database); turn: on SqliteStore"
+    )
+    print()
+    header = (
+        f"{'sync':<6} | {'tool calls':>10} | {'floor µs':>8} | {'memory µs':>9} | {'turn µs':>8} |"
+        f" {'÷ floor':>7} | {'÷ memory':>8}"
+    )
     print(header)
     notes: list[str] = []
     counts: dict[tuple[str, bool], dict[str, float]] = {}
@@ -316,10 +349,11 @@ def main() -> None:
         root = Path(tmp)
         for synchronous in ("NORMAL", "FULL"):
             for with_tool in (False, True):
-                floor_us, turn_us = timed(root, synchronous, with_tool, rounds)
+                floor_us, memory_us, turn_us = timed(root, synchronous, with_tool, rounds)
                 print(
-                    f"{synchronous:<6} | {int(with_tool):>10} | {floor_us:>8.0f} | {turn_us:>8.0f} |"
-                    f" {turn_us / floor_us:>5.1f}x   (load {os.getloadavg()[0]:.2f})"
+                    f"{synchronous:<6} | {int(with_tool):>10} | {floor_us:>8.0f} | {memory_us:>9.0f} |"
+                    f" {turn_us:>8.0f} | {turn_us / floor_us:>6.1f}x | {turn_us / memory_us:>7.2f}x"
+                    f"   (load {os.getloadavg()[0]:.2f})"
                 )
                 counts[synchronous, with_tool] = counted_turns(
                     root, synchronous, with_tool, counted

@@ -48,14 +48,14 @@ MARKER = "lousho-bench-profile-marker"
 #: (label, pattern on "file:line(function)", calls per use) of the calls counted per turn;
 #: cProfile counts a generator-based context manager twice per ``with`` (enter and exit)
 WATCHED = (
-    ("json.dumps", r"json/__init__.py:\d+\(dumps\)", 1),
-    ("json.loads", r"json/__init__.py:\d+\(loads\)", 1),
+    ("JSON encodes", r"json/encoder.py:\d+\(encode\)", 1),
+    ("JSON decodes", r"json/__init__.py:\d+\(loads\)|\(_loads_compact\)", 1),
     ("serde.message_json", r"serde.py:\d+\(message_json\)", 1),
     ("serde.to_json", r"serde.py:\d+\(to_json\)", 1),
     ("cattrs unstructure (all levels)", r"\(unstructure\)|unstructure_", 1),
     ("sqlite3 execute/executemany", r"method 'execute(many)?' of 'sqlite3", 1),
-    ("SqliteStore.transaction uses", r"sqlite.py:\d+\(transaction\)", 2),
-    ("SqliteStore.connection uses", r"sqlite.py:\d+\(connection\)", 2),
+    ("SqliteStore.transaction uses", r"_sqlite_db.py:\d+\(transaction\)", 2),
+    ("SqliteStore.connection uses", r"_sqlite_db.py:\d+\(connection\)", 2),
     ("SqliteStore._check_identity", r"\(_check_identity\)", 1),
     ("revision()", r"sqlite.py:\d+\(revision\)", 1),
     ("lock acquire (explicit)", r"method 'acquire' of '_thread", 1),

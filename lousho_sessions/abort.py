@@ -17,17 +17,18 @@ class AbortSignal:
     abort (at once if already aborted) and returns a function that removes it.
     """
 
-    __slots__ = ("_callbacks", "_event", "_lock", "_reason")
+    __slots__ = ("_aborted", "_callbacks", "_event", "_lock", "_reason")
 
     def __init__(self) -> None:
-        self._event = threading.Event()
+        self._aborted = False
+        self._event: threading.Event | None = None  # made by the first wait(): most never wait
         self._lock = threading.Lock()
         self._reason: Any = None
         self._callbacks: list[Callable[[AbortSignal], None]] = []
 
     @property
     def aborted(self) -> bool:
-        return self._event.is_set()
+        return self._aborted
 
     @property
     def reason(self) -> Any:
@@ -35,11 +36,17 @@ class AbortSignal:
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block until aborted or ``timeout`` seconds pass; return ``aborted``."""
-        return self._event.wait(timeout)
+        with self._lock:
+            if self._aborted:
+                return True
+            if self._event is None:
+                self._event = threading.Event()
+            event = self._event
+        return event.wait(timeout)
 
     def add_callback(self, fn: Callable[[AbortSignal], None]) -> Callable[[], None]:
         with self._lock:
-            if not self._event.is_set():
+            if not self._aborted:
                 self._callbacks.append(fn)
 
                 def remove() -> None:
@@ -52,10 +59,12 @@ class AbortSignal:
 
     def _abort(self, reason: Any) -> bool:
         with self._lock:
-            if self._event.is_set():
+            if self._aborted:
                 return False
             self._reason = reason
-            self._event.set()
+            self._aborted = True
+            if self._event is not None:
+                self._event.set()
             callbacks, self._callbacks = self._callbacks, []
         for fn in callbacks:
             fn(self)

@@ -13,7 +13,6 @@ import builtins
 import contextlib
 import logging
 import threading
-import uuid
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any, Literal
@@ -39,7 +38,7 @@ from .events import (
     SessionEvent,
 )
 from .inputs import Input, to_messages
-from .messages import Message
+from .messages import Message, _new_id
 from .results import CompactionResult, ExecutionResult, Limits, PendingTurn
 from .run import AgentRun
 from .stores.base import CheckpointStore, SessionStore, validate_session_id
@@ -497,4 +496,4 @@ class _TurnJob:
         self.emit = emit
         self.approve = approve
         self.inbox = Inbox()
-        self.run_id = "run-" + uuid.uuid4().hex
+        self.run_id = "run-" + _new_id()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import operator
+import re
 from collections.abc import Callable, Mapping
 from datetime import timezone
 from pathlib import Path
@@ -17,6 +18,7 @@ from hypothesis import strategies as st
 from storekit import KINDS, open_kit
 
 from lousho_sessions import FunctionProvider, create_agent, memory_store, tool
+from lousho_sessions._message_codec import message_dict, message_from_canonical
 from lousho_sessions._turn_state import TurnState
 from lousho_sessions.errors import SchemaVersionError, StoreCorruptError
 from lousho_sessions.messages import (
@@ -30,9 +32,11 @@ from lousho_sessions.messages import (
     thaw,
 )
 from lousho_sessions.serde import (
+    converter,
     message_from_dict,
     message_to_dict,
     messages_from_json,
+    messages_from_json_texts,
     messages_to_json,
     turn_checkpoint,
     turn_state_from_checkpoint,
@@ -81,6 +85,81 @@ MESSAGES = st.builds(
     metadata=JSON_OBJECTS,
     extra=UNKNOWN,
 )
+
+
+#: Messages of the shape a model and this release write: no unknown fields anywhere.
+PLAIN_MESSAGES = st.builds(
+    Message,
+    role=st.sampled_from(["user", "assistant", "tool", "system"]),
+    content=st.lists(st.builds(TextPart, TEXT), max_size=3).map(tuple),
+    tool_calls=st.lists(
+        st.builds(ToolCall, TEXT, TEXT, JSON_OBJECTS, raw_arguments=st.none() | TEXT), max_size=2
+    ).map(tuple),
+    tool_call_id=st.none() | TEXT,
+    is_error=st.booleans(),
+    usage=st.none() | USAGE,
+    created_at=st.datetimes(timezones=st.just(timezone.utc)),
+    id=TEXT,
+    metadata=JSON_OBJECTS,
+)
+
+
+def _shape(value: Any) -> Any:
+    """``value`` with the type of every leaf beside it: equal shapes hold equal types too."""
+    if isinstance(value, Mapping):
+        return {k: _shape(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return (type(value).__name__, [_shape(v) for v in value])
+    if hasattr(value, "__attrs_attrs__"):
+        return (
+            type(value).__name__,
+            {a.name: _shape(getattr(value, a.name)) for a in value.__attrs_attrs__},
+        )
+    return (type(value).__name__, value)
+
+
+@settings(max_examples=200, deadline=None)
+@given(MESSAGES | PLAIN_MESSAGES)
+def test_the_fast_message_codec_gives_what_the_converter_gives(message: Message) -> None:
+    slow = converter.unstructure(message, Message)
+    fast = message_dict(message)
+    assert fast is not None  # every class of this release takes the fast path out
+    assert json.dumps(fast) == json.dumps(slow)  # the same keys, in the same order
+    back = message_from_canonical(json.loads(json.dumps(slow)))
+    if back is not None:
+        assert _shape(back) == _shape(converter.structure(json.loads(json.dumps(slow)), Message))
+
+
+@settings(max_examples=100, deadline=None)
+@given(PLAIN_MESSAGES)
+def test_plain_messages_are_read_by_the_fast_path(message: Message) -> None:
+    data = json.loads(json.dumps(converter.unstructure(message, Message)))
+    back = message_from_canonical(data)
+    assert back is not None and _shape(back) == _shape(message_from_dict(data))
+    assert back == message
+
+
+def test_the_fast_path_leaves_unusual_data_to_the_converter() -> None:
+    data = message_to_dict(Message.user("hi"))
+    for key, value in [
+        ("role", "robot"),
+        ("is_error", 1),
+        ("usage", {"input_tokens": True, "output_tokens": 0, "cost_usd": 0.0}),
+        ("created_at", "yesterday"),
+        ("x_new", 1),
+        ("content", [{"type": "text", "text": 5}]),
+    ]:
+        assert message_from_canonical({**data, key: value}) is None, key
+    with pytest.raises(ValueError, match="role"):
+        message_from_dict({**data, "role": "robot"})
+
+
+def test_rows_of_a_store_name_the_bad_one() -> None:
+    good = json.dumps(message_to_dict(Message.user("hi")))
+    assert [m.text for m in messages_from_json_texts([good, good])] == ["hi", "hi"]
+    for bad in ("{", "[]", '"text"', '{"role": "robot"}'):
+        with pytest.raises(StoreCorruptError, match="rows of s: cannot read messages"):
+            messages_from_json_texts([good, bad], source="rows of s")
 
 
 @settings(max_examples=150, deadline=None)
@@ -414,3 +493,28 @@ def test_a_previous_release_checkpoint_with_nulls_and_usage_extra_loads() -> Non
     assert (state.results, state.decisions, state.queued) == ({}, {}, [])
     assert state.usage == Usage(12, 5, 0.0) and state.base_length == 1
     assert "extra" not in turn_checkpoint(state)["usage"]
+
+
+@settings(max_examples=100, deadline=None)
+@given(JSON_VALUES, st.sampled_from(["", " ", "\n"]))
+def test_compact_json_reads_as_json_loads_reads_it(value: Any, pad: str) -> None:
+    from lousho_sessions.serde import _loads_compact
+
+    text = pad + json.dumps(value, separators=(",", ":")) + pad
+    assert _loads_compact(text) == json.loads(text)
+    for broken in (text + "}", "{" + text, text[:-1] if len(text) > 1 else "["):
+        try:
+            expected: Any = json.loads(broken)
+        except ValueError as exc:
+            with pytest.raises(ValueError, match=re.escape(str(exc))):
+                _loads_compact(broken)
+        else:
+            assert _loads_compact(broken) == expected
+
+
+def test_message_ids_are_uuid4_hex() -> None:
+    import uuid
+
+    for message in (Message.user("a"), Message.assistant("b")):
+        parsed = uuid.UUID(hex=message.id)
+        assert (parsed.version, parsed.variant, parsed.hex) == (4, uuid.RFC_4122, message.id)

@@ -112,10 +112,43 @@ def test_golden_v1_database_migrates_to_v2_with_leases(tmp_path: Path) -> None:
         assert len(store.sessions.load("user-42") or []) == 6
         assert store.checkpoints.list("user-42.") == ["user-42.turn-4"]
     conn = raw(path)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
     assert conn.execute("SELECT session_id, fence FROM leases").fetchall() == [
         ("user-42", second.fence)
     ]
+    conn.close()
+    fresh = tmp_path / "fresh.db"
+    SqliteStore(fresh).close()
+    assert schema(path) == schema(fresh)  # a migrated database is a new one
+
+
+def test_golden_v2_database_migrates_to_v3_with_checkpoints_keyed_by_turn_id(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "v2.db"
+    conn = raw(path)
+    conn.executescript((FIXTURES / "store_v2.sql").read_text())
+    conn.close()
+    with SqliteStore(path) as store:
+        assert [m.text for m in store.sessions.load("user-42") or []] == ["q1", "r1"]
+        assert store.checkpoints.list("user-42.") == ["user-42.turn-2", "user-42.turn-2-r1-1"]
+        assert store.checkpoints.load("user-42.turn-2") == {
+            "format": "lousho.turn",
+            "version": 1,
+            "note": "pending",
+        }
+        assert [r["id"] for r in store.approvals.list("user-42")] == ["ap1"]
+        with pytest.raises(LeaseLostError):  # the fence the v2 database kept still counts
+            store.sessions.append("user-42", turn(2), 2, fence=1767323046999999999)
+        store.checkpoints.save("user-42.turn-2", {"format": "lousho.turn", "version": 1})
+        assert store.prune(older_than=0).checkpoints == 2  # found without the old index
+        assert store.checkpoints.list() == []
+    conn = raw(path)
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
+    sql = conn.execute("SELECT sql FROM sqlite_master WHERE name = 'checkpoints'").fetchone()[0]
+    assert "WITHOUT ROWID" in sql
+    names = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
+    assert "checkpoints_updated" not in names and "checkpoints_v3" not in names
     conn.close()
     fresh = tmp_path / "fresh.db"
     SqliteStore(fresh).close()

@@ -73,6 +73,23 @@ MIGRATIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
             ) WITHOUT ROWID""",
         ),
     ),
+    (
+        # A turn writes its checkpoint and deletes it: one b-tree instead of three (the rows,
+        # their turn-id index, the updated_at index) halves the pages those writes touch.
+        # The table holds only unfinished turns and result records: prune scans it.
+        "3: checkpoints keyed by turn id alone (WITHOUT ROWID, no updated_at index)",
+        (
+            """CREATE TABLE checkpoints_v3 (
+                turn_id TEXT PRIMARY KEY,
+                json TEXT NOT NULL,
+                updated_at REAL NOT NULL
+            ) WITHOUT ROWID""",
+            "INSERT INTO checkpoints_v3 (turn_id, json, updated_at) "
+            "SELECT turn_id, json, updated_at FROM checkpoints",
+            "DROP TABLE checkpoints",
+            "ALTER TABLE checkpoints_v3 RENAME TO checkpoints",
+        ),
+    ),
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 _SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
@@ -148,13 +165,9 @@ class SqliteDatabase:
     def connection(self) -> Iterator[sqlite3.Connection]:
         """The connection, held under the store's lock; SQLite errors come out as ``StoreError``."""
         with self._lock:
-            if self._conn is None and self._reopen:
-                self._conn = self._open()
-                self._reopen = False
-            if self._conn is None:
-                raise StoreClosedError(f"{self.path}: the SQLite store was closed")
+            conn = self._live()
             try:
-                yield self._conn
+                yield conn
             except sqlite3.Error as exc:
                 raise _wrap(self.path, exc) from exc
 
@@ -164,16 +177,29 @@ class SqliteDatabase:
 
         ``StoreError`` if the database file was deleted or replaced since it was opened.
         """
-        with self.connection() as conn:
-            self._check_identity()
-            conn.execute("BEGIN IMMEDIATE")
+        with self._lock:  # ``connection()``, inlined: two turn writes each take this path
+            conn = self._live()
             try:
-                yield conn
-            except BaseException:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
+                self._check_identity()
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    yield conn
+                except BaseException:
+                    if conn.in_transaction:
+                        conn.execute("ROLLBACK")
+                    raise
+                conn.execute("COMMIT")
+            except sqlite3.Error as exc:
+                raise _wrap(self.path, exc) from exc
+
+    def _live(self) -> sqlite3.Connection:
+        """The open connection (a forked child's own, opened now); held under ``_lock``."""
+        if self._conn is None and self._reopen:
+            self._conn = self._open()
+            self._reopen = False
+        if self._conn is None:
+            raise StoreClosedError(f"{self.path}: the SQLite store was closed")
+        return self._conn
 
     def turn_lock(self, id: str, *, timeout: float | None = None) -> Lease:
         """Hold session ``id`` for a turn across threads and processes; see ``docs/stores.md``.

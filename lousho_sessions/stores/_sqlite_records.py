@@ -86,7 +86,8 @@ class SqliteCheckpointStore(Part, BaseCheckpointStore):
         with self.store.transaction() as conn:
             self.store.check_fence(conn, fence_session_id(turn_id), fence)
             _upsert(conn, turn_id, text)
-            conn.executemany("DELETE FROM checkpoints WHERE turn_id = ?", keys)
+            if keys:
+                conn.executemany("DELETE FROM checkpoints WHERE turn_id = ?", keys)
 
     def delete(self, turn_id: str, *, fence: int | None = None) -> None:
         validate_turn_id(turn_id)

@@ -31,6 +31,8 @@ from .lease import Lease, LocalLeases, check_fence
 __all__ = ["SqliteTurns"]
 
 MEMORY = ":memory:"
+#: Lock file paths remembered (by session id) before the memo starts again.
+_PATHS_KEPT = 1024
 
 
 class SqliteTurns:
@@ -43,9 +45,15 @@ class SqliteTurns:
         #: session id -> fence of the lease this store holds on it right now
         self._held: dict[str, int] = {}
         self._held_lock = threading.Lock()
+        self._paths: dict[str, Path] = {}
 
     def lock_path(self, id: str) -> Path:
-        return self.lock_dir / f"{id}.lock"
+        path = self._paths.get(id)
+        if path is None:  # a Path costs more to build than the flock it names: kept per id
+            if len(self._paths) >= _PATHS_KEPT:
+                self._paths.clear()
+            path = self._paths[id] = self.lock_dir / f"{id}.lock"
+        return path
 
     def acquire(self, id: str, timeout: float | None) -> Lease:
         """Hold ``id`` for a turn; ``SessionBusyError`` when not acquired within ``timeout`` s."""

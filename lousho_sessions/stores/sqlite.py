@@ -23,7 +23,7 @@ from datetime import timedelta
 
 from ..errors import StoreConflictError
 from ..messages import Message
-from ..serde import messages_from_json
+from ..serde import messages_from_json_texts
 from ._sqlite_db import MIGRATIONS, SCHEMA_VERSION, SqliteDatabase
 from ._sqlite_records import (
     Part,
@@ -144,8 +144,9 @@ class SqliteSessionStore(Part, BaseSessionStore):
             return None
         if rows[0][0] is None:
             return []
-        text = "[" + ",".join(row[0] for row in rows) + "]"
-        return messages_from_json(text, source=f"{self.store.path}: session {id!r}")
+        return messages_from_json_texts(
+            [row[0] for row in rows], source=f"{self.store.path}: session {id!r}"
+        )
 
     def save(self, id: str, messages: Sequence[Message]) -> None:
         validate_session_id(id)
@@ -230,8 +231,7 @@ class SqliteSessionStore(Part, BaseSessionStore):
         texts = [row[2] for row in rows if row[2] is not None]
         if len(texts) != rows[0][1] - length:
             return None
-        text = "[" + ",".join(texts) + "]"
-        return messages_from_json(text, source=f"{self.store.path}: session {id!r}")
+        return messages_from_json_texts(texts, source=f"{self.store.path}: session {id!r}")
 
     def delete(self, id: str) -> None:
         """Delete the transcript and its turn lock file (unless a turn holds it right now;

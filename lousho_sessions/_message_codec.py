@@ -1,0 +1,220 @@
+"""The hot path of ``serde`` for messages: plain functions instead of cattrs dispatch.
+
+``message_dict`` and ``message_from_canonical`` give exactly what the cattrs hooks in
+``serde`` give (tests/test_serde.py compares them on generated messages), for the
+shapes this release writes: the classes themselves (no subclasses) and, when
+reading, values of exactly the JSON types those classes hold. Anything else —
+a subclass, an unknown part type, a value of another type — returns ``None`` and
+``serde`` takes the general path, which also names what is wrong. Every turn
+converts its messages and every load converts a whole transcript, so the cost
+per message matters: this is several times cheaper than the generic converter.
+
+Reading interns the role and keeps one shared empty tuple and mapping, so a
+loaded transcript holds less per message.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from .messages import EMPTY, FrozenMapping, ImagePart, Message, TextPart, ToolCall, Usage, thaw
+
+__all__ = ["message_dict", "message_from_canonical"]
+
+_ROLES = {role: role for role in ("user", "assistant", "tool", "system")}
+_MESSAGE_KEYS = frozenset(
+    {
+        "role",
+        "content",
+        "tool_calls",
+        "tool_call_id",
+        "is_error",
+        "usage",
+        "created_at",
+        "id",
+        "metadata",
+    }
+)
+_USAGE_KEYS = frozenset({"input_tokens", "output_tokens", "cost_usd"})
+_TOOL_CALL_KEYS = frozenset({"id", "name", "arguments", "raw_arguments"})
+
+
+def _plain(mapping: Mapping[str, Any]) -> dict[str, Any]:
+    plain: dict[str, Any] = {} if mapping is EMPTY else thaw(mapping)
+    return plain
+
+
+def _with_extra(data: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
+    if extra is not EMPTY and extra:  # most are the shared empty mapping: no len() call
+        for key, value in thaw(extra).items():
+            data.setdefault(key, value)
+    return data
+
+
+def _part_dict(part: Any) -> dict[str, Any] | None:
+    kind = type(part)
+    if kind is TextPart:
+        return _with_extra({"text": part.text, "type": "text"}, part.extra)
+    if kind is ImagePart:
+        data = part.data
+        return _with_extra(
+            {
+                "url": part.url,
+                "data": None if data is None else base64.b64encode(data).decode("ascii"),
+                "media_type": part.media_type,
+                "type": "image",
+            },
+            part.extra,
+        )
+    return None
+
+
+def _call_dict(call: Any) -> dict[str, Any] | None:
+    if type(call) is not ToolCall:
+        return None
+    data: dict[str, Any] = {"id": call.id, "name": call.name, "arguments": _plain(call.arguments)}
+    if call.raw_arguments is not None:
+        data["raw_arguments"] = call.raw_arguments
+    return _with_extra(data, call.extra)
+
+
+def _usage_dict(usage: Usage) -> dict[str, Any]:
+    return _with_extra(
+        {
+            "input_tokens": usage.input_tokens,
+            "output_tokens": usage.output_tokens,
+            "cost_usd": usage.cost_usd,
+        },
+        usage.extra,
+    )
+
+
+def message_dict(message: Message) -> dict[str, Any] | None:
+    """The dict ``serde.message_to_dict`` gives for ``message``, or ``None`` (take that path)."""
+    if type(message) is not Message:
+        return None
+    content = []
+    for part in message.content:
+        part_data = _part_dict(part)
+        if part_data is None:
+            return None
+        content.append(part_data)
+    calls = []
+    for call in message.tool_calls:
+        call_data = _call_dict(call)
+        if call_data is None:
+            return None
+        calls.append(call_data)
+    usage = message.usage
+    if usage is not None and type(usage) is not Usage:
+        return None
+    created_at = message.created_at
+    if type(created_at) is not datetime:
+        return None
+    return _with_extra(
+        {
+            "role": message.role,
+            "content": content,
+            "tool_calls": calls,
+            "tool_call_id": message.tool_call_id,
+            "is_error": message.is_error,
+            "usage": None if usage is None else _usage_dict(usage),
+            "created_at": created_at.isoformat(),
+            "id": message.id,
+            "metadata": _plain(message.metadata),
+        },
+        message.extra,
+    )
+
+
+def _frozen(value: Any) -> FrozenMapping | None:
+    """``value`` frozen if it is a plain JSON object, else ``None``."""
+    if type(value) is not dict:
+        return None
+    if not value:
+        return EMPTY
+    frozen = FrozenMapping(value)
+    return frozen
+
+
+def _part(data: Any) -> TextPart | None:
+    if type(data) is not dict or data.get("type") != "text" or len(data) != 2:
+        return None
+    text = data.get("text")
+    return TextPart(text) if type(text) is str else None
+
+
+def _call(data: Any) -> ToolCall | None:
+    if type(data) is not dict or not data.keys() <= _TOOL_CALL_KEYS:
+        return None
+    id, name, raw = data.get("id"), data.get("name"), data.get("raw_arguments")
+    arguments = _frozen(data.get("arguments", {}))
+    if type(id) is not str or type(name) is not str or arguments is None:
+        return None
+    if raw is not None and type(raw) is not str:
+        return None
+    return ToolCall(id, name, arguments, raw_arguments=raw)
+
+
+def _usage(data: Any) -> Usage | None:
+    if type(data) is not dict or data.keys() != _USAGE_KEYS:
+        return None
+    tokens_in, tokens_out, cost = data["input_tokens"], data["output_tokens"], data["cost_usd"]
+    if type(tokens_in) is not int or type(tokens_out) is not int:
+        return None
+    if type(cost) is not float and type(cost) is not int:
+        return None
+    return Usage(tokens_in, tokens_out, float(cost))
+
+
+def message_from_canonical(data: Any) -> Message | None:
+    """The message ``serde.message_from_dict`` reads from ``data`` when ``data`` has exactly the
+    shape this release writes (no unknown fields, text parts only); else ``None``."""
+    if type(data) is not dict or data.keys() != _MESSAGE_KEYS:
+        return None
+    role = _ROLES.get(data["role"]) if type(data["role"]) is str else None
+    id, created, call_id = data["id"], data["created_at"], data["tool_call_id"]
+    is_error = data["is_error"]
+    if role is None or type(id) is not str or type(created) is not str:
+        return None
+    if (call_id is not None and type(call_id) is not str) or type(is_error) is not bool:
+        return None
+    metadata = _frozen(data["metadata"])
+    raw_content, raw_calls = data["content"], data["tool_calls"]
+    if metadata is None or type(raw_content) is not list or type(raw_calls) is not list:
+        return None
+    content = []
+    for item in raw_content:
+        part = _part(item)
+        if part is None:
+            return None
+        content.append(part)
+    calls = []
+    for item in raw_calls:
+        call = _call(item)
+        if call is None:
+            return None
+        calls.append(call)
+    usage = None
+    if data["usage"] is not None:
+        usage = _usage(data["usage"])
+        if usage is None:
+            return None
+    try:
+        created_at = datetime.fromisoformat(created)
+    except ValueError:
+        return None
+    return Message(
+        role,  # type: ignore[arg-type]  # one of the four roles (checked above)
+        tuple(content),
+        tuple(calls),
+        tool_call_id=call_id,
+        is_error=is_error,
+        usage=usage,
+        created_at=created_at,
+        id=id,
+        metadata=metadata,
+    )
