@@ -23,7 +23,8 @@ do more subclass the base classes (``BaseSessionStore``, ``BaseCheckpointStore``
   save a checkpoint and delete the records it replaces, in one transaction where it can.
 * ``claim_stale(ids)``: take the turn locks of those no live turn holds, without
   waiting (a sweep's claim). ``turn_held(id)``: whether a live turn holds ``id`` now, without taking it
-  (``None``: the store cannot tell); ``BaseCheckpointStore.pending_turns()``: the
+  (``None``: the store cannot tell), ``held_sessions(ids)`` the same for many at once;
+  ``BaseCheckpointStore.pending_turns()``: the
   ids of durable turns' checkpoints, which ``lousho_sessions.recovery`` sweeps.
 * ``prune(older_than)``: delete what was not updated for that long.
 * ``BaseSessionStore.list_ids()`` and ``info(id)``: the stored session ids, and a
@@ -339,6 +340,21 @@ class BaseSessionStore(_Closeable, ABC):
         The default knows the leases of this process (``LocalLeases``).
         """
         return self._local_leases().held(validate_session_id(id))
+
+    def held_sessions(self, ids: Sequence[str]) -> set[str] | None:
+        """Those of ``ids`` a live turn holds now (``turn_held`` of many: what a sweep asks
+        of every pending turn), or ``None`` when the store cannot tell for one of them.
+
+        The default asks ``turn_held`` of each; a database answers in one query.
+        """
+        held: set[str] = set()
+        for id in dict.fromkeys(ids):
+            answer = self.turn_held(id)
+            if answer is None:
+                return None
+            if answer:
+                held.add(id)
+        return held
 
     def prune(self, older_than: timedelta | float) -> PruneResult:
         """Delete the sessions not updated within ``older_than`` (seconds or a ``timedelta``)."""
