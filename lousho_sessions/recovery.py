@@ -18,7 +18,8 @@ is never swept: a human decides it.
 Claiming takes the turn lock without waiting, which hands out a new fence: of two
 sweepers, or a sweeper and an old worker woken from a pause, only the holder of the
 newest fence can write; the loser gets ``outcome == "taken"`` (or ``LeaseLostError``
-on its next write). Each claim raises the checkpoint's ``attempts``; a turn claimed
+on its next write), and a sweep goes on to claim the next stale turn instead, so
+sweepers running at once share the work. Each claim raises the checkpoint's ``attempts``; a turn claimed
 ``max_attempts`` times is marked ``"abandoned"``, kept and listed by
 ``abandoned_turns``, never deleted (``resume()`` or ``send()`` of its session tries it
 again; ``discard_pending()`` drops it).

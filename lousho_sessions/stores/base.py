@@ -342,11 +342,8 @@ class BaseSessionStore(_Closeable, ABC):
         return self._local_leases().held(validate_session_id(id))
 
     def held_sessions(self, ids: Sequence[str]) -> set[str] | None:
-        """Those of ``ids`` a live turn holds now (``turn_held`` of many: what a sweep asks
-        of every pending turn), or ``None`` when the store cannot tell for one of them.
-
-        The default asks ``turn_held`` of each; a database answers in one query.
-        """
+        """Those of ``ids`` a live turn holds now, ``None`` if the store cannot tell for one
+        (``turn_held`` of each by default; a database answers in one query)."""
         held: set[str] = set()
         for id in dict.fromkeys(ids):
             answer = self.turn_held(id)
