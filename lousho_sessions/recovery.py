@@ -50,6 +50,9 @@ __all__ = ["StaleTurn", "SweptTurn", "abandoned_turns", "resume_turn", "stale_tu
 
 log = logging.getLogger("lousho_sessions.recovery")
 
+#: The fields of a pending checkpoint a listing reads (not its messages).
+_FIELDS = ("status", "updated_at", "attempts", "fence")
+
 
 @attrs.frozen
 class StaleTurn:
@@ -248,7 +251,7 @@ def _listed(
     if older_than is not None:
         cutoff = datetime.now(timezone.utc) - timedelta(seconds=older_than_seconds(older_than))
     found: list[StaleTurn] = []
-    for turn_id, data in checkpoints.pending_checkpoints():
+    for turn_id, data in checkpoints.pending_fields(_FIELDS):
         status = data.get("status", "running")
         if status not in statuses:
             continue

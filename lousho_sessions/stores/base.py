@@ -24,8 +24,8 @@ do more subclass the base classes (``BaseSessionStore``, ``BaseCheckpointStore``
 * ``claim_stale(ids)``: take the turn locks of those no live turn holds, without
   waiting (a sweep's claim). ``turn_held(id)``: whether a live turn holds ``id`` now, without taking it
   (``None``: the store cannot tell), ``held_sessions(ids)`` the same for many at once;
-  ``BaseCheckpointStore.pending_turns()``: the
-  ids of durable turns' checkpoints, which ``lousho_sessions.recovery`` sweeps.
+  ``BaseCheckpointStore.pending_turns()``: the ids of durable turns' checkpoints, which
+  ``lousho_sessions.recovery`` sweeps (``pending_fields(fields)``: their fields it reads).
 * ``prune(older_than)``: delete what was not updated for that long.
 * ``BaseSessionStore.list_ids()`` and ``info(id)``: the stored session ids, and a
   session's length and last write without loading it (the admin command's listing).
@@ -435,11 +435,8 @@ class BaseCheckpointStore(_Closeable, ABC):
         return [key for key in self.list() if _PENDING_TURN.fullmatch(key)]
 
     def pending_checkpoints(self) -> Iterator[tuple[str, dict[str, Any]]]:
-        """Each of ``pending_turns()`` with its checkpoint (those deleted meanwhile left out).
-
-        ``StoreCorruptError`` for an unreadable one is logged and it is left out. The
-        default loads them one by one; a database reads them in one query.
-        """
+        """Each of ``pending_turns()`` with its checkpoint (one deleted meanwhile, or unreadable:
+        logged, left out); loaded one by one by default, a database reads them in one query."""
         for turn_id in self.pending_turns():
             try:
                 data = self.load(turn_id)
@@ -448,6 +445,13 @@ class BaseCheckpointStore(_Closeable, ABC):
                 continue
             if data is not None:
                 yield turn_id, data
+
+    def pending_fields(self, fields: Sequence[str]) -> Iterator[tuple[str, dict[str, Any]]]:
+        """``pending_checkpoints()`` with only the top-level ``fields`` of each (what a sweep
+        reads); a database leaves the rest, e.g. the messages, on the server."""
+        wanted = frozenset(fields)
+        for turn_id, data in self.pending_checkpoints():
+            yield turn_id, {key: value for key, value in data.items() if key in wanted}
 
     def prune(self, older_than: timedelta | float) -> PruneResult:
         """Delete the checkpoints not updated within ``older_than``."""
