@@ -94,11 +94,15 @@ def test_two_sweeps_at_once_claim_disjoint_sets_of_limit_turns_each(opener: Any)
         assert len(stale_turns(store, limit=TURNS)) == TURNS
 
     calls: Counter[str] = Counter()
-    lock = threading.Lock()
+    running = threading.Condition()
 
     def model(request: ModelRequest) -> Message:
-        with lock:
+        # no turn ends (and lets its lease go) before every turn is claimed and running,
+        # so a claim can only lose to the other sweeper's claim, never to a finished turn
+        with running:
             calls[request.messages[0].text.split()[0]] += 1
+            running.notify_all()
+            running.wait_for(lambda: calls.total() >= TURNS, timeout=WAIT / 3)
         return Message.assistant("done")
 
     barrier = threading.Barrier(2)

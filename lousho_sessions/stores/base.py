@@ -344,14 +344,8 @@ class BaseSessionStore(_Closeable, ABC):
     def held_sessions(self, ids: Sequence[str]) -> set[str] | None:
         """Those of ``ids`` a live turn holds now, ``None`` if the store cannot tell for one
         (``turn_held`` of each by default; a database answers in one query)."""
-        held: set[str] = set()
-        for id in dict.fromkeys(ids):
-            answer = self.turn_held(id)
-            if answer is None:
-                return None
-            if answer:
-                held.add(id)
-        return held
+        answers = {id: self.turn_held(id) for id in dict.fromkeys(ids)}
+        return None if None in answers.values() else {id for id, a in answers.items() if a}
 
     def prune(self, older_than: timedelta | float) -> PruneResult:
         """Delete the sessions not updated within ``older_than`` (seconds or a ``timedelta``)."""
