@@ -6,16 +6,19 @@ a process sends one turn per session, and its model fails with a transient error
 worker that died once its lease ran out). Then N sweeper processes, started and
 ready before the clock starts, each call ``recovery.sweep(store, agent=...,
 limit=--batch)`` until a sweep finds nothing. The sweepers' model waits
-``--model-ms`` (a model call is I/O: the waits overlap, so the speed-up is visible on
-2 cores) and appends the turn's session id to a log file: a session id found there
-twice is a turn resumed twice, which must never happen. Every transcript is checked
-to hold its finished turn exactly once.
+``--model-ms`` (default 1,000 ms: a real model call takes seconds, and waiting on it is
+I/O, which more sweepers overlap; with 20 ms the sweep is CPU-bound and 2 CPUs cap any
+speed-up near 1.2x) and appends the turn's session id to a log file: a session id found
+there twice is a turn resumed twice, which must never happen. Every transcript is
+checked to hold its finished turn exactly once.
 
 Printed per N: wall time, turns/s, the speed-up over 1 sweeper, turns resumed twice
-(from the model's log), outcomes the sweepers reported (``taken``: a claim lost to
-another sweeper), and the load average. ``sweep`` runs the up to ``--batch`` turns it
-claims at once, on the agent's session lanes, so one sweeper already overlaps its model
-waits; more sweepers add CPUs (and claims that collide).
+(from the model's log), outcomes the sweepers reported (``taken``: a turn another
+sweeper claimed first, passed over for the next one), and the load average. ``sweep``
+runs the up to ``--batch`` turns it claims at once, on the agent's session lanes, so one
+sweeper already overlaps ``--batch`` model waits; N sweepers overlap N times as many, as
+long as the CPUs keep up. ``--batch`` defaults to 50 so that 1,000 turns make whole
+rounds for 1, 2 and 4 sweepers.
 
 Needs the server of ``LOUSHO_POSTGRES_URL`` (default
 ``postgresql://postgres@127.0.0.1:5432/test``); it works in a schema of its own,
@@ -178,8 +181,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a few-second smoke run")
     parser.add_argument("--turns", type=int, default=None, help=f"default {TURNS}")
-    parser.add_argument("--model-ms", type=float, default=None, help="model latency (default 20)")
-    parser.add_argument("--batch", type=int, default=100, help="sweep(limit=), default 100")
+    parser.add_argument("--model-ms", type=float, default=None, help="model latency (default 1000)")
+    parser.add_argument("--batch", type=int, default=None, help="sweep(limit=), default 50")
     parser.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -187,11 +190,16 @@ def main() -> None:
         sweeper_child(schema, log, float(model_ms), int(batch))
         return
     turns = args.turns or (40 if args.quick else TURNS)
-    model_ms = args.model_ms if args.model_ms is not None else (5.0 if args.quick else 20.0)
+    model_ms = args.model_ms if args.model_ms is not None else (5.0 if args.quick else 1000.0)
     counts = (1, 2) if args.quick else SWEEPERS
+    args.batch = args.batch or (10 if args.quick else 50)
     schema = "bench_sweep_" + secrets.token_hex(4)
     print(f"recovering {turns} abandoned turns on PostgreSQL; {machine()}")
     print(f"model latency {model_ms:g} ms, sweep(limit={args.batch}) per call, schema {schema}")
+    print(
+        "the model's wait is I/O: the speed-up shows how sweepers overlap it while the CPUs "
+        "keep up (--model-ms 20 makes the sweep CPU-bound)"
+    )
     print()
     print(
         f"{'sweepers':>8} | {'seconds':>7} | {'turns/s':>7} | {'speed-up':>8} | "

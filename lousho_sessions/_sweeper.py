@@ -213,7 +213,8 @@ def run_sweeper(
                     log.info("swept %s: %s", turn.turn_id, turn.outcome)
                     if on_swept is not None:
                         on_swept(turn)
-                backlog = len(turns) >= limit  # more may be waiting: sweep again at once
+                # claimed as many as it may ("taken" ones were passed over): sweep again
+                backlog = sum(t.outcome != "taken" for t in turns) >= limit
             if rounds is not None and totals.rounds >= rounds:
                 break
             if not backlog:

@@ -18,7 +18,8 @@ is never swept: a human decides it.
 Claiming takes the turn lock without waiting, which hands out a new fence: of two
 sweepers, or a sweeper and an old worker woken from a pause, only the holder of the
 newest fence can write; the loser gets ``outcome == "taken"`` (or ``LeaseLostError``
-on its next write). Each claim raises the checkpoint's ``attempts``; a turn claimed
+on its next write), and a sweep goes on to claim the next stale turn instead, so
+sweepers running at once share the work. Each claim raises the checkpoint's ``attempts``; a turn claimed
 ``max_attempts`` times is marked ``"abandoned"``, kept and listed by
 ``abandoned_turns``, never deleted (``resume()`` or ``send()`` of its session tries it
 again; ``discard_pending()`` drops it).
@@ -48,6 +49,9 @@ from .stores.lease import Lease, fence_session_id
 __all__ = ["StaleTurn", "SweptTurn", "abandoned_turns", "resume_turn", "stale_turns", "sweep"]
 
 log = logging.getLogger("lousho_sessions.recovery")
+
+#: The fields of a pending checkpoint a listing reads (not its messages).
+_FIELDS = ("status", "updated_at", "attempts", "fence")
 
 
 @attrs.frozen
@@ -114,18 +118,21 @@ def sweep(
 ) -> list[SweptTurn]:
     """Claim and finish up to ``limit`` stale turns with ``agent``'s model and tools.
 
-    The turns are claimed together (``claim_stale`` of the store: one statement on
-    PostgreSQL) and run at the same time, each on its session's lane of the agent's
-    workers; returns when all have ended, one ``SweptTurn`` each (``"taken"`` for those
-    another sweeper claimed first). Run it from many processes at once: each turn is
-    resumed once. One turn per session is swept at a time.
+    The stale turns are claimed oldest first, ``limit`` at a time (``claim_stale`` of the
+    store: one statement on PostgreSQL); those another sweeper claimed first are passed
+    over and the next ones claimed, until ``limit`` are claimed or none is left, so
+    sweepers running at once share the work. The claimed turns run at the same time,
+    each on its session's lane of the agent's workers; returns when all have ended, one
+    ``SweptTurn`` each, oldest first, with a ``"taken"`` one for each turn another
+    sweeper claimed first (so the list may be longer than ``limit``). Run it from many processes at
+    once: each turn is resumed once. One turn per session is swept at a time.
     """
     _check_attempts(max_attempts)
     _parts_of(store, agent)
     found: dict[str, StaleTurn] = {}
-    for stale in _listed(store_parts(store), ("running",), limit, older_than):
+    for stale in _listed(store_parts(store), ("running",), None, older_than):
         found.setdefault(stale.session_id, stale)
-    return _run_claimed(agent, list(found.values()), max_attempts, by_fence=True)
+    return _run_claimed(agent, list(found.values()), max_attempts, by_fence=True, limit=limit)
 
 
 def resume_turn(
@@ -151,28 +158,45 @@ def resume_turn(
 
 
 def _run_claimed(
-    agent: Agent, turns: list[StaleTurn], max_attempts: int, *, by_fence: bool
+    agent: Agent,
+    turns: list[StaleTurn],
+    max_attempts: int,
+    *,
+    by_fence: bool,
+    limit: int | None = None,
 ) -> list[SweptTurn]:
-    """Claim the sessions of ``turns`` (one turn each) and finish those claimed."""
+    """Claim the sessions of ``turns`` (one turn each), in order, in chunks, until ``limit``
+    are claimed (``None``: try them all at once), and finish those claimed."""
     sessions = agent.config.store.sessions
     assert sessions is not None  # an agent always has a session store
-    leases = adapt_sessions(sessions).claim_stale([t.session_id for t in turns])
-    futures: list[tuple[StaleTurn, Future[Recovered] | None]] = []
-    try:
-        for turn in turns:
-            lease = leases.pop(turn.session_id, None)
-            fence = turn.fence if by_fence else None
-            futures.append(
-                (turn, None if lease is None else _submit(agent, turn, lease, fence, max_attempts))
-            )
-    finally:
-        for lease in leases.values():  # not submitted: let go at once
-            lease.release()
+    claimer = adapt_sessions(sessions)
+    wanted = len(turns) if limit is None else max(limit, 0)
+    tried: list[tuple[StaleTurn, Future[Recovered] | None]] = []
+    claimed = at = 0
+    while claimed < wanted and at < len(turns):
+        chunk = turns[at : at + wanted - claimed]
+        at += len(chunk)
+        leases = claimer.claim_stale([t.session_id for t in chunk])
+        try:
+            for turn in chunk:
+                lease = leases.pop(turn.session_id, None)
+                fence = turn.fence if by_fence else None
+                # no lease: another sweeper, or a live turn, holds it ("taken")
+                tried.append(
+                    (
+                        turn,
+                        None if lease is None else _submit(agent, turn, lease, fence, max_attempts),
+                    )
+                )
+                claimed += lease is not None
+        finally:
+            for lease in leases.values():  # not submitted: let go at once
+                lease.release()
     return [
         SweptTurn(t.turn_id, t.session_id, "taken", t.attempts)
         if future is None
         else _swept(t.turn_id, future)
-        for t, future in futures
+        for t, future in tried
     ]
 
 
@@ -212,8 +236,13 @@ def _swept(turn_id: str, future: Future[Recovered]) -> SweptTurn:
 
 
 def _listed(
-    parts: AgentStore, statuses: tuple[str, ...], limit: int, older_than: timedelta | float | None
+    parts: AgentStore,
+    statuses: tuple[str, ...],
+    limit: int | None,
+    older_than: timedelta | float | None,
 ) -> list[StaleTurn]:
+    """The pending turns of ``statuses``, oldest first, at most ``limit`` (``None``: all);
+    a ``"running"`` one only when no live turn holds its session (asked of all at once)."""
     if parts.checkpoints is None:
         return []
     checkpoints = adapt_checkpoints(parts.checkpoints)
@@ -222,7 +251,7 @@ def _listed(
     if older_than is not None:
         cutoff = datetime.now(timezone.utc) - timedelta(seconds=older_than_seconds(older_than))
     found: list[StaleTurn] = []
-    for turn_id, data in checkpoints.pending_checkpoints():
+    for turn_id, data in checkpoints.pending_fields(_FIELDS):
         status = data.get("status", "running")
         if status not in statuses:
             continue
@@ -233,8 +262,6 @@ def _listed(
         attempts, fence = data.get("attempts", 0), data.get("fence")
         if status == "running" and not isinstance(fence, int):
             continue  # saved outside a lease (AgentExecutor, an older release): cannot tell
-        if status == "running" and sessions is not None and sessions.turn_held(session_id):
-            continue  # a live turn holds it: running, perhaps long, not stale
         found.append(
             StaleTurn(
                 turn_id,
@@ -245,8 +272,12 @@ def _listed(
                 fence if isinstance(fence, int) else None,
             )
         )
+    running = [t.session_id for t in found if t.status == "running"]
+    held = None if sessions is None or not running else sessions.held_sessions(running)
+    if held:  # a live turn holds these: running, perhaps long, not stale
+        found = [t for t in found if t.status != "running" or t.session_id not in held]
     found.sort(key=lambda t: (t.updated_at or datetime.min.replace(tzinfo=timezone.utc), t.turn_id))
-    return found[: max(limit, 0)]
+    return found if limit is None else found[: max(limit, 0)]
 
 
 def _time(value: object) -> datetime | None:

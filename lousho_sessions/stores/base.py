@@ -23,8 +23,9 @@ do more subclass the base classes (``BaseSessionStore``, ``BaseCheckpointStore``
   save a checkpoint and delete the records it replaces, in one transaction where it can.
 * ``claim_stale(ids)``: take the turn locks of those no live turn holds, without
   waiting (a sweep's claim). ``turn_held(id)``: whether a live turn holds ``id`` now, without taking it
-  (``None``: the store cannot tell); ``BaseCheckpointStore.pending_turns()``: the
-  ids of durable turns' checkpoints, which ``lousho_sessions.recovery`` sweeps.
+  (``None``: the store cannot tell), ``held_sessions(ids)`` the same for many at once;
+  ``BaseCheckpointStore.pending_turns()``: the ids of durable turns' checkpoints, which
+  ``lousho_sessions.recovery`` sweeps (``pending_fields(fields)``: their fields it reads).
 * ``prune(older_than)``: delete what was not updated for that long.
 * ``BaseSessionStore.list_ids()`` and ``info(id)``: the stored session ids, and a
   session's length and last write without loading it (the admin command's listing).
@@ -340,6 +341,12 @@ class BaseSessionStore(_Closeable, ABC):
         """
         return self._local_leases().held(validate_session_id(id))
 
+    def held_sessions(self, ids: Sequence[str]) -> set[str] | None:
+        """Those of ``ids`` a live turn holds now, ``None`` if the store cannot tell for one
+        (``turn_held`` of each by default; a database answers in one query)."""
+        answers = {id: self.turn_held(id) for id in dict.fromkeys(ids)}
+        return None if None in answers.values() else {id for id, a in answers.items() if a}
+
     def prune(self, older_than: timedelta | float) -> PruneResult:
         """Delete the sessions not updated within ``older_than`` (seconds or a ``timedelta``)."""
         raise _not_implemented(self, "prune")
@@ -422,11 +429,8 @@ class BaseCheckpointStore(_Closeable, ABC):
         return [key for key in self.list() if _PENDING_TURN.fullmatch(key)]
 
     def pending_checkpoints(self) -> Iterator[tuple[str, dict[str, Any]]]:
-        """Each of ``pending_turns()`` with its checkpoint (those deleted meanwhile left out).
-
-        ``StoreCorruptError`` for an unreadable one is logged and it is left out. The
-        default loads them one by one; a database reads them in one query.
-        """
+        """Each of ``pending_turns()`` with its checkpoint (one deleted meanwhile, or unreadable:
+        logged, left out); loaded one by one by default, a database reads them in one query."""
         for turn_id in self.pending_turns():
             try:
                 data = self.load(turn_id)
@@ -435,6 +439,13 @@ class BaseCheckpointStore(_Closeable, ABC):
                 continue
             if data is not None:
                 yield turn_id, data
+
+    def pending_fields(self, fields: Sequence[str]) -> Iterator[tuple[str, dict[str, Any]]]:
+        """``pending_checkpoints()`` with only the top-level ``fields`` of each (what a sweep
+        reads); a database leaves the rest, e.g. the messages, on the server."""
+        wanted = frozenset(fields)
+        for turn_id, data in self.pending_checkpoints():
+            yield turn_id, {key: value for key, value in data.items() if key in wanted}
 
     def prune(self, older_than: timedelta | float) -> PruneResult:
         """Delete the checkpoints not updated within ``older_than``."""

@@ -391,6 +391,23 @@ class RedisSessionStore(BaseSessionStore):
             return False
         return int(until or 0) > self.store.server_time_us()
 
+    def held_sessions(self, ids: Sequence[str]) -> set[str]:
+        """Those of ``ids`` whose lease is unexpired now, in one round trip."""
+        wanted = [validate_session_id(i) for i in dict.fromkeys(ids)]
+        if not wanted:
+            return set()
+        with self.store.call("leases") as client:
+            pipe = client.pipeline(transaction=False)
+            for id in wanted:
+                pipe.hmget(self.store.key(id, "lease"), ["holder", "until"])
+            answers = pipe.execute()
+        now = self.store.server_time_us()
+        return {
+            id
+            for id, (holder, until) in zip(wanted, answers, strict=True)
+            if holder and int(until or 0) > now
+        }
+
     def prune(self, older_than: timedelta | float) -> PruneResult:
         """Delete the sessions not written within ``older_than``, unless a turn holds them."""
         cutoff = self.store.server_time_us() - round(older_than_seconds(older_than) * 1e6)

@@ -96,23 +96,27 @@ class LeaseTests(KitBase):
                 pass
 
     def test_turn_held_and_claim_stale_leave_a_held_session_alone(self, tmp_path: Path) -> None:
-        """What a sweep relies on: ``turn_held`` tells a held session (``None``: cannot tell)
-        without taking it; ``claim_stale`` takes only the free ones, with new fences."""
+        """What a sweep relies on: ``turn_held`` (and ``held_sessions`` of many) tells a held
+        session (``None``: cannot tell) without taking it; ``claim_stale`` takes only the free ones, with new fences."""
         with self.store(tmp_path) as parts:
             sessions = need_sessions(parts)
             with sessions.turn_lock("s1", timeout=WAIT) as held:
                 assert sessions.turn_held("s1") in (True, None)
                 assert sessions.turn_held("s2") in (False, None)
+                assert sessions.held_sessions(["s1", "s2", "s1"]) in ({"s1"}, None)
+                assert sessions.held_sessions([]) in (set(), None)
                 claimed = sessions.claim_stale(["s1", "s2", "s2"])
                 try:
                     assert sorted(claimed) == ["s2"]
                     assert sessions.turn_held("s2") in (True, None)
+                    assert sessions.held_sessions(["s2", "s3"]) in ({"s2"}, None)
                     with raises(SessionBusyError):
                         sessions.turn_lock("s2", timeout=0.05)
                 finally:
                     for lease in claimed.values():
                         lease.release()
             assert sessions.turn_held("s1") in (False, None)
+            assert sessions.held_sessions(["s1", "s2"]) in (set(), None)
             claimed = sessions.claim_stale(["s1"])
             try:
                 assert sorted(claimed) == ["s1"] and claimed["s1"].fence > held.fence

@@ -47,6 +47,14 @@ class CheckpointTests(KitBase):
                 "s10.turn-0": {"step": 0},
                 "s2.send": {"step": 0},
             }
+            cp.save("s2.send", {"step": 3, "status": "running", "note": None, "big": [1]})
+            assert dict(cp.pending_fields(["step", "status", "note", "absent"])) == {
+                "s1.turn-0": {"step": 0},
+                "s1.turn-2": {"step": 2},
+                "s10.turn-0": {"step": 0},
+                "s2.send": {"step": 3, "status": "running", "note": None},
+            }
+            assert dict(cp.pending_fields(["absent"]))["s2.send"] == {}
             cp.delete("s1.turn-2-r1-1")
             cp.delete("s1.turn-0")
             cp.delete("s1.turn-0")
