@@ -227,7 +227,7 @@ class Session:
             with self._transcript.turn_lock():
                 self._transcript.sync()
                 earlier = self._turns.finish_pending(
-                    AbortController(),
+                    None,
                     link=tj.controller.signal,
                     approve=self._approve,
                     context=tj.context,
@@ -243,6 +243,7 @@ class Session:
                 state = TurnState.start(
                     tj.messages,
                     history=self._transcript.messages,
+                    copy_history=False,  # used on this thread only, changed by the commit
                     session_id=self.id,
                     turn_id=turn.turn_id,
                     run_id=tj.run_id,
@@ -261,7 +262,8 @@ class Session:
             emit_to(emit, ErrorEvent(tj.run_id, exc))
             emit_to(emit, RunDone(tj.run_id, "error", None))
             raise
-        emit_to(emit, RunDone(tj.run_id, result.finish_reason, result))
+        if emit is not None:  # built only when someone listens
+            emit(RunDone(tj.run_id, result.finish_reason, result))
         return result
 
     def _skip_turn(self, tj: _TurnJob) -> ExecutionResult:
