@@ -233,8 +233,7 @@ class Session:
                     context=tj.context,
                 )
                 if earlier is not None and earlier.finish_reason == "awaiting-approval":
-                    # the pending turn went on and paused again: it keeps its turn id, and
-                    # this input waits until that approval is resolved (never overwrites it)
+                    # it went on and paused again: this input waits for that approval
                     raise self._turns.awaiting(
                         earlier.approval_id, "send() again after resolving it"
                     )
