@@ -53,7 +53,8 @@ class SessionTurns:
         )
         self.limits = limits
         #: the turn id ``finish_pending`` just found free (under this lease): not read again
-        self._free: str | None = None
+        #: the key finish_pending found free, under the turn lock (free_turn takes it)
+        self._free: TurnKey | None = None
 
     def run(
         self,
@@ -105,10 +106,10 @@ class SessionTurns:
         Called under the turn lock after the pending turn was finished, so the key is
         free unless that turn could not end; a checkpoint is never overwritten by another turn.
         """
+        free, self._free = self._free, None
+        if free is not None and free.n == len(self.transcript.messages):
+            return free  # finish_pending found nothing there, under this lock
         turn = self.next_turn()
-        if self._free == turn.turn_id:  # finish_pending found nothing there, under this lock
-            self._free = None
-            return turn
         data = self.pauses.load(turn.turn_id)
         if data is not None:
             if data.get("status") == "awaiting-approval":
@@ -119,30 +120,37 @@ class SessionTurns:
             )
         return turn
 
-    def pending(self) -> TurnState | None:
-        """The pending turn at the end of the transcript, if any."""
-        return self.runner.load(self.checkpoints(), self.next_turn(), self.transcript.messages)
+    def pending(self, turn: TurnKey | None = None) -> TurnState | None:
+        """The pending turn at the end of the transcript (its key ``turn``), if any."""
+        key = turn if turn is not None else self.next_turn()
+        return self.runner.load(self.checkpoints(), key, self.transcript.messages)
 
     def finish_pending(
         self,
-        controller: AbortController,
+        controller: AbortController | None,
         *,
         approve: Approve | None,
         link: AbortSignal | None = None,
         emit: Callable[[Event], None] | None = None,
         context: Any = None,
     ) -> ExecutionResult | None:
-        """Run the pending turn to an end (it becomes part of the transcript); None if none."""
-        state = self.pending()
-        self._free = self.next_turn().turn_id if state is None else None
+        """Run the pending turn to an end (it becomes part of the transcript); None if none.
+
+        ``controller`` stops it (``None``: one of its own, made only when a turn is pending)."""
+        turn = self.next_turn()
+        state = self.pending(turn)
+        self._free = turn if state is None else None
         if state is None:
             return None
         self.runner.release(state, lambda approval_id: self.awaiting(approval_id, "try again"))
+        if controller is None:
+            controller = AbortController()
         if link is not None:
-            link.add_callback(lambda s: controller.abort(s.reason))
+            stop = controller.abort
+            link.add_callback(lambda s: stop(s.reason))
         return self.run(
             state,
-            self.next_turn(),
+            turn,
             controller,
             emit=emit,
             approve=approve,

@@ -8,12 +8,16 @@ from .messages import Usage
 
 __all__ = ["limit_reached", "tool_calls_left"]
 
+_NO_USAGE = Usage()
+
 
 def limit_reached(state: TurnState, config: TurnConfig) -> str | None:
     """The limit (turn or session) this turn has reached, by name; ``None`` while none is."""
+    if config.limits is None and config.session_limits is None:
+        return None  # the common case: no limits at all
     spent, steps, calls = config.session_spent
     for limits, base_usage, base_steps, base_calls in (
-        (config.limits, Usage(), 0, 0),
+        (config.limits, _NO_USAGE, 0, 0),
         (config.session_limits, spent, steps, calls),
     ):
         if limits is None:

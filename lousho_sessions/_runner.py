@@ -165,10 +165,11 @@ class TurnRunner:
                 _forget_quietly(checkpoints, state)
             settle(inbox, None, exc, requeue)
             raise
-        log.debug(
-            "turn %s (run %s) ended: %s after %d model calls and %d tool calls",
-            state.turn_id, state.run_id, reason, state.steps, state.tool_calls,
-        )  # fmt: skip
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug(
+                "turn %s (run %s) ended: %s after %d model calls and %d tool calls",
+                state.turn_id, state.run_id, reason, state.steps, state.tool_calls,
+            )  # fmt: skip
         if trace is not None:
             trace.end(result)
         if kept and reason != "awaiting-approval":

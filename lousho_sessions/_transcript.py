@@ -11,8 +11,8 @@ lease ``turn_lock()`` holds.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
+from types import TracebackType
 
 from .compaction import spent_by
 from .messages import Message, Usage
@@ -94,18 +94,35 @@ class Transcript:
         old_usage, old_steps, old_calls = self.spent
         self.spent = (old_usage + usage, old_steps + steps, old_calls + calls)
 
-    @contextmanager
-    def turn_lock(self, held: Lease | None = None) -> Iterator[Lease]:
+    def turn_lock(self, held: Lease | None = None) -> _TurnLock:
         """Hold the session in the store for a turn; writes made meanwhile carry its fence.
 
         ``held``: a lease on the session taken already (a sweep's claim), used and released
-        instead of taking one."""
-        with held or self.store.turn_lock(self.id) as lease:
-            self.fence = lease.fence
-            # read with the lease: a writer with an older fence can no longer land
-            self._start_revision = lease.start_revision
-            try:
-                yield lease
-            finally:
-                self.fence = None
-                self._start_revision = None
+        instead of taking one. (A class, not a generator: entered once a turn.)"""
+        return _TurnLock(self, held)
+
+
+class _TurnLock:
+    """``Transcript.turn_lock()``: takes the lease on entry, releases it on exit."""
+
+    __slots__ = ("held", "lease", "transcript")
+
+    def __init__(self, transcript: Transcript, held: Lease | None) -> None:
+        self.transcript = transcript
+        self.held = held
+
+    def __enter__(self) -> Lease:
+        t = self.transcript
+        lease = self.lease = self.held or t.store.turn_lock(t.id)
+        t.fence = lease.fence
+        # read with the lease: a writer with an older fence can no longer land
+        t._start_revision = lease.start_revision
+        return lease
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        t = self.transcript
+        t.fence = None
+        t._start_revision = None
+        self.lease.__exit__(kind, exc, tb)

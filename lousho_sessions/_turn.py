@@ -71,6 +71,9 @@ __all__ = [
 
 log = logging.getLogger("lousho_sessions.turn")
 
+#: no usage reported (compared against, never changed: ``Usage`` is frozen)
+_NO_USAGE = Usage()
+
 
 class _Finish(Exception):
     def __init__(self, reason: FinishReason, limit: str | None = None) -> None:
@@ -94,7 +97,8 @@ class Turn:
         if config.inbox is not None:
             config.inbox.run_id = state.run_id
             config.inbox.emit = config.emit
-        self._emit(RunStart(state.run_id))
+        if config.emit is not None:  # events are built only when someone listens
+            config.emit(RunStart(state.run_id))
         if state.steps == 0 and not state.results and state.status == "running":
             self._checkpoint()  # the input is taken
         try:
@@ -125,7 +129,8 @@ class Turn:
         if state.steps >= config.max_steps:
             raise _Finish("max-steps")
         state.steps += 1
-        self._emit(StepStart(state.run_id, state.steps))
+        if config.emit is not None:
+            config.emit(StepStart(state.run_id, state.steps))
         while True:
             response = self._call_model()
             if response is not None:
@@ -142,20 +147,22 @@ class Turn:
         except (TypeError, ValueError) as exc:
             raise ProviderError(None, str(exc)) from exc
         usage = price_usage(
-            response.usage if response.usage != Usage() else (message.usage or Usage()),
+            response.usage if response.usage != _NO_USAGE else (message.usage or _NO_USAGE),
             config.model_name,
             config.pricing,
         )
         calls = unique_call_ids(message.tool_calls, state)
         # before it is kept: a resumed turn then asks the model again, as after any failed call
         check_malformed(state, calls, config.provider.name)
-        message = attrs.evolve(message, usage=usage, tool_calls=calls)
+        if message.usage != usage or message.tool_calls != calls:
+            message = attrs.evolve(message, usage=usage, tool_calls=calls)
         state.new.append(message)
         state.usage = state.usage + usage
         if calls:  # a final answer is not saved here: the commit records it with the turn
             self._checkpoint()
-        for call in calls:
-            self._emit(ToolCallEvent(state.run_id, call))
+        if config.emit is not None:
+            for call in calls:
+                config.emit(ToolCallEvent(state.run_id, call))
         if response.finish_reason == "length" and not calls:
             raise _Finish("length")
 
@@ -176,7 +183,7 @@ class Turn:
                 steer()
         request = ModelRequest(
             system=config.system,
-            messages=state.history + tuple(state.new),
+            messages=(*state.history, *state.new),
             tools=tuple(t.spec for t in config.tools.values()),
             settings=config.settings,
             signal=controller.signal,

@@ -38,14 +38,17 @@ class TurnState:
     """Everything about an unfinished turn; the checkpoint is this, as JSON.
 
     ``history`` (the transcript before the turn) is not in the checkpoint: the
-    session store holds it. ``extra`` holds checkpoint fields a newer release wrote.
+    session store holds it. A session's turn gets the session's own list, not a copy
+    (``copy_history=False``: 50,000 messages are not copied for each turn); that list
+    changes only when the turn is committed, after which ``history`` is not read again.
+    ``extra`` holds checkpoint fields a newer release wrote.
     """
 
     run_id: str
     session_id: str | None
     turn_id: str | None
     new: list[Message]
-    history: tuple[Message, ...] = attrs.field(default=(), kw_only=True)
+    history: Sequence[Message] = attrs.field(default=(), kw_only=True)
     base_length: int = 0
     base_last_id: str | None = None
     status: str = "running"
@@ -81,8 +84,10 @@ class TurnState:
         session_id: str | None = None,
         turn_id: str | None = None,
         run_id: str | None = None,
+        copy_history: bool = True,
     ) -> TurnState:
-        history = tuple(history)
+        if copy_history:
+            history = tuple(history)
         return cls(
             run_id=run_id or "run-" + uuid.uuid4().hex,
             session_id=session_id,

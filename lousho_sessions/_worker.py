@@ -246,12 +246,15 @@ class Workers:
         """A worker thread: run ready lanes; end when idle too long or after ``close()``."""
         me = threading.current_thread()
         generation = self._generation
+        named: Hashable = None  # the key in this thread's name: renamed when it changes
         with self._lock:
             self._coming -= 1
             try:
                 while True:
                     if self._ready:
                         lane = self._ready.popleft()
+                        if lane.key != named:
+                            me.name, named = f"{self._name}-{lane.key!r}"[:60], lane.key
                         if self._drain(lane, me):
                             return
                         continue
@@ -269,7 +272,6 @@ class Workers:
         """Run ``lane``'s jobs until its queue is empty (called holding the lock, which it
         releases around each job); True if this thread should end (``Session.close``)."""
         lane.thread = me
-        me.name = f"{self._name}-{lane.key!r}"[:60]
         while lane.queue:
             job = lane.current = lane.queue.popleft()
             self._lock.release()
@@ -281,7 +283,6 @@ class Workers:
                 self._lock.acquire()
                 lane.current = None
         lane.thread, lane.scheduled = None, False
-        me.name = self._name
         if self._lanes.get(lane.key) is lane:
             del self._lanes[lane.key]
         return lane.retire

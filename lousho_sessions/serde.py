@@ -376,6 +376,34 @@ _turn_fields_unstructure = make_dict_unstructure_fn(
     results=override(omit=True),
     extra=override(omit=True),
 )
+_unstructure_usage = converter.get_unstructure_hook(Usage)
+
+
+def _turn_fields(state: TurnState) -> dict[str, Any]:
+    """The checkpoint fields of ``state`` but its messages, as ``converter`` writes them; written
+    out for the common turn (no decisions, no queued input): two saves a turn, no dispatch."""
+    if state.decisions or state.queued:
+        return _turn_fields_unstructure(state)
+    return {
+        "run_id": state.run_id,
+        "session_id": state.session_id,
+        "turn_id": state.turn_id,
+        "base_length": state.base_length,
+        "base_last_id": state.base_last_id,
+        "status": state.status,
+        "approval_id": state.approval_id,
+        "decisions": {},
+        "steps": state.steps,
+        "tool_calls": state.tool_calls,
+        "usage": _unstructure_usage(state.usage),
+        "queued": [],
+        "created_at": state.created_at,
+        "attempts": state.attempts,
+        "started": list(state.started),
+        "fence": state.fence,
+    }
+
+
 _turn_fields_structure = make_dict_structure_fn(
     TurnState, converter, history=override(omit=True), extra=override(omit=True)
 )
@@ -389,7 +417,7 @@ def turn_checkpoint(state: TurnState) -> dict[str, Any]:
     kept in ``state.message_dicts``, so saving again costs only the new messages' work.
     """
     data: dict[str, Any] = {"format": CHECKPOINT_FORMAT, "version": CHECKPOINT_VERSION}
-    data.update(_turn_fields_unstructure(state))
+    data.update(_turn_fields(state))
     data["new"] = [_cached_dict(state, m) for m in state.new]
     data["results"] = {k: _cached_dict(state, m) for k, m in state.results.items()}
     data["updated_at"] = now_iso()

@@ -227,14 +227,13 @@ class Session:
             with self._transcript.turn_lock():
                 self._transcript.sync()
                 earlier = self._turns.finish_pending(
-                    AbortController(),
+                    None,
                     link=tj.controller.signal,
                     approve=self._approve,
                     context=tj.context,
                 )
                 if earlier is not None and earlier.finish_reason == "awaiting-approval":
-                    # the pending turn went on and paused again: it keeps its turn id, and
-                    # this input waits until that approval is resolved (never overwrites it)
+                    # it went on and paused again: this input waits for that approval
                     raise self._turns.awaiting(
                         earlier.approval_id, "send() again after resolving it"
                     )
@@ -243,6 +242,7 @@ class Session:
                 state = TurnState.start(
                     tj.messages,
                     history=self._transcript.messages,
+                    copy_history=False,  # used on this thread only, changed by the commit
                     session_id=self.id,
                     turn_id=turn.turn_id,
                     run_id=tj.run_id,
@@ -261,7 +261,8 @@ class Session:
             emit_to(emit, ErrorEvent(tj.run_id, exc))
             emit_to(emit, RunDone(tj.run_id, "error", None))
             raise
-        emit_to(emit, RunDone(tj.run_id, result.finish_reason, result))
+        if emit is not None:  # built only when someone listens
+            emit(RunDone(tj.run_id, result.finish_reason, result))
         return result
 
     def _skip_turn(self, tj: _TurnJob) -> ExecutionResult:

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from storekit import KINDS, open_kit
 
-from lousho_sessions import FunctionProvider, create_agent, memory_store, tool
+from lousho_sessions import FunctionProvider, create_agent, memory_store, serde, tool
 from lousho_sessions._message_codec import message_dict, message_from_canonical
 from lousho_sessions._turn_state import TurnState
 from lousho_sessions.errors import SchemaVersionError, StoreCorruptError
@@ -421,6 +421,18 @@ def test_turn_state_round_trips_through_its_checkpoint(
     rewritten = json.loads(json.dumps(turn_checkpoint(again)))
     data.pop("updated_at"), rewritten.pop("updated_at")
     assert rewritten == data  # unknown fields included
+
+
+@settings(max_examples=100, deadline=None)
+@given(TURN_STATES, st.booleans())
+def test_the_written_out_checkpoint_fields_are_the_converters(
+    state: TurnState, plain: bool
+) -> None:
+    if plain:  # the written-out path: no decisions, no queued input
+        state.decisions, state.queued = {}, []
+    fields = serde._turn_fields(state)
+    assert fields == serde._turn_fields_unstructure(state)
+    assert list(fields) == list(serde._turn_fields_unstructure(state))  # the same key order
 
 
 @settings(max_examples=200, deadline=None)

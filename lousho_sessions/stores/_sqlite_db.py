@@ -14,9 +14,8 @@ import os
 import sqlite3
 import threading
 import weakref
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
+from types import TracebackType
 
 from ..errors import SchemaVersionError, StoreClosedError, StoreCorruptError, StoreError
 from . import _lockfile
@@ -161,36 +160,16 @@ class SqliteDatabase:
         if self.path != _MEMORY:
             _lockfile.remove_if_free(self._lock_dir() / f"{validate_session_id(id)}.lock")
 
-    @contextmanager
-    def connection(self) -> Iterator[sqlite3.Connection]:
+    def connection(self) -> _Connection:
         """The connection, held under the store's lock; SQLite errors come out as ``StoreError``."""
-        with self._lock:
-            conn = self._live()
-            try:
-                yield conn
-            except sqlite3.Error as exc:
-                raise _wrap(self.path, exc) from exc
+        return _Connection(self)
 
-    @contextmanager
-    def transaction(self) -> Iterator[sqlite3.Connection]:
+    def transaction(self) -> _Transaction:
         """A write transaction (``BEGIN IMMEDIATE``): committed on success, else rolled back.
 
         ``StoreError`` if the database file was deleted or replaced since it was opened.
         """
-        with self._lock:  # ``connection()``, inlined: two turn writes each take this path
-            conn = self._live()
-            try:
-                self._check_identity()
-                conn.execute("BEGIN IMMEDIATE")
-                try:
-                    yield conn
-                except BaseException:
-                    if conn.in_transaction:
-                        conn.execute("ROLLBACK")
-                    raise
-                conn.execute("COMMIT")
-            except sqlite3.Error as exc:
-                raise _wrap(self.path, exc) from exc
+        return _Transaction(self)
 
     def _live(self) -> sqlite3.Connection:
         """The open connection (a forked child's own, opened now); held under ``_lock``."""
@@ -343,3 +322,74 @@ def _wrap(path: str, exc: sqlite3.Error) -> StoreError:
     if isinstance(exc, sqlite3.DatabaseError) and not isinstance(exc, sqlite3.OperationalError):
         return StoreCorruptError(f"{path}: not a SQLite database, or a damaged one: {exc}")
     return StoreError(f"{path}: {exc}")
+
+
+class _Connection:
+    """``SqliteDatabase.connection()``: a class, not a generator (two to four uses a turn)."""
+
+    __slots__ = ("db",)
+
+    def __init__(self, db: SqliteDatabase) -> None:
+        self.db = db
+
+    def __enter__(self) -> sqlite3.Connection:
+        db = self.db
+        db._lock.acquire()
+        try:
+            return db._live()
+        except BaseException:
+            db._lock.release()
+            raise
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        try:
+            if isinstance(exc, sqlite3.Error):
+                raise _wrap(self.db.path, exc) from exc
+        finally:
+            self.db._lock.release()
+
+
+class _Transaction:
+    """``SqliteDatabase.transaction()``: ``BEGIN IMMEDIATE`` on entry, ``COMMIT`` on a clean
+    exit, ``ROLLBACK`` on an error (then re-raised, SQLite's as ``StoreError``)."""
+
+    __slots__ = ("conn", "db")
+
+    def __init__(self, db: SqliteDatabase) -> None:
+        self.db = db
+
+    def __enter__(self) -> sqlite3.Connection:
+        db = self.db
+        db._lock.acquire()
+        try:
+            conn = db._live()
+            db._check_identity()
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.Error as exc:
+                raise _wrap(db.path, exc) from exc
+        except BaseException:
+            db._lock.release()
+            raise
+        self.conn = conn
+        return conn
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        db, conn = self.db, self.conn
+        try:
+            try:
+                if exc is None:
+                    conn.execute("COMMIT")
+                    return
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+            except sqlite3.Error as error:
+                raise _wrap(db.path, error) from error
+            if isinstance(exc, sqlite3.Error):
+                raise _wrap(db.path, exc) from exc
+        finally:
+            db._lock.release()

@@ -28,7 +28,15 @@ from ..errors import SessionBusyError, StoreError
 from . import _lockfile
 from .lease import Lease, LocalLeases, check_fence
 
-__all__ = ["SqliteTurns"]
+__all__ = ["UNREAD", "SqliteTurns"]
+
+
+class _Unread:
+    """The type of ``UNREAD``: a stored fence the caller did not read."""
+
+
+#: ``SqliteTurns.check(stored=...)`` default: the check reads the stored fence itself
+UNREAD = _Unread()
 
 MEMORY = ":memory:"
 #: Lock file paths remembered (by session id) before the memo starts again.
@@ -85,15 +93,27 @@ class SqliteTurns:
             return self.memory.held(id)
         return _lockfile.is_held(self.lock_path(id))
 
-    def check(self, conn: sqlite3.Connection, session_id: str, fence: int | None) -> None:
+    def check(
+        self,
+        conn: sqlite3.Connection,
+        session_id: str,
+        fence: int | None,
+        stored: int | _Unread | None = UNREAD,
+    ) -> None:
         """In a write transaction: ``LeaseLostError`` if ``fence`` is older than the session's
-        newest; else record it in the ``leases`` row if it is newer than the row's."""
+        newest; else record it in the ``leases`` row if it is newer than the row's.
+
+        ``stored``: the ``leases`` row's fence, read by the caller in this transaction (one
+        statement with what else it reads); not given, it is read here."""
         if fence is None:
             return
-        row = conn.execute(
-            "SELECT fence FROM leases WHERE session_id = ?", (session_id,)
-        ).fetchone()
-        stored = None if row is None else int(row[0])
+        if isinstance(stored, _Unread):
+            row = conn.execute(
+                "SELECT fence FROM leases WHERE session_id = ?", (session_id,)
+            ).fetchone()
+            stored = None if row is None else int(row[0])
+        elif stored is not None:
+            stored = int(stored)
         check_fence(session_id, fence, stored, where=self.path)
         if self.memory is not None:
             self.memory.check(session_id, fence, where=self.path)

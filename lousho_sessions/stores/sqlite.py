@@ -201,8 +201,14 @@ class SqliteSessionStore(Part, BaseSessionStore):
         expected_length: int,
         fence: int | None,
     ) -> int:
-        self.store.check_fence(conn, id, fence)
-        row = conn.execute("SELECT length, revision FROM sessions WHERE id = ?", (id,)).fetchone()
+        if fence is None:
+            row = conn.execute(
+                "SELECT length, revision FROM sessions WHERE id = ?", (id,)
+            ).fetchone()
+        else:  # the stored fence and the session row in one statement
+            stored, stored_length, stored_revision = conn.execute(_FENCE_AND_ROW, (id,)).fetchone()
+            self.store._turns.check(conn, id, fence, stored)
+            row = None if stored_length is None else (stored_length, stored_revision)
         length = row[0] if row else 0
         if length != expected_length:
             raise StoreConflictError(
@@ -289,6 +295,13 @@ def _rows(id: str, messages: Sequence[Message], start: int) -> list[tuple[str, i
 #: The low bits of a revision count appends; the high bits are the *generation*.
 _COUNTER_BITS = 32
 _COUNTER_MASK = (1 << _COUNTER_BITS) - 1
+
+
+#: a fenced append's reads: the ``leases`` row's fence and the session's length and revision
+_FENCE_AND_ROW = (
+    "SELECT (SELECT fence FROM leases WHERE session_id = ?1), s.length, s.revision "
+    "FROM (SELECT 1) LEFT JOIN sessions s ON s.id = ?1"
+)
 
 
 def _touch(conn: sqlite3.Connection, id: str, length: int, appended_to: int | None = None) -> int:
