@@ -4,7 +4,10 @@ Our turn: ``session.send`` with an instant ``FunctionProvider`` on a
 ``PostgresStore`` given whole to the agent (checkpoints on), so a turn takes the
 lease, checks the revision and the pending checkpoint, saves the turn's
 checkpoint, appends the two new messages deleting the checkpoint (one
-statement) and releases the lease. The floor: a plain psycopg connection doing
+statement) and releases the lease (no flush): 6 statements, 3 of them waiting
+for a disk flush. "prepare=True" is the same on a store whose connections
+prepare their statements (not behind PgBouncer in transaction mode < 1.21).
+The floor: a plain psycopg connection doing
 one transaction of two ``INSERT``s of message JSON on the same server — the
 least a durable turn could write.
 
@@ -155,10 +158,14 @@ def main() -> None:
     peer = None if args.no_peers else start_peers()
     peers = PEERS if peer is not None else ()
     store = PostgresStore(URL, schema=schema, max_size=2)
-    results: dict[str, dict[int, float]] = {side: {} for side in ("turn", "floor", *peers)}
+    prepared = PostgresStore(URL, schema=schema, max_size=2, prepare=True)
+    results: dict[str, dict[int, float]] = {
+        side: {} for side in ("turn", "prepared", "floor", *peers)
+    }
     try:
         floor = Floor(schema)
         agent = create_agent(provider=FunctionProvider(reply), store=store)
+        agent_p = create_agent(provider=FunctionProvider(reply), store=prepared)
         # every side at every length, set up first, then measured in interleaved blocks
         sides: list[tuple[str, int, Callable[[], list[float]]]] = []
         sessions = []
@@ -171,6 +178,13 @@ def main() -> None:
             sides.append(("floor", length, lambda: timed(floor.write, block)))
             sides.append(
                 ("turn", length, lambda s=session: timed(lambda: s.send("weather?"), block))  # type: ignore[misc]
+            )
+            store.sessions.save(f"prep-{length}", history(length))
+            session_p = agent_p.session(f"prep-{length}")
+            session_p.send("warm up")
+            sessions.append(session_p)
+            sides.append(
+                ("prepared", length, lambda s=session_p: timed(lambda: s.send("weather?"), block))  # type: ignore[misc]
             )
             for name in peers:
                 assert peer is not None
@@ -187,9 +201,11 @@ def main() -> None:
         for session in sessions:
             session.close()
         agent.close()
+        agent_p.close()
         floor.conn.close()
     finally:
         store.close()
+        prepared.close()
         if peer is not None:
             peer.close()
         with psycopg.connect(URL, autocommit=True) as conn:
@@ -204,17 +220,18 @@ def report(
     block: int,
     peer_block: int,
 ) -> None:
-    turn, floor = results["turn"], results["floor"]
+    turn, floor, prep = results["turn"], results["floor"], results["prepared"]
     print(
         f"median µs per turn (2 new messages), {blocks} blocks of {block} turns (peers: "
         f"{peer_block}) per side and length, interleaved; load {load()} at the end"
     )
-    head = f"{'length':>7} {'ours':>8} {'floor':>7} {'ours/floor':>10}"
+    head = f"{'length':>7} {'ours':>8} {'floor':>7} {'ours/floor':>10} {'prepare=True':>12} {'/floor':>7}"
     for name in peers:
         head += f" {name:>18} {'speed-up':>9}"
     print(head)
     for n in LENGTHS:
         line = f"{n:>7,} {turn[n]:>8.0f} {floor[n]:>7.0f} {turn[n] / floor[n]:>9.1f}x"
+        line += f" {prep[n]:>12.0f} {prep[n] / floor[n]:>6.1f}x"
         for name in peers:
             line += f" {results[name][n]:>18.0f} {results[name][n] / turn[n]:>8.1f}x"
         print(line)

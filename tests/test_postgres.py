@@ -27,6 +27,7 @@ from lousho_sessions import (
     StoreError,
     create_agent,
 )
+from lousho_sessions import open_store as open_url
 from lousho_sessions.postgres import SCHEMA_VERSION, PostgresStore, migration_sql
 
 FIXTURE = Path(__file__).parent / "fixtures" / "postgres-v1.sql"
@@ -278,6 +279,31 @@ def test_pooled_connections_keep_no_session_state(pg_schema: str) -> None:
             locks = "SELECT count(*) FROM pg_locks WHERE pid = pg_backend_pid() AND locktype = 'advisory'"
             assert conn.execute(locks).fetchone() == (0,)
             assert [conn.execute("SHOW synchronous_commit").fetchone()] == default
+
+
+def test_prepare_true_prepares_the_statements_a_connection_repeats(pg_schema: str) -> None:
+    with open_store(pg_schema, min_size=1, max_size=1, prepare=True) as store:
+        agent = create_agent(
+            provider=FunctionProvider(lambda r: Message.assistant("ok")), store=store
+        )
+        session = agent.session("s1")
+        for n in range(4):
+            session.send(f"q{n}")
+        agent.close()
+        assert len(store.sessions.load("s1") or []) == 8
+        with store._pool.connection() as conn:  # the only one: every statement ran on it
+            (prepared,) = conn.execute("SELECT count(*) FROM pg_prepared_statements").fetchone()
+        assert prepared >= 4  # the turn's statements, repeated on this one connection
+    url = postgres_url()
+    url += ("&" if "?" in url else "?") + f"schema={pg_schema}&prepare=true"
+    with open_url(url) as url_store:
+        assert url_store.backend.prepare is True
+
+
+def test_prepare_true_is_refused_for_a_pool_of_yours(pg_schema: str) -> None:
+    pool = psycopg_pool.ConnectionPool(postgres_url(), min_size=1, max_size=1, open=True)
+    with pool, pytest.raises(ValueError, match="prepare_threshold"):
+        PostgresStore(pool, schema=pg_schema, prepare=True)
 
 
 def test_a_closed_store_refuses_calls(pg: PostgresStore) -> None:

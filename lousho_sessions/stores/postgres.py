@@ -68,6 +68,10 @@ _RECHECK = 5.0
 _POLL_FIRST, _POLL_MAX = 0.05, 1.0
 
 
+#: With ``prepare=True``: a statement is prepared on a connection from its second run there.
+_PREPARE = 1
+
+
 class PostgresStore(PgCore):
     """Sessions, checkpoints and approvals in one PostgreSQL schema, shared by every machine.
 
@@ -78,7 +82,10 @@ class PostgresStore(PgCore):
     across a model or tool call, and carry no session state (no prepared
     statements, no session advisory locks), so PgBouncer in transaction mode works,
     with ``notify=False``: waiting for a busy session then polls with a backoff
-    instead of ``LISTEN``ing on a dedicated connection.
+    instead of ``LISTEN``ing on a dedicated connection. ``prepare=True`` (only for a
+    pool of the store's own, and only with no PgBouncer in transaction mode before
+    1.21 in between) lets each pooled connection prepare the statements it runs
+    often: fewer bytes to parse and plan per turn.
 
     ``schema`` (default ``"lousho"``) holds the tables; it is created and migrated
     on open (``migrate=False``: only checked, for users who run ``migration_sql()``
@@ -101,12 +108,14 @@ class PostgresStore(PgCore):
         lease_ttl: float = 30.0,
         notify: bool = True,
         migrate: bool = True,
+        prepare: bool = False,
     ) -> None:
         self.schema = validate_schema(schema)
         if not (isinstance(lease_ttl, (int, float)) and 0.1 <= lease_ttl <= 86400):
             raise ValueError(f"lease_ttl must be seconds between 0.1 and 86400, got {lease_ttl!r}")
         self.lease_ttl = float(lease_ttl)
         self.notify = notify
+        self.prepare = prepare
         self._s = quoted(schema)
         self._channel = f"lousho_{schema}"
         self._closed = False
@@ -116,6 +125,11 @@ class PostgresStore(PgCore):
         self._holder = f"{socket.gethostname()}:{os.getpid()}"
         pool: psycopg_pool.ConnectionPool[Any] | None = None
         if isinstance(conninfo, psycopg_pool.ConnectionPool):
+            if prepare:
+                raise ValueError(
+                    "prepare=True applies to the store's own pool; for a pool of yours, "
+                    "set prepare_threshold in its kwargs"
+                )
             pool = conninfo
             self._own_pool = False
             info, kwargs = conninfo.conninfo, conninfo.kwargs  # may be callables (psycopg_pool 3.3)
@@ -138,7 +152,7 @@ class PostgresStore(PgCore):
                 min_size=min_size,
                 max_size=max_size,
                 timeout=timeout,
-                kwargs={"autocommit": True, "prepare_threshold": None},
+                kwargs={"autocommit": True, "prepare_threshold": _PREPARE if prepare else None},
                 open=True,
                 name=f"lousho-{schema}",
             )

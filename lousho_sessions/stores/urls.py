@@ -181,7 +181,7 @@ def _postgres(shown: str, parts: Any, options: dict[str, str]) -> URLStore:
             kwargs[name] = _number(shown, name, options.pop(name), kind)
     if "lease_ttl" in options:
         kwargs["lease_ttl"] = _number(shown, "lease_ttl", options.pop("lease_ttl"), float)
-    for name in ("notify", "migrate"):
+    for name in ("notify", "migrate", "prepare"):
         if name in options:
             kwargs[name] = _flag(shown, name, options.pop(name))
     if "schema" in options:
