@@ -265,20 +265,21 @@ def test_uvicorn_streams_each_delta_as_it_comes() -> None:
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [listener]}, daemon=True)
     thread.start()
+    host, port = listener.getsockname()[:2]
+    conn = http.client.HTTPConnection(host, port, timeout=WAIT)
     try:
-        host, port = listener.getsockname()[:2]
-        conn = http.client.HTTPConnection(host, port, timeout=WAIT)
         conn.request("GET", "/chat/stream?message=hi")
         events = _read_events(conn.getresponse())
         name, data = next(e for e in events if e[0] == "text.delta")
         assert (name, data) == ("text.delta", {"text": "first "})
-        assert gate.entered.is_set()  # the model waits at the gate, not opened yet
+        # the delta came while the model is held at the gate (it may get there just after)
+        assert gate.entered.wait(WAIT)
         gate.open()
         rest = list(events)
         assert ("text.delta", {"text": "second"}) in rest
         assert rest[-1] == ("run.done", {"finish_reason": "stop"})
-        conn.close()
     finally:
+        conn.close()
         gate.open()
         server.should_exit = True
         thread.join(WAIT)
