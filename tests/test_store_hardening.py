@@ -328,11 +328,12 @@ def test_memory_and_file_store_prune_as_a_whole(tmp_path: Path) -> None:
         assert store.prune(0).sessions == 1
 
 
+@pytest.mark.skipif(
+    not Path("/proc/locks").exists(), reason="needs /proc/locks to see that the waiter is blocked"
+)
 def test_deleting_a_lock_file_never_lets_two_holders_in(tmp_path: Path) -> None:
     """The unlink race: B waits on the file, the holder deletes it and lets go, C creates a
     new file. B must notice its file was deleted and queue on the new one."""
-    if not Path("/proc/locks").exists():
-        pytest.skip("needs /proc/locks to see that the waiter is blocked")
     path = tmp_path / "s1.lock"
     a_release = _lockfile.acquire(path, None)
     inode = path.stat().st_ino
