@@ -53,14 +53,7 @@ from lousho_sessions import FunctionProvider, Message, ModelRequest, create_agen
 from lousho_sessions.postgres import PostgresStore
 
 sys.path.insert(0, str(Path(__file__).parent / "peers"))
-from peer_protocol import (
-    REPLY_TEXT,
-    SETUP,
-    PeerError,
-    PeerProcess,
-    history_texts,
-    peers_python,
-)
+from peer_protocol import REPLY_TEXT, PeerProcess, history_texts, load, start_peer
 
 URL = os.environ.get("LOUSHO_POSTGRES_URL") or "postgresql://postgres@127.0.0.1:5432/test"
 LENGTHS = (10, 1_000, 5_000)
@@ -118,31 +111,6 @@ def peer_turns(peer: PeerProcess, name: str, length: int, n: int) -> Callable[[]
     return lambda: list(peer.ask(op="turns", peer=name, length=length, n=n)["us"])
 
 
-def load() -> str:
-    one, five, fifteen = os.getloadavg()
-    return f"{one:.2f}/{five:.2f}/{fifteen:.2f}"
-
-
-def start_peers() -> PeerProcess | None:
-    python = peers_python()
-    if python is None:
-        print(f"peers not measured: no peers' interpreter. {SETUP}")
-        return None
-    try:
-        peer = PeerProcess(python, "pg_peers.py", URL)
-    except OSError as exc:
-        print(f"peers not measured: cannot run {python}: {exc}. {SETUP}")
-        return None
-    try:
-        versions = peer.ask(op="versions")["versions"]
-    except PeerError as exc:
-        print(f"peers not measured: {exc}")
-        peer.close()
-        return None
-    print("peers (" + python + "): " + ", ".join(f"{k} {v}" for k, v in versions.items()))
-    return peer
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer rounds")
@@ -155,7 +123,7 @@ def main() -> None:
     except psycopg.Error as exc:
         sys.exit(f"PostgreSQL at {URL} is unreachable ({exc}); set LOUSHO_POSTGRES_URL")
     print(f"PostgreSQL {URL.rsplit('@', 1)[-1]}, {os.cpu_count()} CPUs, load {load()} at start")
-    peer = None if args.no_peers else start_peers()
+    peer = None if args.no_peers else start_peer("pg_peers.py", URL)
     peers = PEERS if peer is not None else ()
     store = PostgresStore(URL, schema=schema, max_size=2)
     prepared = PostgresStore(URL, schema=schema, max_size=2, prepare=True)

@@ -43,14 +43,7 @@ from lousho_sessions.providers.base import ModelRequest
 from lousho_sessions.redis import RedisStore
 
 sys.path.insert(0, str(Path(__file__).parent / "peers"))
-from peer_protocol import (
-    REPLY_TEXT,
-    SETUP,
-    PeerError,
-    PeerProcess,
-    history_texts,
-    peers_python,
-)
+from peer_protocol import REPLY_TEXT, PeerProcess, history_texts, load, start_peer
 
 LENGTHS = (10, 1_000, 5_000)
 PEER = "openai-redis"
@@ -75,31 +68,6 @@ def timed(call: Callable[[], object], n: int) -> list[float]:
         call()
         out.append((time.perf_counter_ns() - start) / 1_000)
     return out
-
-
-def load() -> str:
-    one, five, fifteen = os.getloadavg()
-    return f"{one:.2f}/{five:.2f}/{fifteen:.2f}"
-
-
-def start_peer() -> PeerProcess | None:
-    python = peers_python()
-    if python is None:
-        print(f"peers not measured: no peers' interpreter. {SETUP}")
-        return None
-    try:
-        peer = PeerProcess(python, "redis_peers.py", URL)
-    except OSError as exc:
-        print(f"peers not measured: cannot run {python}: {exc}. {SETUP}")
-        return None
-    try:
-        versions = peer.ask(op="versions")["versions"]
-    except PeerError as exc:
-        print(f"peer not measured: {exc}")
-        peer.close()
-        return None
-    print("peer (" + python + "): " + ", ".join(f"{k} {v}" for k, v in versions.items()))
-    return peer
 
 
 class Appender:
@@ -127,7 +95,7 @@ def main() -> None:
         print(f"skipped: Redis at {URL} is unreachable ({exc})")
         return
     print(f"Redis {URL}, {os.cpu_count()} CPUs, load {load()} at start")
-    peer = None if args.no_peers else start_peer()
+    peer = None if args.no_peers else start_peer("redis_peers.py", URL)
     prefix = f"lousho-bench-{secrets.token_hex(4)}"
     store = RedisStore(URL, prefix=prefix)
     results: dict[str, dict[int, float]] = {"send": {}, "append": {}, PEER: {}}

@@ -191,3 +191,31 @@ class PeerProcess:
                 self._process.kill()
                 self._process.wait()
         self._errors.close()
+
+
+def load() -> str:
+    """The 1, 5 and 15 minute load averages, for the benchmarks' headers."""
+    one, five, fifteen = os.getloadavg()
+    return f"{one:.2f}/{five:.2f}/{fifteen:.2f}"
+
+
+def start_peer(script: str, url: str) -> PeerProcess | None:
+    """Start ``script`` (beside this file) in the peers' interpreter against ``url``, or
+    say why the peers are not measured and return ``None``."""
+    python = peers_python()
+    if python is None:
+        print(f"peers not measured: no peers' interpreter. {SETUP}")
+        return None
+    try:
+        peer = PeerProcess(python, script, url)
+    except OSError as exc:
+        print(f"peers not measured: cannot run {python}: {exc}. {SETUP}")
+        return None
+    try:
+        found = peer.ask(op="versions")["versions"]
+    except PeerError as exc:
+        print(f"peers not measured: {exc}")
+        peer.close()
+        return None
+    print("peers (" + python + "): " + ", ".join(f"{k} {v}" for k, v in found.items()))
+    return peer
