@@ -292,6 +292,17 @@ def test_delete_keeps_a_held_lock_file_and_prune_removes_it_later(
     kit.close()
 
 
+#: Never set: its ``wait(timeout)`` paces a poll of state that has no event of its own.
+POLL = threading.Event()
+
+
+def clock_past(moment: float) -> None:
+    """Return once the wall clock (and so a file's mtime or a row's timestamp) is past ``moment``."""
+    deadline = time.monotonic() + 1.0
+    while time.time() <= moment + 0.002:
+        assert time.monotonic() < deadline, "the wall clock did not move"
+
+
 def test_prune_on_every_store(store: Kit) -> None:
     # memory and files prune per part and as a whole; SqliteStore as a whole
     kit = store
@@ -313,7 +324,7 @@ def test_prune_on_every_store(store: Kit) -> None:
             return total
 
     assert prune(3600) == PruneResult(0, 0, 0)
-    time.sleep(0.01)  # file mtimes and timestamps must be in the past: not synchronisation
+    clock_past(time.time())  # prune(0) drops what is older than now: let the clock move on
     result = prune(0)
     assert (result.sessions, result.checkpoints, result.approvals) == (1, 1, 1)
     assert kit.sessions.load("s1") is None
@@ -324,7 +335,7 @@ def test_memory_and_file_store_prune_as_a_whole(tmp_path: Path) -> None:
     for store in (memory_store(), file_store(tmp_path)):
         assert store.sessions is not None
         store.sessions.save("s1", [Message.user("hi")])
-        time.sleep(0.01)  # the write must be in the past: not synchronisation
+        clock_past(time.time())  # the write must be in the past for prune(0)
         assert store.prune(0).sessions == 1
 
 
@@ -351,7 +362,7 @@ def test_deleting_a_lock_file_never_lets_two_holders_in(tmp_path: Path) -> None:
         line for line in Path("/proc/locks").read_text().splitlines(True) if "->" in line
     ):
         assert time.monotonic() < deadline, "B never blocked on the lock"
-        time.sleep(0.005)
+        POLL.wait(0.005)  # the kernel's lock table has no event to wait on: poll it
     path.unlink()  # the holder deletes the lock file, as delete() does, and lets go
     a_release()
     assert b_holds.wait(WAIT)
