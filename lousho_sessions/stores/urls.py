@@ -130,6 +130,18 @@ def _parts(store: Any) -> tuple[Any, Any, Any]:
     return store.sessions, store.checkpoints, store.approvals
 
 
+def _opened(shown: str, kind: str, make: Callable[[], Any]) -> URLStore:
+    """``make()`` the store as a ``URLStore`` it closes; its ``ValueError`` for a bad option
+    becomes ``StoreURLError`` naming the URL (passwords masked), a ``LoushoError`` passes."""
+    try:
+        store = make()
+    except ValueError as exc:
+        if isinstance(exc, LoushoError):
+            raise
+        raise StoreURLError(f"{shown!r}: {redacted_url(str(exc))}") from exc
+    return URLStore(*_parts(store), kind=kind, url=shown, backend=store, close=store.close)
+
+
 def _no_options(shown: str, options: Mapping[str, str]) -> None:
     if options:
         raise StoreURLError(f"{shown!r}: this store takes no options, got {sorted(options)}")
@@ -165,22 +177,15 @@ def _sqlite(shown: str, netloc: str, path: str, options: dict[str, str]) -> URLS
     _no_options(shown, options)
     from .sqlite import SqliteStore
 
-    try:
-        store = SqliteStore(target, **kwargs)
-    except ValueError as exc:
-        if isinstance(exc, LoushoError):
-            raise
-        raise StoreURLError(f"{shown!r}: {exc}") from exc
-    return URLStore(*_parts(store), kind="sqlite", url=shown, backend=store, close=store.close)
+    return _opened(shown, "sqlite", lambda: SqliteStore(target, **kwargs))
 
 
 def _postgres(shown: str, parts: Any, options: dict[str, str]) -> URLStore:
     kwargs: dict[str, Any] = {}
-    for name, kind in (("min_size", int), ("max_size", int), ("timeout", float)):
+    numbers = (("min_size", int), ("max_size", int), ("timeout", float), ("lease_ttl", float))
+    for name, kind in numbers:
         if name in options:
             kwargs[name] = _number(shown, name, options.pop(name), kind)
-    if "lease_ttl" in options:
-        kwargs["lease_ttl"] = _number(shown, "lease_ttl", options.pop("lease_ttl"), float)
     for name in ("notify", "migrate", "prepare"):
         if name in options:
             kwargs[name] = _flag(shown, name, options.pop(name))
@@ -196,13 +201,7 @@ def _postgres(shown: str, parts: Any, options: dict[str, str]) -> URLStore:
             f"{shown!r} needs psycopg 3 and psycopg_pool: pip install 'lousho-sessions[postgres]'"
             f" ({exc})"
         ) from exc
-    try:
-        store = PostgresStore(conninfo, **kwargs)
-    except ValueError as exc:
-        if isinstance(exc, LoushoError):
-            raise
-        raise StoreURLError(f"{shown!r}: {exc}") from exc
-    return URLStore(*_parts(store), kind="postgresql", url=shown, backend=store, close=store.close)
+    return _opened(shown, "postgresql", lambda: PostgresStore(conninfo, **kwargs))
 
 
 def _redis(shown: str, parts: Any, options: dict[str, str]) -> URLStore:
@@ -221,13 +220,7 @@ def _redis(shown: str, parts: Any, options: dict[str, str]) -> URLStore:
         raise StoreURLError(
             f"{shown!r} needs the redis client: pip install 'lousho-sessions[redis]' ({exc})"
         ) from exc
-    try:
-        store = RedisStore(client_url, **kwargs)
-    except ValueError as exc:
-        if isinstance(exc, LoushoError):
-            raise
-        raise StoreURLError(f"{shown!r}: {redacted_url(str(exc))}") from exc
-    return URLStore(*_parts(store), kind="redis", url=shown, backend=store, close=store.close)
+    return _opened(shown, "redis", lambda: RedisStore(client_url, **kwargs))
 
 
 def _number(shown: str, name: str, value: str, kind: type, *, base: int = 10) -> Any:
