@@ -9,8 +9,9 @@ a subclass, an unknown part type, a value of another type — returns ``None`` a
 converts its messages and every load converts a whole transcript, so the cost
 per message matters: this is several times cheaper than the generic converter.
 
-Reading interns the role and keeps one shared empty tuple and mapping, so a
-loaded transcript holds less per message.
+Reading interns the role, keeps one shared empty tuple and mapping, and (given a
+``UsageCache`` for the load) one ``Usage`` per distinct value, so a loaded transcript
+holds less per message.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import Any
 
 from .messages import EMPTY, FrozenMapping, ImagePart, Message, TextPart, ToolCall, Usage, thaw
 
-__all__ = ["message_dict", "message_from_canonical"]
+__all__ = ["UsageCache", "message_dict", "message_from_canonical"]
 
 _ROLES = {role: role for role in ("user", "assistant", "tool", "system")}
 _MESSAGE_KEYS = frozenset(
@@ -159,7 +160,14 @@ def _call(data: Any) -> ToolCall | None:
     return ToolCall(id, name, arguments, raw_arguments=raw)
 
 
-def _usage(data: Any) -> Usage | None:
+#: How many distinct usages one ``UsageCache`` keeps (past that, new ones are not shared).
+_USAGE_CACHE_SIZE = 256
+
+#: ``(input_tokens, output_tokens, cost key)`` -> the one ``Usage`` read with those values.
+UsageCache = dict[tuple[int, int, Any], Usage]
+
+
+def _usage(data: Any, cache: UsageCache | None) -> Usage | None:
     if type(data) is not dict or data.keys() != _USAGE_KEYS:
         return None
     tokens_in, tokens_out, cost = data["input_tokens"], data["output_tokens"], data["cost_usd"]
@@ -167,12 +175,26 @@ def _usage(data: Any) -> Usage | None:
         return None
     if type(cost) is not float and type(cost) is not int:
         return None
-    return Usage(tokens_in, tokens_out, float(cost))
+    cost = float(cost)
+    if cache is None:
+        return Usage(tokens_in, tokens_out, cost)
+    # A Usage is immutable and its ``extra`` is the shared empty mapping here, so equal ones
+    # can be one object. Zero is keyed by its text: 0.0 and -0.0 are equal but write apart.
+    key = (tokens_in, tokens_out, cost if cost else repr(cost))
+    usage = cache.get(key)
+    if usage is None:
+        usage = Usage(tokens_in, tokens_out, cost)
+        if len(cache) < _USAGE_CACHE_SIZE:
+            cache[key] = usage
+    return usage
 
 
-def message_from_canonical(data: Any) -> Message | None:
+def message_from_canonical(data: Any, usages: UsageCache | None = None) -> Message | None:
     """The message ``serde.message_from_dict`` reads from ``data`` when ``data`` has exactly the
-    shape this release writes (no unknown fields, text parts only); else ``None``."""
+    shape this release writes (no unknown fields, text parts only); else ``None``.
+
+    ``usages``, one dict for the messages of one load, shares one ``Usage`` among the
+    messages whose usage has equal values."""
     if type(data) is not dict or data.keys() != _MESSAGE_KEYS:
         return None
     role = _ROLES.get(data["role"]) if type(data["role"]) is str else None
@@ -200,7 +222,7 @@ def message_from_canonical(data: Any) -> Message | None:
         calls.append(call)
     usage = None
     if data["usage"] is not None:
-        usage = _usage(data["usage"])
+        usage = _usage(data["usage"], usages)
         if usage is None:
             return None
     try:

@@ -1,7 +1,8 @@
 """The transcript's data model: messages, their parts, tool calls and usage.
 
-Every class here is a frozen attrs class and every mapping in one is read-only:
-a transcript snapshot cannot be edited in place. ``Message.metadata``,
+Every class here is a frozen, slotted attrs class (no ``__weakref__`` slot: a loaded
+transcript holds tens of thousands of them, and nothing refers to one weakly) and every
+mapping in one is read-only: a transcript snapshot cannot be edited in place. ``Message.metadata``,
 ``ToolCall.arguments`` and every ``extra`` are ``FrozenMapping`` copies of what was
 given, frozen all the way down (a dict inside is a ``FrozenMapping``, a list a
 ``tuple``); ``thaw()`` gives plain, mutable ``dict``/``list`` copies back. ``extra``
@@ -232,7 +233,7 @@ def _frozen_mapping(value: Mapping[str, Any] | Iterable[tuple[str, Any]] | None)
     return frozen
 
 
-@attrs.frozen
+@attrs.frozen(weakref_slot=False)
 class TextPart:
     """Plain text in a message."""
 
@@ -243,7 +244,7 @@ class TextPart:
     )
 
 
-@attrs.frozen
+@attrs.frozen(weakref_slot=False)
 class ImagePart:
     """An image, by ``url`` or inline ``data`` (bytes; kept as base64 in JSON)."""
 
@@ -267,7 +268,7 @@ class ImagePart:
 Part = Union[TextPart, ImagePart]
 
 
-@attrs.frozen
+@attrs.frozen(weakref_slot=False)
 class ToolCall:
     """The model asks to run tool ``name`` with ``arguments``.
 
@@ -285,7 +286,7 @@ class ToolCall:
     )
 
 
-@attrs.frozen
+@attrs.frozen(weakref_slot=False)
 class Usage:
     """Tokens and money a model call (or a sum of them) used. Adds with ``+``."""
 
@@ -337,7 +338,7 @@ def _new_id() -> str:
     return data.hex()
 
 
-@attrs.frozen
+@attrs.frozen(weakref_slot=False)
 class Message:
     """One message of a transcript.
 

@@ -215,6 +215,24 @@ def test_unknown_usage_fields_round_trip() -> None:
     assert message_to_dict(message_from_dict(data)) == data
 
 
+def test_a_load_shares_equal_usages_and_keeps_each_usage_exact() -> None:
+    usages = [Usage(1, 2, 0.5), Usage(1, 2, 0.5), Usage(1, 2, 0.0), Usage(1, 2, -0.0), Usage(1, 3)]
+    texts = [json.dumps(message_to_dict(Message.assistant("x", usage=u))) for u in usages]
+    extra = message_to_dict(Message.assistant("x", usage=Usage(1, 2, 0.5)))
+    extra["usage"]["cache_read_tokens"] = 7  # read by the converter: its own Usage, extra kept
+    texts.append(json.dumps(extra))
+    for loaded in (
+        messages_from_json_texts(texts),
+        messages_from_json("[" + ",".join(texts) + "]"),
+    ):
+        assert [m.usage for m in loaded] == [*usages, Usage(1, 2, 0.5)]
+        assert texts == [json.dumps(message_to_dict(m)) for m in loaded]  # -0.0 stays -0.0
+        assert loaded[0].usage is loaded[1].usage  # equal values, one object
+        assert loaded[2].usage is not loaded[3].usage  # 0.0 and -0.0: equal, written apart
+        assert loaded[5].usage is not None and loaded[5].usage is not loaded[0].usage
+        assert loaded[5].usage.extra == {"cache_read_tokens": 7}
+
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_messages_round_trip_through_every_store(
     kind: str, tmp_path_factory: pytest.TempPathFactory
