@@ -10,8 +10,8 @@ converts its messages and every load converts a whole transcript, so the cost
 per message matters: this is several times cheaper than the generic converter.
 
 Reading interns the role, keeps one shared empty tuple and mapping, and (given a
-``UsageCache`` for the load) one ``Usage`` per distinct value, so a loaded transcript
-holds less per message.
+``LoadCache`` for the load) one ``Usage`` per distinct value and one content tuple per
+distinct single text, so a loaded transcript holds less per message.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import Any
 
 from .messages import EMPTY, FrozenMapping, ImagePart, Message, TextPart, ToolCall, Usage, thaw
 
-__all__ = ["UsageCache", "message_dict", "message_from_canonical"]
+__all__ = ["LoadCache", "message_dict", "message_from_canonical"]
 
 _ROLES = {role: role for role in ("user", "assistant", "tool", "system")}
 _MESSAGE_KEYS = frozenset(
@@ -148,6 +148,16 @@ def _part(data: Any) -> TextPart | None:
     return TextPart(text) if type(text) is str else None
 
 
+def _parts(items: list[Any]) -> tuple[TextPart, ...] | None:
+    content = []
+    for item in items:
+        part = _part(item)
+        if part is None:
+            return None
+        content.append(part)
+    return tuple(content)
+
+
 def _call(data: Any) -> ToolCall | None:
     if type(data) is not dict or not data.keys() <= _TOOL_CALL_KEYS:
         return None
@@ -160,14 +170,23 @@ def _call(data: Any) -> ToolCall | None:
     return ToolCall(id, name, arguments, raw_arguments=raw)
 
 
-#: How many distinct usages one ``UsageCache`` keeps (past that, new ones are not shared).
-_USAGE_CACHE_SIZE = 256
+class LoadCache:
+    """What the messages of one load share: one ``Usage`` per distinct value, one content
+    tuple per distinct single text. Both are immutable (frozen classes whose ``extra`` is
+    the shared empty mapping), so equal ones can be one object. Each table stops growing
+    at ``SIZE`` entries: past that, new values are simply not shared."""
 
-#: ``(input_tokens, output_tokens, cost key)`` -> the one ``Usage`` read with those values.
-UsageCache = dict[tuple[int, int, Any], Usage]
+    SIZE = 1024
+    __slots__ = ("contents", "usages")
+
+    def __init__(self) -> None:
+        #: ``(input_tokens, output_tokens, cost key)`` -> the ``Usage`` read with them.
+        self.usages: dict[tuple[int, int, Any], Usage] = {}
+        #: A single text part's text -> the content tuple ``(TextPart(text),)``.
+        self.contents: dict[str, tuple[TextPart]] = {}
 
 
-def _usage(data: Any, cache: UsageCache | None) -> Usage | None:
+def _usage(data: Any, cache: LoadCache | None) -> Usage | None:
     if type(data) is not dict or data.keys() != _USAGE_KEYS:
         return None
     tokens_in, tokens_out, cost = data["input_tokens"], data["output_tokens"], data["cost_usd"]
@@ -178,23 +197,39 @@ def _usage(data: Any, cache: UsageCache | None) -> Usage | None:
     cost = float(cost)
     if cache is None:
         return Usage(tokens_in, tokens_out, cost)
-    # A Usage is immutable and its ``extra`` is the shared empty mapping here, so equal ones
-    # can be one object. Zero is keyed by its text: 0.0 and -0.0 are equal but write apart.
+    # Zero is keyed by its text: 0.0 and -0.0 are equal but write apart.
     key = (tokens_in, tokens_out, cost if cost else repr(cost))
-    usage = cache.get(key)
+    usages = cache.usages
+    usage = usages.get(key)
     if usage is None:
         usage = Usage(tokens_in, tokens_out, cost)
-        if len(cache) < _USAGE_CACHE_SIZE:
-            cache[key] = usage
+        if len(usages) < LoadCache.SIZE:
+            usages[key] = usage
     return usage
 
 
-def message_from_canonical(data: Any, usages: UsageCache | None = None) -> Message | None:
+def _single_text(data: Any, cache: LoadCache) -> tuple[TextPart] | None:
+    """``(TextPart(text),)`` for one text part's ``data``, shared with equal ones in ``cache``."""
+    if type(data) is not dict or data.get("type") != "text" or len(data) != 2:
+        return None
+    text = data.get("text")
+    if type(text) is not str:
+        return None
+    contents = cache.contents
+    content = contents.get(text)
+    if content is None:
+        content = (TextPart(text),)
+        if len(contents) < LoadCache.SIZE:
+            contents[text] = content
+    return content
+
+
+def message_from_canonical(data: Any, cache: LoadCache | None = None) -> Message | None:
     """The message ``serde.message_from_dict`` reads from ``data`` when ``data`` has exactly the
     shape this release writes (no unknown fields, text parts only); else ``None``.
 
-    ``usages``, one dict for the messages of one load, shares one ``Usage`` among the
-    messages whose usage has equal values."""
+    ``cache``, one for the messages of one load, shares equal usages and equal single-text
+    contents among them."""
     if type(data) is not dict or data.keys() != _MESSAGE_KEYS:
         return None
     role = _ROLES.get(data["role"]) if type(data["role"]) is str else None
@@ -208,12 +243,13 @@ def message_from_canonical(data: Any, usages: UsageCache | None = None) -> Messa
     raw_content, raw_calls = data["content"], data["tool_calls"]
     if metadata is None or type(raw_content) is not list or type(raw_calls) is not list:
         return None
-    content = []
-    for item in raw_content:
-        part = _part(item)
-        if part is None:
-            return None
-        content.append(part)
+    content: tuple[TextPart, ...] | None
+    if cache is not None and len(raw_content) == 1:
+        content = _single_text(raw_content[0], cache)
+    else:
+        content = _parts(raw_content)
+    if content is None:
+        return None
     calls = []
     for item in raw_calls:
         call = _call(item)
@@ -222,7 +258,7 @@ def message_from_canonical(data: Any, usages: UsageCache | None = None) -> Messa
         calls.append(call)
     usage = None
     if data["usage"] is not None:
-        usage = _usage(data["usage"], usages)
+        usage = _usage(data["usage"], cache)
         if usage is None:
             return None
     try:
@@ -231,7 +267,7 @@ def message_from_canonical(data: Any, usages: UsageCache | None = None) -> Messa
         return None
     return Message(
         role,  # type: ignore[arg-type]  # one of the four roles (checked above)
-        tuple(content),
+        content,
         tuple(calls),
         tool_call_id=call_id,
         is_error=is_error,

@@ -23,7 +23,7 @@ import attrs
 import cattrs
 from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
 
-from ._message_codec import UsageCache, message_dict, message_from_canonical
+from ._message_codec import LoadCache, message_dict, message_from_canonical
 from ._turn_state import CHECKPOINT_FORMAT, CHECKPOINT_VERSION, TurnState, now_iso
 from .errors import SchemaVersionError, StoreCorruptError
 from .messages import (
@@ -315,8 +315,8 @@ def messages_from_json(text: str | bytes, *, source: str = "<json>") -> list[Mes
             raise ValueError("nested too deeply to read") from exc
         if not isinstance(data, list):
             raise ValueError(f"expected a JSON array of messages, got {type(data).__name__}")
-        usages: UsageCache = {}  # equal usages read in this load share one Usage
-        return [message_from_canonical(d, usages) or message_from_dict(d) for d in data]
+        cache = LoadCache()  # equal usages and texts read in this load share one object
+        return [message_from_canonical(d, cache) or message_from_dict(d) for d in data]
     except ValueError as exc:
         raise StoreCorruptError(f"{source}: cannot read messages: {exc}") from exc
 
@@ -346,7 +346,7 @@ def messages_from_json_texts(texts: Iterable[str], *, source: str = "<json>") ->
     memory at the peak and less garbage-collector work than one array of them all.
     """
     out = []
-    usages: UsageCache = {}  # equal usages read in this load share one Usage
+    cache = LoadCache()  # equal usages and texts read in this load share one object
     try:
         for text in texts:
             try:
@@ -355,7 +355,7 @@ def messages_from_json_texts(texts: Iterable[str], *, source: str = "<json>") ->
                 raise ValueError("nested too deeply to read") from exc
             except TypeError as exc:
                 raise ValueError(f"expected JSON text, got {type(text).__name__}") from exc
-            message = message_from_canonical(data, usages)
+            message = message_from_canonical(data, cache)
             out.append(message_from_dict(data) if message is None else message)
     except ValueError as exc:
         raise StoreCorruptError(f"{source}: cannot read messages: {exc}") from exc

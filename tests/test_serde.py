@@ -233,6 +233,27 @@ def test_a_load_shares_equal_usages_and_keeps_each_usage_exact() -> None:
         assert loaded[5].usage.extra == {"cache_read_tokens": 7}
 
 
+def test_a_load_shares_equal_single_texts_and_reads_every_content_exactly() -> None:
+    saved = [
+        Message.user("same"),
+        Message.assistant("same"),
+        Message.user([TextPart("same"), TextPart("two")]),
+        Message.user("other"),
+        Message.assistant(),
+        Message.user("same", metadata={"k": 1}),
+    ]
+    texts = [json.dumps(message_to_dict(m)) for m in saved]
+    for loaded in (
+        messages_from_json_texts(texts),
+        messages_from_json("[" + ",".join(texts) + "]"),
+    ):
+        assert loaded == saved
+        assert texts == [json.dumps(message_to_dict(m)) for m in loaded]
+        assert loaded[0].content is loaded[1].content is loaded[5].content  # one tuple
+        assert loaded[2].content[0] is not loaded[0].content[0]  # two parts: read as they are
+        assert loaded[3].content == (TextPart("other"),) and loaded[4].content == ()
+
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_messages_round_trip_through_every_store(
     kind: str, tmp_path_factory: pytest.TempPathFactory
