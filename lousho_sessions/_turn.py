@@ -172,6 +172,7 @@ class Turn:
         remove = config.signal.add_callback(lambda s: controller.abort(s.reason))
         self._emitted = False
         inbox = config.inbox
+        emit = config.emit
 
         def steer() -> None:
             if not self._emitted:
@@ -197,7 +198,8 @@ class Turn:
                 if isinstance(event, ModelTextDelta):
                     if event.text:
                         self._emitted = True
-                        self._emit(TextDelta(state.run_id, event.text))
+                        if emit is not None:  # built only when someone listens
+                            emit(TextDelta(state.run_id, event.text))
                 elif isinstance(event, ModelToolCallDelta):
                     self._emitted = True
                 elif isinstance(event, ModelResponse):
@@ -423,8 +425,10 @@ class Turn:
         exception: BaseException | None = None,
     ) -> None:
         self.state.results[call.id] = Message.tool(call.id, output, is_error)
-        event = ToolResultEvent(self.state.run_id, call.id, output, is_error, exception=exception)
-        self._emit(event)
+        if self.config.emit is not None:  # built only when someone listens
+            self.config.emit(
+                ToolResultEvent(self.state.run_id, call.id, output, is_error, exception=exception)
+            )
         if checkpoint and self.config.checkpoints is not None:
             self.config.checkpoints.save_result(self.state, call.id)
 
