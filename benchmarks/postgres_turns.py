@@ -5,8 +5,25 @@ Our turn: ``session.send`` with an instant ``FunctionProvider`` on a
 lease, checks the revision and the pending checkpoint, saves the turn's
 checkpoint, appends the two new messages deleting the checkpoint (one
 statement) and releases the lease (no flush): 6 statements, 3 of them waiting
-for a disk flush. "prepare=True" is the same on a store whose connections
-prepare their statements (not behind PgBouncer in transaction mode < 1.21).
+for a disk flush; acquire, checkpoint, commit and release are calls of the
+schema's PL/pgSQL functions (schema v2), whose plans the server caches.
+"prepare=True" is the same on a store whose connections prepare their
+statements (not behind PgBouncer in transaction mode < 1.21).
+
+Figures (2 shared CPUs, other jobs running, load 5-8: ratios within one run; the
+floor is one flush, so a slow disk flush, ~3 ms at times, compresses every
+ratio towards 3, our three flushes). Before schema v2, quiet disk (floor ~400 µs):
+ours 3100-3366 µs, 7.7-8.1x the floor, prepare=True 5.4-5.8x. With the schema-v2
+functions: quiet disk, 2819 µs vs floor 522 µs (5.4x, prepare=True 5.4x: the
+functions give prepare=True's saving without prepared statements), 2856 µs vs
+384 µs (7.4x, an early run with only acquire and append as functions); busy
+disk (floor 2.3-4.0 ms) 2.7-4.4x. So the <= 4x target is met only when flushes
+are slow; on a quiet disk a turn is still 5-7 floors. The peers at 1,000
+messages: LangGraph 3.5-9x slower than ours, SQLAlchemySession 1.3-2.3x. A whole
+SQLAlchemySession turn costs fewer than 20 floors (6611 µs vs 403 µs: 16 floors;
+a LangGraph turn 25435 µs: 63 floors), so 20x faster than SQLAlchemySession needs
+a turn faster than one floor: not reachable by a turn that waits for even one
+flush, let alone the three the lease/checkpoint/commit need.
 The floor: a plain psycopg connection doing
 one transaction of two ``INSERT``s of message JSON on the same server — the
 least a durable turn could write.

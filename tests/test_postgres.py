@@ -31,6 +31,7 @@ from lousho_sessions import open_store as open_url
 from lousho_sessions.postgres import SCHEMA_VERSION, PostgresStore, migration_sql
 
 FIXTURE = Path(__file__).parent / "fixtures" / "postgres-v1.sql"
+FIXTURE_V2 = Path(__file__).parent / "fixtures" / "postgres-v2.sql"
 WAIT = 30.0
 
 
@@ -75,8 +76,18 @@ def turn(n: int) -> list[Message]:
 
 def test_the_v1_fixture_pins_the_first_migration() -> None:
     """Editing migration 1 in place would break every database made with it: add one instead."""
-    text = FIXTURE.read_text(encoding="utf-8")
-    assert text.startswith(migration_sql("lousho_v1", since=0).split("\n-- version 2")[0])
+    text = FIXTURE.read_text(encoding="utf-8").split("\n", 1)[1]  # past the header line
+    version_1 = migration_sql("lousho_v1", since=0).split("\n", 1)[1].split("\n-- version 2")[0]
+    assert text.startswith(version_1)
+
+
+def test_the_v2_fixture_pins_the_second_migration() -> None:
+    """Migration 2 (the acquire and append functions) is released: add a version 3 instead."""
+    text = FIXTURE_V2.read_text(encoding="utf-8").split("\n", 1)[1]
+    version_2 = migration_sql("lousho_v2", since=1).split("\n", 1)[1].split("\n-- version 3")[0]
+    assert text.startswith(version_2)
+    assert 'CREATE FUNCTION "lousho_v2".acquire(' in text
+    assert 'CREATE FUNCTION "lousho_v2".append(' in text
 
 
 def test_a_v1_database_opens_and_keeps_working(pg_schema: str) -> None:

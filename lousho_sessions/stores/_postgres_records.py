@@ -47,10 +47,7 @@ class PostgresCheckpointStore(PgPart, BaseCheckpointStore):
         text = encode_json_object(checkpoint, what=f"checkpoint {turn_id!r}")
         sid = fence_session_id(turn_id)
         rows = self.store.fetch(
-            FENCED + ", w AS (INSERT INTO {s}.checkpoints (turn_id, body, updated_at) "
-            "SELECT %(id)s, %(body)s::json, now() WHERE (SELECT fenced FROM ok) "
-            "ON CONFLICT (turn_id) DO UPDATE SET body = excluded.body, updated_at = now()) "
-            "SELECT fenced FROM ok",
+            "SELECT {s}.save_checkpoint(%(sid)s, %(fence)s::bigint, %(id)s, %(body)s::json)",
             {
                 "sid": sid,
                 "fence": self.store.effective_fence(sid, fence),

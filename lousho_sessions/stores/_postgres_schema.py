@@ -80,6 +80,118 @@ MIGRATIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "CREATE INDEX approvals_resolved ON {s}.approvals (resolved_at)",
         ),
     ),
+    (
+        "2: functions for a turn's acquire, checkpoint, commit and release (plans cached)",
+        (
+            # PL/pgSQL keeps each statement's plan for the life of the backend, with no
+            # client-side prepared statement: safe behind PgBouncer in transaction mode.
+            """CREATE FUNCTION {s}.acquire(p_id text, p_holder text, p_ttl float8,
+    OUT o_fence bigint, OUT o_holder text, OUT o_remaining float8)
+LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO {s}.leases AS l (session_id, fence, holder, expires_at)
+    VALUES (p_id, nextval('{s}.fences'), p_holder, now() + make_interval(secs => p_ttl))
+    ON CONFLICT (session_id) DO UPDATE SET fence = excluded.fence,
+        holder = excluded.holder, expires_at = excluded.expires_at
+    WHERE l.expires_at IS NULL OR l.expires_at <= now()
+    RETURNING l.fence INTO o_fence;
+    IF o_fence IS NULL THEN
+        SELECT l.holder, extract(epoch FROM l.expires_at - now())::float8
+        INTO o_holder, o_remaining FROM {s}.leases l WHERE l.session_id = p_id;
+    END IF;
+END
+$$""",
+            # The fenced, length-checked append of a turn's messages, deleting the turn's
+            # checkpoints p_delete; with p_release (the store's NOTIFY channel) it also frees
+            # the lease of p_fence in the same transaction. FOR SHARE on the lease row makes a
+            # concurrent acquire wait for this commit: the write lands before a newer fence
+            # is handed out, or is refused.
+            """CREATE FUNCTION {s}.append(p_sid text, p_fence bigint, p_expected integer,
+    p_rev bigint, p_bodies json[], p_delete text[], p_release text,
+    OUT o_written boolean, OUT o_fenced boolean, OUT o_length integer)
+LANGUAGE plpgsql AS $$
+DECLARE
+    newest bigint;
+    added integer := coalesce(cardinality(p_bodies), 0);
+BEGIN
+    o_written := false;
+    o_fenced := true;
+    IF p_fence IS NOT NULL THEN
+        SELECT l.fence INTO newest FROM {s}.leases l WHERE l.session_id = p_sid FOR SHARE;
+        IF newest > p_fence THEN
+            o_fenced := false;
+            SELECT s.length INTO o_length FROM {s}.sessions s WHERE s.id = p_sid;
+            RETURN;
+        END IF;
+    END IF;
+    IF p_expected = 0 THEN
+        INSERT INTO {s}.sessions AS t (id, length, revision, updated_at)
+        VALUES (p_sid, added, p_rev, now())
+        ON CONFLICT (id) DO UPDATE SET length = excluded.length,
+            revision = excluded.revision, updated_at = now()
+        WHERE t.length = 0;
+    ELSE
+        UPDATE {s}.sessions SET length = p_expected + added, revision = p_rev,
+            updated_at = now()
+        WHERE id = p_sid AND length = p_expected;
+    END IF;
+    IF NOT FOUND THEN
+        SELECT s.length INTO o_length FROM {s}.sessions s WHERE s.id = p_sid;
+        RETURN;
+    END IF;
+    INSERT INTO {s}.messages (session_id, seq, body)
+    SELECT p_sid, p_expected + u.seq - 1, u.body
+    FROM unnest(p_bodies) WITH ORDINALITY AS u(body, seq)
+    ON CONFLICT (session_id, seq) DO UPDATE SET body = excluded.body;
+    IF cardinality(p_delete) > 0 THEN
+        DELETE FROM {s}.checkpoints WHERE turn_id = ANY(p_delete);
+    END IF;
+    IF p_release IS NOT NULL AND p_fence IS NOT NULL THEN
+        UPDATE {s}.leases SET expires_at = NULL, holder = NULL
+        WHERE session_id = p_sid AND fence = p_fence;
+        IF FOUND THEN
+            PERFORM pg_notify(p_release, p_sid);
+        END IF;
+    END IF;
+    o_written := true;
+    o_length := p_expected + added;
+END
+$$""",
+            # A turn's checkpoint, written only under the newest fence (FOR SHARE as above).
+            """CREATE FUNCTION {s}.save_checkpoint(p_sid text, p_fence bigint, p_id text,
+    p_body json, OUT o_fenced boolean)
+LANGUAGE plpgsql AS $$
+DECLARE
+    newest bigint;
+BEGIN
+    IF p_fence IS NOT NULL THEN
+        SELECT l.fence INTO newest FROM {s}.leases l WHERE l.session_id = p_sid FOR SHARE;
+        IF newest > p_fence THEN
+            o_fenced := false;
+            RETURN;
+        END IF;
+    END IF;
+    INSERT INTO {s}.checkpoints (turn_id, body, updated_at) VALUES (p_id, p_body, now())
+    ON CONFLICT (turn_id) DO UPDATE SET body = excluded.body, updated_at = now();
+    o_fenced := true;
+END
+$$""",
+            # Free the lease of p_fence and wake the waiters. Its transaction is not flushed
+            # before it returns (synchronous_commit off for it alone): a release lost in a
+            # server crash only leaves the lease to run out.
+            """CREATE FUNCTION {s}.release(p_id text, p_fence bigint, p_channel text)
+RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM set_config('synchronous_commit', 'off', true);
+    UPDATE {s}.leases SET expires_at = NULL, holder = NULL
+    WHERE session_id = p_id AND fence = p_fence;
+    IF FOUND THEN
+        PERFORM pg_notify(p_channel, p_id);
+    END IF;
+END
+$$""",
+        ),
+    ),
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -1,8 +1,9 @@
 """The transcripts of a ``PostgresStore`` (``lousho_sessions.stores.postgres``): messages as rows.
 
-An append is one statement that checks the stored length and the lease's fence
-and inserts the new rows; a turn's commit (``append_and_delete``) deletes the
-turn's checkpoints in that same statement.
+An append is one call of the schema's ``append`` function (schema v2; PL/pgSQL, so
+the server keeps its plans without client-side prepared statements): it checks
+the lease's fence and the stored length and inserts the new rows; a turn's commit
+(``append_and_delete``) deletes the turn's checkpoints in that same transaction.
 """
 
 from __future__ import annotations
@@ -124,42 +125,17 @@ class PostgresSessionStore(PgPart, BaseSessionStore):
         bodies = _bodies(id, messages)
         keys = [validate_turn_id(key) for key in delete]
         revision = secrets.randbits(63)
-        if expected_length == 0:  # the session may not exist yet
-            upsert = (
-                "INSERT INTO {s}.sessions AS t (id, length, revision, updated_at) "
-                "SELECT %(sid)s, %(n)s, %(rev)s, now() WHERE (SELECT fenced FROM ok) "
-                "ON CONFLICT (id) DO UPDATE SET length = excluded.length, "
-                "revision = excluded.revision, updated_at = now() WHERE t.length = 0 RETURNING 1"
-            )
-        else:
-            upsert = (
-                "UPDATE {s}.sessions SET length = %(n)s, revision = %(rev)s, updated_at = now() "
-                "WHERE id = %(sid)s AND length = %(expected)s AND (SELECT fenced FROM ok) "
-                "RETURNING 1"
-            )
         rows = self.store.fetch(
-            FENCED + f", w AS ({upsert}), "
-            "m AS (INSERT INTO {s}.messages (session_id, seq, body) "
-            "SELECT %(sid)s, %(expected)s + u.seq - 1, u.body "
-            "FROM unnest(%(bodies)s::json[]) WITH ORDINALITY AS u(body, seq) "
-            "WHERE EXISTS (SELECT 1 FROM w) "
-            "ON CONFLICT (session_id, seq) DO UPDATE SET body = excluded.body)"
-            + (
-                ", d AS (DELETE FROM {s}.checkpoints WHERE turn_id = ANY(%(delete)s::text[]) "
-                "AND EXISTS (SELECT 1 FROM w)) "
-                if keys
-                else " "
-            )
-            + "SELECT EXISTS (SELECT 1 FROM w), (SELECT fenced FROM ok), "
-            "(SELECT length FROM {s}.sessions WHERE id = %(sid)s)",
+            "SELECT * FROM {s}.append(%(sid)s, %(fence)s::bigint, %(expected)s, %(rev)s, "
+            "%(bodies)s::json[], %(delete)s::text[], %(release)s)",
             {
                 "sid": id,
                 "fence": self.store.effective_fence(id, fence),
-                "n": expected_length + len(bodies),
                 "expected": expected_length,
                 "rev": revision,
                 "bodies": bodies,
                 "delete": keys,
+                "release": None,  # the store's NOTIFY channel: also free the lease of ``fence``
             },
         )
         written, fenced, length = rows[0]

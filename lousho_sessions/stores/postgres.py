@@ -285,17 +285,10 @@ class PostgresStore(PgCore):
         return claimed
 
     def _try_acquire(self, id: str) -> tuple[int | None, str | None, float]:
-        """One atomic attempt: the new fence, or ``None`` with the holder and its time left."""
+        """One atomic attempt (one statement, ``acquire`` of schema v2): the new fence, or ``None``
+        with the holder and its time left."""
         rows = self.fetch(
-            "WITH a AS (INSERT INTO {s}.leases AS l (session_id, fence, holder, expires_at) "
-            "VALUES (%(id)s, nextval('{s}.fences'), %(holder)s, "
-            "now() + make_interval(secs => %(ttl)s)) "
-            "ON CONFLICT (session_id) DO UPDATE SET fence = excluded.fence, "
-            "holder = excluded.holder, expires_at = excluded.expires_at "
-            "WHERE l.expires_at IS NULL OR l.expires_at <= now() RETURNING l.fence) "
-            "SELECT (SELECT fence FROM a), l.holder, "
-            "extract(epoch FROM l.expires_at - now())::float8 "
-            "FROM (SELECT 1) AS one LEFT JOIN {s}.leases l ON l.session_id = %(id)s",
+            "SELECT * FROM {s}.acquire(%(id)s, %(holder)s, %(ttl)s)",
             {"id": id, "holder": f"{self._holder}:{threading.get_ident()}", "ttl": self.lease_ttl},
         )
         fence, holder, remaining = rows[0]
@@ -320,15 +313,9 @@ class PostgresStore(PgCore):
                 del held[id]
             try:
                 # Not flushed to disk before it returns (synchronous_commit off for this one
-                # transaction): a release lost in a server crash only leaves the lease to
+                # transaction, in the schema's release function): a release lost in a server crash only leaves the lease to
                 # run out; the fence it frees was made durable by the turn's first write.
-                self.fetch(
-                    "WITH r AS (UPDATE {s}.leases SET expires_at = NULL, holder = NULL "
-                    "WHERE session_id = %(id)s AND fence = %(fence)s RETURNING session_id) "
-                    "SELECT pg_notify(%(channel)s, session_id) FROM r "
-                    "WHERE set_config('synchronous_commit', 'off', true) IS NOT NULL",
-                    params,
-                )
+                self.fetch("SELECT {s}.release(%(id)s, %(fence)s, %(channel)s)", params)
             except StoreError as exc:  # the row runs out by itself
                 log.warning(
                     "session %r: cannot release the lease (%s); it expires in time", id, exc
