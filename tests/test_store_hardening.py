@@ -31,6 +31,7 @@ from lousho_sessions.errors import (
 from lousho_sessions.messages import ImagePart, Message, ToolCall, Usage
 from lousho_sessions.sqlite import SqliteStore
 from lousho_sessions.stores import _lockfile
+from lousho_sessions.stores import _lockfile as _lockfile_mod
 from lousho_sessions.stores.base import AgentStore, PruneResult, validate_session_id
 from lousho_sessions.stores.files import file_store
 from lousho_sessions.stores.memory import memory_store
@@ -566,3 +567,38 @@ def test_file_store_files_are_private(tmp_path: Path) -> None:
     finally:
         os.umask(old)
     assert set(modes(tmp_path).values()) == {0o600}, modes(tmp_path)
+
+
+@pytest.mark.skipif(not _lockfile_mod._LINE, reason="the waiting line needs Linux OFD locks")
+def test_blocking_waiters_take_the_lock_in_the_order_they_came(tmp_path: Path) -> None:
+    """Waiters without a timeout are served first come, first served (a ticket line),
+    not by whoever the kernel wakes first; the lock file's fence still reads back."""
+    path = tmp_path / "s.lock"
+    release, fence = _lockfile_mod.acquire_fenced(path, None)
+    order: list[int] = []
+    threads = []
+
+    def waiter(n: int) -> None:
+        done = _lockfile_mod.acquire(path, None)
+        order.append(n)
+        done()
+
+    def tickets() -> int:
+        raw = path.read_bytes()[64:84].strip(b"\0 ")
+        return int(raw) if raw else 0
+
+    try:
+        for n in range(4):
+            thread = threading.Thread(target=waiter, args=(n,), daemon=True)
+            thread.start()
+            threads.append(thread)
+            deadline = time.monotonic() + 10
+            while tickets() < n + 2 and time.monotonic() < deadline:  # the holder has ticket 0
+                threading.Event().wait(0.001)
+            assert tickets() == n + 2
+    finally:
+        release()
+        for thread in threads:
+            thread.join(10)
+    assert order == [0, 1, 2, 3]
+    assert _lockfile_mod.read_fence(path) == fence

@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import errno
 import os
+import struct
+import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -54,6 +56,17 @@ _POLL_MIN = 0.001
 _POLL_MAX = 0.05
 #: A fence is written as this many ASCII digits (padded), so a rewrite never leaves a tail.
 _FENCE_WIDTH = 24
+
+# The waiting line (Linux): open-file-description byte-range locks, which do not
+# interact with ``flock`` on a local file system and belong to the open file (so
+# they work between threads too). The ticket counter lives at ``_TICKET_AT``
+# (after the fence, which is read from the first 32 bytes), guarded by a lock on
+# the byte ``_TICKET_GUARD``; ticket ``t`` is the byte ``_LINE_AT + t``.
+_LINE = sys.platform == "linux" and hasattr(fcntl, "F_OFD_SETLKW")
+_TICKET_GUARD = 48
+_TICKET_AT = 64
+_TICKET_SIZE = 20
+_LINE_AT = 1 << 40
 
 
 class LockTimeout(Exception):
@@ -111,16 +124,47 @@ def _open_or_make_parent(path: Path, mode: int, make_parent: Callable[[], None] 
     return _open(path, mode)
 
 
+def _range(fd: int, kind: int, start: int, wait: bool) -> None:
+    """Lock (``F_WRLCK``) or unlock (``F_UNLCK``) the byte ``start`` of ``fd``'s open file."""
+    command = fcntl.F_OFD_SETLKW if wait else fcntl.F_OFD_SETLK
+    fcntl.fcntl(fd, command, struct.pack("hhqqi4x", kind, os.SEEK_SET, start, 1, 0))
+
+
+def _wait_in_line(fd: int) -> None:
+    """Take a ticket on ``fd``'s lock file and return once every earlier ticket holder
+    has let go of the file (holds its own ticket until ``fd`` is closed).
+
+    Only the order is decided here: the ``flock`` taken next still excludes. A holder
+    that dies frees its ticket with its descriptors, so the line never stalls on it.
+    """
+    _range(fd, fcntl.F_WRLCK, _TICKET_GUARD, True)
+    try:
+        raw = os.pread(fd, _TICKET_SIZE, _TICKET_AT).strip(b"\0 ")
+        ticket = int(raw) if raw.isdigit() else 0
+        os.pwrite(fd, str(ticket + 1).ljust(_TICKET_SIZE).encode("ascii"), _TICKET_AT)
+        _range(fd, fcntl.F_WRLCK, _LINE_AT + ticket, False)
+    finally:
+        _range(fd, fcntl.F_UNLCK, _TICKET_GUARD, False)
+    if ticket > 0:  # wait for the one before (who waited for the one before it)
+        _range(fd, fcntl.F_WRLCK, _LINE_AT + ticket - 1, True)
+        _range(fd, fcntl.F_UNLCK, _LINE_AT + ticket - 1, False)
+
+
 def _acquire(
     path: Path, timeout: float | None, mode: int, make_parent: Callable[[], None] | None = None
 ) -> int:
-    """An fd holding the lock on the file now at ``path``; ``LockTimeout`` after ``timeout``."""
+    """An fd holding the lock on the file now at ``path``; ``LockTimeout`` after ``timeout``.
+
+    Without a timeout, waiters are served in the order they came (``_wait_in_line``)
+    where the platform has open-file-description locks; with one, they poll."""
     deadline = None if timeout is None else time.monotonic() + max(timeout, 0.0)
     delay = _POLL_MIN
     while True:
         fd = _open_or_make_parent(path, mode, make_parent)
         try:
             if timeout is None:
+                if _LINE:  # even when free now: a turn just ended must not jump the line
+                    _wait_in_line(fd)
                 fcntl.flock(fd, fcntl.LOCK_EX)
                 locked = True
             else:
@@ -216,7 +260,7 @@ def read_fence(path: Path) -> int | None:
 
 
 def _parse_fence(path: Path, data: bytes) -> int | None:
-    text = data.strip()
+    text = data.strip(b"\0 \t\r\n")  # NUL: the gap before the ticket counter
     if not text:
         return None  # a new lock file, or one written before fences were kept in it
     try:
