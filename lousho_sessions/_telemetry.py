@@ -122,6 +122,14 @@ class Telemetry:
             self.resumed.add(1, {"gen_ai.provider.name": provider})
         return TurnTrace(self, state, resumed, fence, provider, model, system)
 
+    def compaction(
+        self, messages: Sequence[Message], *, provider: str, model: str | None
+    ) -> ChatTrace | None:
+        """Start tracing a compaction's model call: a ``chat`` span of its own, a child
+        of whatever span is current (compaction runs before a turn, not inside one),
+        marked ``lousho.operation = compaction``; measured like any model call."""
+        return _Compaction(self, provider, model).chat(messages)
+
     def lease_lost(self, provider: str) -> None:
         if self.leases_lost is not None:
             self.leases_lost.add(1, {"gen_ai.provider.name": provider})
@@ -159,6 +167,9 @@ class _Otel:
 
 class TurnTrace:
     """The span of one run of a turn, and the spans of its model calls and tools."""
+
+    #: more attributes of each ``chat`` span
+    chat_attributes: Mapping[str, Any] = {}
 
     def __init__(
         self,
@@ -297,12 +308,30 @@ class TurnTrace:
         span.end()
 
 
+class _Compaction:
+    """What a ``ChatTrace`` reads of its turn, for a model call made outside any turn."""
+
+    __slots__ = ("context", "model", "provider", "recording", "system", "telemetry")
+    chat_attributes = {"lousho.operation": "compaction"}
+
+    def __init__(self, telemetry: Telemetry, provider: str, model: str | None) -> None:
+        self.telemetry, self.provider, self.model = telemetry, provider, model
+        self.context = None  # the current context: the caller's span, if any
+        self.recording = telemetry.tracer is not None  # the span itself says if it samples
+        self.system = None  # the summary instructions are not the agent's
+
+    def chat(self, messages: Sequence[Message]) -> ChatTrace | None:
+        if not self.recording and self.telemetry.duration is None:
+            return None
+        return ChatTrace(self, messages)
+
+
 class ChatTrace:
     """One model call: its span and its measurements."""
 
     __slots__ = ("_token", "span", "started", "turn")
 
-    def __init__(self, turn: TurnTrace, messages: Sequence[Message]) -> None:
+    def __init__(self, turn: TurnTrace | _Compaction, messages: Sequence[Message]) -> None:
         self.turn = turn
         telemetry = turn.telemetry
         self.started = time.perf_counter() if telemetry.duration is not None else 0.0
@@ -314,6 +343,7 @@ class ChatTrace:
         attributes: dict[str, Any] = {
             "gen_ai.operation.name": "chat",
             "gen_ai.provider.name": turn.provider,
+            **turn.chat_attributes,
         }
         if turn.model:
             attributes["gen_ai.request.model"] = turn.model

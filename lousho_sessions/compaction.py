@@ -10,6 +10,7 @@ text plus the transcript.
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 from collections.abc import Mapping, Sequence
 
 import attrs
@@ -17,6 +18,9 @@ import attrs
 from .abort import AbortSignal
 from .messages import ImagePart, Message, TextPart, Usage, thaw
 from .providers.base import ModelRequest, Provider, complete
+
+if TYPE_CHECKING:
+    from ._telemetry import Telemetry
 
 __all__ = ["Compaction", "estimate_tokens", "split_point", "summarise"]
 
@@ -89,14 +93,28 @@ def summarise(
     *,
     instructions: str | None,
     signal: AbortSignal | None = None,
+    telemetry: Telemetry | None = None,
+    model: str | None = None,
 ) -> tuple[str, Usage]:
-    """Ask ``provider`` for a summary of ``messages``; returns its text and usage."""
+    """Ask ``provider`` for a summary of ``messages``; returns its text and usage (the
+    call traced as a ``chat`` span when ``telemetry`` is given, ``model`` its name)."""
     request = ModelRequest(
         system=instructions or DEFAULT_INSTRUCTIONS,
         messages=(Message.user(_render(messages)),),
         signal=signal or AbortSignal(),
     )
-    response = complete(provider, request)
+    chat = None
+    if telemetry is not None:
+        name = provider.name.split("/", 1)[0]
+        chat = telemetry.compaction(request.messages, provider=name, model=model)
+    try:
+        response = complete(provider, request)
+    except BaseException as exc:
+        if chat is not None:
+            chat.end(None, exc)
+        raise
+    if chat is not None:
+        chat.end(response)
     return response.message.text.strip(), response.usage
 
 

@@ -419,8 +419,14 @@ class Session:
         if cut == 0:
             return CompactionResult("", len(before), len(before), compacted=False)
         self._notify(CompactionStart(self.id))
-        provider = self._runner.config.provider
-        text, usage = summarise(provider, before[:cut], instructions=instructions)
+        config = self._runner.config
+        text, usage = summarise(
+            config.provider,
+            before[:cut],
+            instructions=instructions,
+            telemetry=self._runner.telemetry,
+            model=config.model_name,
+        )
         summary = summary_message(text, before[:cut], usage)
         after = [summary, *before[cut:]]
         self._transcript.save(after)
