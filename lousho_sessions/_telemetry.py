@@ -312,7 +312,7 @@ class _Compaction:
     """What a ``ChatTrace`` reads of its turn, for a model call made outside any turn."""
 
     __slots__ = ("context", "model", "provider", "recording", "system", "telemetry")
-    chat_attributes = {"lousho.operation": "compaction"}
+    chat_attributes: Mapping[str, Any] = {"lousho.operation": "compaction"}
 
     def __init__(self, telemetry: Telemetry, provider: str, model: str | None) -> None:
         self.telemetry, self.provider, self.model = telemetry, provider, model

@@ -10,8 +10,8 @@ text plus the transcript.
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import attrs
 
