@@ -47,6 +47,9 @@ class Telemetry:
         self.content = content
         self.agent_name = name
         self.token_usage = self.duration = self.resumed = self.leases_lost = None
+        #: a model call's metric attribute sets, by (provider, model, response model,
+        #: error type): bounded by the agent's models and error types
+        self.metric_attributes: dict[tuple[Any, ...], tuple[dict[str, Any], ...]] = {}
         if meter is not None:
             self.token_usage = meter.create_histogram(
                 "gen_ai.client.token.usage", unit="{token}", description="Tokens per model call"
@@ -402,24 +405,41 @@ class ChatTrace:
 
     def _measure(self, response: Any, usage: Usage | None, error: BaseException | None) -> None:
         telemetry, turn = self.turn.telemetry, self.turn
-        attributes: dict[str, Any] = {
-            "gen_ai.operation.name": "chat",
-            "gen_ai.provider.name": turn.provider,
-        }
-        if turn.model:
-            attributes["gen_ai.request.model"] = turn.model
-        if response is not None and response.model:
-            attributes["gen_ai.response.model"] = response.model
-        if error is not None:
-            attributes["error.type"] = _error_type(error)
+        key = (
+            turn.provider,
+            turn.model,
+            response.model if response is not None else None,
+            _error_type(error) if error is not None else None,
+        )
+        sets = telemetry.metric_attributes.get(key)
+        if sets is None:
+            sets = _metric_attributes(*key)
+            if len(telemetry.metric_attributes) < 256:  # a bound, whatever the provider says
+                telemetry.metric_attributes[key] = sets
         assert telemetry.duration is not None and telemetry.token_usage is not None
-        telemetry.duration.record(time.perf_counter() - self.started, attributes)
+        telemetry.duration.record(time.perf_counter() - self.started, sets[0])
         if usage is not None:
-            attributes["gen_ai.token.type"] = "input"
-            telemetry.token_usage.record(usage.input_tokens, attributes)
-            telemetry.token_usage.record(
-                usage.output_tokens, {**attributes, "gen_ai.token.type": "output"}
-            )
+            telemetry.token_usage.record(usage.input_tokens, sets[1])
+            telemetry.token_usage.record(usage.output_tokens, sets[2])
+
+
+def _metric_attributes(
+    provider: str, model: str | None, response_model: str | None, error: str | None
+) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """The attribute sets of a model call's duration and its input and output tokens
+    (made once per distinct set: the SDK looks its aggregation up by them)."""
+    attributes: dict[str, Any] = {"gen_ai.operation.name": "chat", "gen_ai.provider.name": provider}
+    if model:
+        attributes["gen_ai.request.model"] = model
+    if response_model:
+        attributes["gen_ai.response.model"] = response_model
+    if error is not None:
+        attributes["error.type"] = error
+    return (
+        attributes,
+        {**attributes, "gen_ai.token.type": "input"},
+        {**attributes, "gen_ai.token.type": "output"},
+    )
 
 
 def _traceparent(context: Any, attempt: int) -> dict[str, Any]:
