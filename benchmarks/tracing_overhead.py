@@ -1,7 +1,7 @@
 """What tracing adds to a durable SQLite turn: off, and on with a no-op exporter.
 
 The turn: ``session.send`` with an instant ``FunctionProvider`` on a ``SqliteStore``
-given whole to the agent (checkpoints on, ``synchronous=NORMAL``), with no tool
+given whole to the agent (checkpoints on, the store's default ``synchronous="NORMAL"``), with no tool
 call (2 spans) and with one tool call (4 spans). Configurations, each its own agent
 and database, timed turn by turn in interleaved blocks so that a change in machine
 load hits all of them. The figure is a paired ratio: per round, a configuration's
@@ -17,6 +17,8 @@ median turn times are printed beside it):
 - ``sampled out``: an SDK ``TracerProvider`` whose sampler records nothing
   (``ALWAYS_OFF``, as most turns are under ratio sampling): our code runs, the SDK
   makes only the turn's non-recording span, and no children.
+- ``spans (batch)``: a ``BatchSpanProcessor`` (what a user configures for export)
+  with that exporter.
 - ``spans+metrics``: the same as ``spans``, plus an SDK ``MeterProvider`` whose reader is never
   collected (the instruments record; nothing is exported).
 
@@ -30,7 +32,10 @@ A child process with ``opentelemetry`` made unimportable checks that an agent th
 imports nothing of it and traces nothing (and times its turns, for reference only:
 another process is not interleaved).
 
-Run: ``python benchmarks/tracing_overhead.py [--quick]`` (or ``make bench``).
+``--latency MS`` makes each model call take that long (a realistic 1 to 50 ms shows
+where the 5% sits; the default is an instant model, the worst case).
+
+Run: ``python benchmarks/tracing_overhead.py [--quick] [--latency MS]`` (or ``make bench``).
 """
 
 from __future__ import annotations
@@ -338,7 +343,8 @@ def main() -> None:
             )
             increment = ratios["spans"] - 1 - floor
             print(
-                f"  ours above the sdk floor (spans - off - sdk floor): {increment * 100:+.1f}% "
+                f"  above the sdk floor (spans - off - sdk floor; our code, and the SDK "
+                f"costing more inside a turn than on warm caches): {increment * 100:+.1f}% "
                 f"({(medians['spans'] - off - medians['sdk floor']) * 1e6:+.0f} µs)"
             )
             print(
