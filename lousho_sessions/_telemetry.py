@@ -47,8 +47,7 @@ class Telemetry:
         self.content = content
         self.agent_name = name
         self.token_usage = self.duration = self.resumed = self.leases_lost = None
-        #: a model call's metric attribute sets, by (provider, model, response model,
-        #: error type): bounded by the agent's models and error types
+        #: a model call's metric attribute sets by (provider, model, response model, error)
         self.metric_attributes: dict[tuple[Any, ...], tuple[dict[str, Any], ...]] = {}
         if meter is not None:
             self.token_usage = meter.create_histogram(
@@ -125,12 +124,9 @@ class Telemetry:
             self.resumed.add(1, {"gen_ai.provider.name": provider})
         return TurnTrace(self, state, resumed, fence, provider, model, system)
 
-    def compaction(
-        self, messages: Sequence[Message], *, provider: str, model: str | None
-    ) -> ChatTrace | None:
-        """Start tracing a compaction's model call: a ``chat`` span of its own, a child
-        of whatever span is current (compaction runs before a turn, not inside one),
-        marked ``lousho.operation = compaction``; measured like any model call."""
+    def compaction(self, messages: Any, *, provider: str, model: str | None) -> ChatTrace | None:
+        """A compaction's model call: a ``chat`` span (``lousho.operation = compaction``)
+        under the current span, as compaction runs before a turn; measured as any call."""
         return _Compaction(self, provider, model).chat(messages)
 
     def lease_lost(self, provider: str) -> None:
@@ -319,9 +315,8 @@ class _Compaction:
 
     def __init__(self, telemetry: Telemetry, provider: str, model: str | None) -> None:
         self.telemetry, self.provider, self.model = telemetry, provider, model
-        self.context = None  # the current context: the caller's span, if any
+        self.context = self.system = None  # the current context; not the agent's system
         self.recording = telemetry.tracer is not None  # the span itself says if it samples
-        self.system = None  # the summary instructions are not the agent's
 
     def chat(self, messages: Sequence[Message]) -> ChatTrace | None:
         if not self.recording and self.telemetry.duration is None:

@@ -90,11 +90,11 @@ def _render(messages: Sequence[Message]) -> str:
 def summarise(
     provider: Provider,
     messages: Sequence[Message],
-    *,
     instructions: str | None,
-    signal: AbortSignal | None = None,
     telemetry: Telemetry | None = None,
     model: str | None = None,
+    *,
+    signal: AbortSignal | None = None,
 ) -> tuple[str, Usage]:
     """Ask ``provider`` for a summary of ``messages``; returns its text and usage (the
     call traced as a ``chat`` span when ``telemetry`` is given, ``model`` its name)."""

@@ -419,14 +419,8 @@ class Session:
         if cut == 0:
             return CompactionResult("", len(before), len(before), compacted=False)
         self._notify(CompactionStart(self.id))
-        config = self._runner.config
-        text, usage = summarise(
-            config.provider,
-            before[:cut],
-            instructions=instructions,
-            telemetry=self._runner.telemetry,
-            model=config.model_name,
-        )
+        c, telemetry = self._runner.config, self._runner.telemetry
+        text, usage = summarise(c.provider, before[:cut], instructions, telemetry, c.model_name)
         summary = summary_message(text, before[:cut], usage)
         after = [summary, *before[cut:]]
         self._transcript.save(after)
