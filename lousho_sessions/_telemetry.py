@@ -47,6 +47,8 @@ class Telemetry:
         self.content = content
         self.agent_name = name
         self.token_usage = self.duration = self.resumed = self.leases_lost = None
+        #: a model call's metric attribute sets by (provider, model, response model, error)
+        self.metric_attributes: dict[tuple[Any, ...], tuple[dict[str, Any], ...]] = {}
         if meter is not None:
             self.token_usage = meter.create_histogram(
                 "gen_ai.client.token.usage", unit="{token}", description="Tokens per model call"
@@ -122,6 +124,11 @@ class Telemetry:
             self.resumed.add(1, {"gen_ai.provider.name": provider})
         return TurnTrace(self, state, resumed, fence, provider, model, system)
 
+    def compaction(self, messages: Any, *, provider: str, model: str | None) -> ChatTrace | None:
+        """A compaction's model call: a ``chat`` span (``lousho.operation = compaction``)
+        under the current span, as compaction runs before a turn; measured as any call."""
+        return _Compaction(self, provider, model).chat(messages)
+
     def lease_lost(self, provider: str) -> None:
         if self.leases_lost is not None:
             self.leases_lost.add(1, {"gen_ai.provider.name": provider})
@@ -159,6 +166,9 @@ class _Otel:
 
 class TurnTrace:
     """The span of one run of a turn, and the spans of its model calls and tools."""
+
+    #: more attributes of each ``chat`` span
+    chat_attributes: Mapping[str, Any] = {}
 
     def __init__(
         self,
@@ -297,12 +307,29 @@ class TurnTrace:
         span.end()
 
 
+class _Compaction:
+    """What a ``ChatTrace`` reads of its turn, for a model call made outside any turn."""
+
+    __slots__ = ("context", "model", "provider", "recording", "system", "telemetry")
+    chat_attributes: Mapping[str, Any] = {"lousho.operation": "compaction"}
+
+    def __init__(self, telemetry: Telemetry, provider: str, model: str | None) -> None:
+        self.telemetry, self.provider, self.model = telemetry, provider, model
+        self.context = self.system = None  # the current context; not the agent's system
+        self.recording = telemetry.tracer is not None  # the span itself says if it samples
+
+    def chat(self, messages: Sequence[Message]) -> ChatTrace | None:
+        if not self.recording and self.telemetry.duration is None:
+            return None
+        return ChatTrace(self, messages)
+
+
 class ChatTrace:
     """One model call: its span and its measurements."""
 
     __slots__ = ("_token", "span", "started", "turn")
 
-    def __init__(self, turn: TurnTrace, messages: Sequence[Message]) -> None:
+    def __init__(self, turn: TurnTrace | _Compaction, messages: Sequence[Message]) -> None:
         self.turn = turn
         telemetry = turn.telemetry
         self.started = time.perf_counter() if telemetry.duration is not None else 0.0
@@ -314,6 +341,7 @@ class ChatTrace:
         attributes: dict[str, Any] = {
             "gen_ai.operation.name": "chat",
             "gen_ai.provider.name": turn.provider,
+            **turn.chat_attributes,
         }
         if turn.model:
             attributes["gen_ai.request.model"] = turn.model
@@ -372,24 +400,41 @@ class ChatTrace:
 
     def _measure(self, response: Any, usage: Usage | None, error: BaseException | None) -> None:
         telemetry, turn = self.turn.telemetry, self.turn
-        attributes: dict[str, Any] = {
-            "gen_ai.operation.name": "chat",
-            "gen_ai.provider.name": turn.provider,
-        }
-        if turn.model:
-            attributes["gen_ai.request.model"] = turn.model
-        if response is not None and response.model:
-            attributes["gen_ai.response.model"] = response.model
-        if error is not None:
-            attributes["error.type"] = _error_type(error)
+        key = (
+            turn.provider,
+            turn.model,
+            response.model if response is not None else None,
+            _error_type(error) if error is not None else None,
+        )
+        sets = telemetry.metric_attributes.get(key)
+        if sets is None:
+            sets = _metric_attributes(*key)
+            if len(telemetry.metric_attributes) < 256:  # a bound, whatever the provider says
+                telemetry.metric_attributes[key] = sets
         assert telemetry.duration is not None and telemetry.token_usage is not None
-        telemetry.duration.record(time.perf_counter() - self.started, attributes)
+        telemetry.duration.record(time.perf_counter() - self.started, sets[0])
         if usage is not None:
-            attributes["gen_ai.token.type"] = "input"
-            telemetry.token_usage.record(usage.input_tokens, attributes)
-            telemetry.token_usage.record(
-                usage.output_tokens, {**attributes, "gen_ai.token.type": "output"}
-            )
+            telemetry.token_usage.record(usage.input_tokens, sets[1])
+            telemetry.token_usage.record(usage.output_tokens, sets[2])
+
+
+def _metric_attributes(
+    provider: str, model: str | None, response_model: str | None, error: str | None
+) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """The attribute sets of a model call's duration and its input and output tokens
+    (made once per distinct set: the SDK looks its aggregation up by them)."""
+    attributes: dict[str, Any] = {"gen_ai.operation.name": "chat", "gen_ai.provider.name": provider}
+    if model:
+        attributes["gen_ai.request.model"] = model
+    if response_model:
+        attributes["gen_ai.response.model"] = response_model
+    if error is not None:
+        attributes["error.type"] = error
+    return (
+        attributes,
+        {**attributes, "gen_ai.token.type": "input"},
+        {**attributes, "gen_ai.token.type": "output"},
+    )
 
 
 def _traceparent(context: Any, attempt: int) -> dict[str, Any]:

@@ -11,12 +11,16 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import attrs
 
 from .abort import AbortSignal
 from .messages import ImagePart, Message, TextPart, Usage, thaw
 from .providers.base import ModelRequest, Provider, complete
+
+if TYPE_CHECKING:
+    from ._telemetry import Telemetry
 
 __all__ = ["Compaction", "estimate_tokens", "split_point", "summarise"]
 
@@ -86,17 +90,31 @@ def _render(messages: Sequence[Message]) -> str:
 def summarise(
     provider: Provider,
     messages: Sequence[Message],
-    *,
     instructions: str | None,
+    telemetry: Telemetry | None = None,
+    model: str | None = None,
+    *,
     signal: AbortSignal | None = None,
 ) -> tuple[str, Usage]:
-    """Ask ``provider`` for a summary of ``messages``; returns its text and usage."""
+    """Ask ``provider`` for a summary of ``messages``; returns its text and usage (the
+    call traced as a ``chat`` span when ``telemetry`` is given, ``model`` its name)."""
     request = ModelRequest(
         system=instructions or DEFAULT_INSTRUCTIONS,
         messages=(Message.user(_render(messages)),),
         signal=signal or AbortSignal(),
     )
-    response = complete(provider, request)
+    chat = None
+    if telemetry is not None:
+        name = provider.name.split("/", 1)[0]
+        chat = telemetry.compaction(request.messages, provider=name, model=model)
+    try:
+        response = complete(provider, request)
+    except BaseException as exc:
+        if chat is not None:
+            chat.end(None, exc)
+        raise
+    if chat is not None:
+        chat.end(response)
     return response.message.text.strip(), response.usage
 
 

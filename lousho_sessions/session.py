@@ -419,8 +419,8 @@ class Session:
         if cut == 0:
             return CompactionResult("", len(before), len(before), compacted=False)
         self._notify(CompactionStart(self.id))
-        provider = self._runner.config.provider
-        text, usage = summarise(provider, before[:cut], instructions=instructions)
+        c, telemetry = self._runner.config, self._runner.telemetry
+        text, usage = summarise(c.provider, before[:cut], instructions, telemetry, c.model_name)
         summary = summary_message(text, before[:cut], usage)
         after = [summary, *before[cut:]]
         self._transcript.save(after)

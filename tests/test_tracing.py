@@ -25,6 +25,7 @@ from storekit import open_kit
 from test_lease_lost import Takeover
 
 from lousho_sessions import (
+    Compaction,
     FunctionProvider,
     LeaseLostError,
     Message,
@@ -123,6 +124,53 @@ def test_a_plain_turn_is_one_agent_span_and_one_chat_span(otel: Otel) -> None:
     assert tokens == {"input": 7, "output": 3}
     [duration] = otel.points("gen_ai.client.operation.duration")
     assert duration.count == 1 and "error.type" not in duration.attributes
+
+
+def test_a_compactions_model_call_is_a_chat_span_of_its_own(otel: Otel) -> None:
+    def model(request: ModelRequest) -> Message:
+        if request.system and "summar" in request.system.lower():
+            return Message.assistant("the gist", usage=Usage(11, 2))
+        return Message.assistant("ok", usage=Usage(1, 1))
+
+    agent = otel.agent(
+        provider=FunctionProvider(model),
+        model="demo",
+        name="squeezer",
+        compaction=Compaction(max_tokens=1, keep_last=1),
+    )
+    session = agent.session("s-compact")
+    session.send("first")  # nothing to compact yet: one message
+    session.send("second")  # compacts the first exchange before the turn
+    result = session.compact(keep_last=1)
+    summaries = [s for s in otel.named("chat") if attrs_of(s).get("lousho.operation")]
+    assert len(summaries) == 2 and result.compacted
+    turns = {s.context.span_id for s in otel.named("invoke_agent")}
+    for span in summaries:
+        a = attrs_of(span)
+        assert span.name == "chat demo" and span.kind is SpanKind.CLIENT
+        assert a["lousho.operation"] == "compaction" and a["gen_ai.operation.name"] == "chat"
+        assert a["gen_ai.provider.name"] == "function" and a["gen_ai.request.model"] == "demo"
+        assert (a["gen_ai.usage.input_tokens"], a["gen_ai.usage.output_tokens"]) == (11, 2)
+        assert span.parent is None or span.parent.span_id not in turns  # before, not in, a turn
+    durations = otel.points("gen_ai.client.operation.duration")
+    assert sum(p.count for p in durations) == len(otel.named("chat"))
+
+
+def test_a_failed_compaction_call_marks_its_span(otel: Otel) -> None:
+    def model(request: ModelRequest) -> Message:
+        if len(request.messages) == 1 and "summar" in (request.system or "").lower():
+            raise RuntimeError("down")
+        return Message.assistant("ok")
+
+    agent = otel.agent(provider=FunctionProvider(model), model="demo")
+    session = agent.session("s-compact-fail")
+    session.send("first")
+    session.send("second")
+    with pytest.raises(RuntimeError, match="down"):
+        session.compact(keep_last=1)
+    [span] = [s for s in otel.named("chat") if attrs_of(s).get("lousho.operation")]
+    assert span.status.status_code is StatusCode.ERROR
+    assert attrs_of(span)["error.type"] == "RuntimeError"
 
 
 def test_a_tool_turn_traces_each_tool_run_under_the_turn(otel: Otel) -> None:
