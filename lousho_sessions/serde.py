@@ -342,8 +342,7 @@ def _loads_compact(text: Any) -> Any:
 def messages_from_json_texts(texts: Iterable[str], *, source: str = "<json>") -> list[Message]:
     """``messages_from_json`` for messages stored one JSON object each (a store's rows).
 
-    Parses and converts one message at a time, so the parsed dicts die young: less
-    memory at the peak and less garbage-collector work than one array of them all.
+    One message at a time: the parsed dicts die young (a lower peak, less GC work).
     """
     out = []
     cache = LoadCache()  # equal usages and texts read in this load share one object
@@ -355,8 +354,7 @@ def messages_from_json_texts(texts: Iterable[str], *, source: str = "<json>") ->
                 raise ValueError("nested too deeply to read") from exc
             except TypeError as exc:
                 raise ValueError(f"expected JSON text, got {type(text).__name__}") from exc
-            message = message_from_canonical(data, cache)
-            out.append(message_from_dict(data) if message is None else message)
+            out.append(message_from_canonical(data, cache) or message_from_dict(data))
     except ValueError as exc:
         raise StoreCorruptError(f"{source}: cannot read messages: {exc}") from exc
     return out
