@@ -119,6 +119,12 @@ class Lease:
             self._released = True
         self._release()
 
+    def released_by_store(self) -> None:
+        """Mark the lease released without releasing it: the store freed the session in a
+        write (``commit_turn(..., release=)``). ``release()`` does nothing afterwards."""
+        with self._lock:
+            self._released = True
+
     def __enter__(self) -> Lease:
         return self
 
