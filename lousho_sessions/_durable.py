@@ -138,7 +138,8 @@ class SessionTurns:
 
         ``controller`` stops it (``None``: one of its own, made only when a turn is pending)."""
         turn = self.next_turn()
-        state = self.pending(turn)
+        # the lease saw no checkpoint of this session when taken: nothing is pending
+        state = None if self.transcript.no_checkpoints_in(self.pauses) else self.pending(turn)
         self._free = turn if state is None else None
         if state is None:
             return None

@@ -38,6 +38,8 @@ class Transcript:
         self._loaded = False
         #: the revision the lease was taken with, for the first ``sync()`` under it
         self._start_revision: tuple[object | None] | None = None
+        #: the checkpoint store the lease saw empty for this session when taken (one use)
+        self._start_no_checkpoints: object | None = None
         #: the lease ``turn_lock()`` holds, while it does
         self._lease: Lease | None = None
         #: set under ``turn_lock()`` when the next ``commit()`` is the last write under it:
@@ -98,6 +100,12 @@ class Transcript:
         )
         self._add(new)
 
+    def no_checkpoints_in(self, checkpoints: object) -> bool:
+        """Whether the lease, when taken, saw no checkpoint of this session in
+        ``checkpoints`` (so no turn is pending); answers once per lease."""
+        seen, self._start_no_checkpoints = self._start_no_checkpoints, None
+        return seen is not None and seen is checkpoints
+
     def _add(self, new: Sequence[Message]) -> None:
         self.messages.extend(new)
         usage, steps, calls = spent_by(new)
@@ -129,6 +137,7 @@ class _TurnLock:
         t.last_write = False
         # read with the lease: a writer with an older fence can no longer land
         t._start_revision = lease.start_revision
+        t._start_no_checkpoints = lease.start_no_checkpoints
         return lease
 
     def __exit__(
@@ -137,6 +146,7 @@ class _TurnLock:
         t = self.transcript
         t.fence = None
         t._start_revision = None
+        t._start_no_checkpoints = None
         t._lease = None
         t.last_write = False
         self.lease.__exit__(kind, exc, tb)

@@ -89,7 +89,7 @@ def _script(body: str) -> str:
 
 
 #: ARGV: holder token, lease ttl (ms), session ttl (ms or '').
-#: -> {1, fence, revision or false} or {0, µs left}.
+#: -> {1, fence, revision or false, how many checkpoints the session has} or {0, µs left}.
 ACQUIRE = _script("""
 local now = now_us()
 local l = redis.call('HMGET', LEASE, 'holder', 'until', 'fence')
@@ -102,7 +102,7 @@ if fence <= last then fence = last + 1 end
 redis.call('HSET', LEASE, 'fence', fmt(fence), 'holder', ARGV[1],
   'until', fmt(now + tonumber(ARGV[2]) * 1000))
 settle(now, ARGV[3])
-return {1, fmt(fence), redis.call('HGET', META, 'revision')}
+return {1, fmt(fence), redis.call('HGET', META, 'revision'), redis.call('HLEN', CPS)}
 """)
 
 #: ARGV: holder token, fence, lease ttl (ms). -> 1 if still held (expiry moved on), else 0.

@@ -130,6 +130,8 @@ class RedisStore(RedisConnection):
                 lease.start_revision = (
                     None if stored is None else text(stored, source="revision"),
                 )
+                if len(revision) > 1 and int(revision[1]) == 0:
+                    lease.start_no_checkpoints = self.checkpoints
                 with self._lock:
                     self._leases.add(lease)
                 return lease
