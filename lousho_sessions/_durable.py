@@ -69,7 +69,13 @@ class SessionTurns:
         resumed: bool = False,
         context: Any = None,
     ) -> ExecutionResult:
-        """Run ``state`` to an end; a finished turn is appended to the transcript."""
+        """Run ``state`` to an end; a finished turn is appended to the transcript.
+
+        A session's own new turn (``requeue`` given: input it never took runs as a turn of
+        its own) writes nothing under the lease after its commit, so that commit may free
+        the lease; a pending turn finished first (no ``requeue``) is followed by more writes.
+        """
+        self.transcript.last_write = requeue is not None
         return self.runner.run(
             state,
             controller,

@@ -247,9 +247,6 @@ class Session:
                     turn_id=turn.turn_id,
                     run_id=tj.run_id,
                 )
-                # nothing is written under the lease after this turn's commit (input it
-                # never took runs as a turn of its own): the commit may free the lease
-                self._transcript.last_write = True
                 result = self._turns.run(
                     state,
                     turn,

@@ -17,8 +17,7 @@ do more subclass the base classes (``BaseSessionStore``, ``BaseCheckpointStore``
 * ``load_since(id, length, revision)``: only the messages after the first
   ``length``, when the store can tell that nothing but appends changed ``id``
   since ``revision`` (``None``: load it all).
-* ``commit_turn(..., release=lease)``: ``append_and_delete`` as the last write under
-  ``lease``; a store may release the lease in the same write (the default does not).
+* ``commit_turn(..., release=lease)``: the last write under a lease (``_commit``).
 * ``append_and_delete(id, messages, expected_length, ...)``: commit a turn: append
   it and delete its checkpoints, in one transaction when both share a database.
 * ``BaseCheckpointStore.save_and_delete(turn_id, checkpoint, delete, fence=)``:
@@ -61,6 +60,7 @@ from ._checks import (
     validate_session_id,
     validate_turn_id,
 )
+from ._commit import TurnCommit
 from .lease import Lease, LocalLeases
 
 __all__ = [
@@ -207,7 +207,7 @@ class _Closeable:
         self.close()
 
 
-class BaseSessionStore(_Closeable, ABC):
+class BaseSessionStore(_Closeable, TurnCommit, ABC):
     """The session store contract: ``load``/``save``/``delete`` required, the rest with safe defaults.
 
     Defaults, each meant to be overridden by a store that can do better:
@@ -314,30 +314,6 @@ class BaseSessionStore(_Closeable, ABC):
                 except Exception:
                     log.warning("could not delete checkpoint %s", turn_id, exc_info=True)
         return self.revision(id)
-
-    def commit_turn(
-        self,
-        id: str,
-        messages: Sequence[Message],
-        expected_length: int,
-        *,
-        checkpoints: BaseCheckpointStore | None = None,
-        delete: Sequence[str] = (),
-        fence: int | None = None,
-        release: Lease | None = None,
-    ) -> object | None:
-        """``append_and_delete``, told that it is the last write under the lease ``release``
-        (fence ``fence``; ``None``: not known to be the last).
-
-        A store may free the session in the same write, and then calls
-        ``release.released_by_store()``: the lease's own ``release()`` does nothing
-        afterwards (it stays idempotent). A refused write (``LeaseLostError``,
-        ``StoreConflictError``) releases nothing. The default ignores ``release`` and
-        calls ``append_and_delete``; the caller releases the lease as before.
-        """
-        return self.append_and_delete(
-            id, messages, expected_length, checkpoints=checkpoints, delete=delete, fence=fence
-        )
 
     def turn_lock(self, id: str, *, timeout: float | None = None) -> Lease:
         """Hold session ``id`` for a turn; ``SessionBusyError`` if not acquired within ``timeout`` s."""
