@@ -1,10 +1,13 @@
 """A durable RedisStore turn at 10, 1,000 and 5,000 messages, beside the Agents SDK's RedisSession.
 
 Our turn: ``session.send`` with an instant ``FunctionProvider`` on a
-``RedisStore`` given whole to the agent (checkpoints on): it takes the session's
-lease (one script), reads the revision and the pending checkpoint, saves the
-turn's checkpoint (one script), appends the two new messages deleting the
-checkpoint (one script) and releases the lease (one script). It must stay flat —
+``RedisStore`` given whole to the agent (checkpoints on), three round trips:
+it takes the session's lease (one script, which also returns the revision and
+whether the session has any checkpoint, so no pending turn is read), saves the
+turn's input checkpoint (one script), and appends the two new messages deleting
+the checkpoint and releasing the lease (one script, ``commit_turn(release=)``).
+The line above the table says whether redis-py parses with ``hiredis`` (the
+``redis`` extra installs it). It must stay flat —
 t(5,000) / t(10) <= 1.5 — because an append pushes only the new messages. Also
 timed: the raw ``append`` of two messages.
 
@@ -95,6 +98,7 @@ def main() -> None:
         print(f"skipped: Redis at {URL} is unreachable ({exc})")
         return
     print(f"Redis {URL}, {os.cpu_count()} CPUs, load {load()} at start")
+    print(f"redis-py {redis.__version__}, hiredis parser: {redis.utils.HIREDIS_AVAILABLE}")
     peer = None if args.no_peers else start_peer("redis_peers.py", URL)
     prefix = f"lousho-bench-{secrets.token_hex(4)}"
     store = RedisStore(URL, prefix=prefix)

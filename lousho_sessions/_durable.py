@@ -69,7 +69,13 @@ class SessionTurns:
         resumed: bool = False,
         context: Any = None,
     ) -> ExecutionResult:
-        """Run ``state`` to an end; a finished turn is appended to the transcript."""
+        """Run ``state`` to an end; a finished turn is appended to the transcript.
+
+        A session's own new turn (``requeue`` given: input it never took runs as a turn of
+        its own) writes nothing under the lease after its commit, so that commit may free
+        the lease; a pending turn finished first (no ``requeue``) is followed by more writes.
+        """
+        self.transcript.last_write = requeue is not None
         return self.runner.run(
             state,
             controller,
@@ -138,7 +144,8 @@ class SessionTurns:
 
         ``controller`` stops it (``None``: one of its own, made only when a turn is pending)."""
         turn = self.next_turn()
-        state = self.pending(turn)
+        # the lease saw no checkpoint of this session when taken: nothing is pending
+        state = None if self.transcript.no_checkpoints_in(self.pauses) else self.pending(turn)
         self._free = turn if state is None else None
         if state is None:
             return None

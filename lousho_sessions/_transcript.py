@@ -5,7 +5,7 @@ Used only on the session's worker thread, through the store contract
 transcript again only when the store's ``revision`` says it changed, and then
 only the messages added since when the store can tell (``load_since``);
 ``commit()`` appends a finished turn and deletes its checkpoints
-(``append_and_delete``, compare-and-set on the length) with the fence of the
+(``commit_turn``/``append_and_delete``, compare-and-set on the length) with the fence of the
 lease ``turn_lock()`` holds.
 """
 
@@ -38,6 +38,13 @@ class Transcript:
         self._loaded = False
         #: the revision the lease was taken with, for the first ``sync()`` under it
         self._start_revision: tuple[object | None] | None = None
+        #: the checkpoint store the lease saw empty for this session when taken (one use)
+        self._start_no_checkpoints: object | None = None
+        #: the lease ``turn_lock()`` holds, while it does
+        self._lease: Lease | None = None
+        #: set under ``turn_lock()`` when the next ``commit()`` is the last write under it:
+        #: the store may then free the lease in that same write (``commit_turn``)
+        self.last_write = False
 
     def sync(self) -> None:
         """Bring the transcript up to date if the store changed since this session last looked."""
@@ -77,16 +84,27 @@ class Transcript:
         delete: Sequence[str] = (),
     ) -> None:
         """Append a finished turn's messages and delete its checkpoints ``delete``, under the
-        lease's fence; ``LeaseLostError`` (nothing written) if the lease was lost."""
-        self._revision = self.store.append_and_delete(
+        lease's fence; ``LeaseLostError`` (nothing written) if the lease was lost.
+
+        With ``last_write`` set, the lease is handed to the store, which may release it in
+        the same write (``commit_turn(..., release=)``)."""
+        release, self.last_write = (self._lease if self.last_write else None), False
+        self._revision = self.store.commit_turn(
             self.id,
             new,
             len(self.messages),
             checkpoints=checkpoints,
             delete=delete,
             fence=self.fence,
+            release=release,
         )
         self._add(new)
+
+    def no_checkpoints_in(self, checkpoints: object) -> bool:
+        """Whether the lease, when taken, saw no checkpoint of this session in
+        ``checkpoints`` (so no turn is pending); answers once per lease."""
+        seen, self._start_no_checkpoints = self._start_no_checkpoints, None
+        return seen is not None and seen is checkpoints
 
     def _add(self, new: Sequence[Message]) -> None:
         self.messages.extend(new)
@@ -115,8 +133,11 @@ class _TurnLock:
         t = self.transcript
         lease = self.lease = self.held or t.store.turn_lock(t.id)
         t.fence = lease.fence
+        t._lease = lease
+        t.last_write = False
         # read with the lease: a writer with an older fence can no longer land
         t._start_revision = lease.start_revision
+        t._start_no_checkpoints = lease.start_no_checkpoints
         return lease
 
     def __exit__(
@@ -125,4 +146,7 @@ class _TurnLock:
         t = self.transcript
         t.fence = None
         t._start_revision = None
+        t._start_no_checkpoints = None
+        t._lease = None
+        t.last_write = False
         self.lease.__exit__(kind, exc, tb)

@@ -89,7 +89,7 @@ def _script(body: str) -> str:
 
 
 #: ARGV: holder token, lease ttl (ms), session ttl (ms or '').
-#: -> {1, fence, revision or false} or {0, µs left}.
+#: -> {1, fence, revision or false, how many checkpoints the session has} or {0, µs left}.
 ACQUIRE = _script("""
 local now = now_us()
 local l = redis.call('HMGET', LEASE, 'holder', 'until', 'fence')
@@ -102,7 +102,7 @@ if fence <= last then fence = last + 1 end
 redis.call('HSET', LEASE, 'fence', fmt(fence), 'holder', ARGV[1],
   'until', fmt(now + tonumber(ARGV[2]) * 1000))
 settle(now, ARGV[3])
-return {1, fmt(fence), redis.call('HGET', META, 'revision')}
+return {1, fmt(fence), redis.call('HGET', META, 'revision'), redis.call('HLEN', CPS)}
 """)
 
 #: ARGV: holder token, fence, lease ttl (ms). -> 1 if still held (expiry moved on), else 0.
@@ -131,9 +131,10 @@ end
 return 0
 """)
 
-#: ARGV: expected length, fence or '', revision, session ttl, n, n checkpoint turn ids to
-#: delete (a turn's commit), messages...
-#: -> {'ok'} | {'lease-lost', latest} | {'conflict', length} | {'corrupt', list length}
+#: ARGV: expected length, fence or '', revision, session ttl, holder token of the lease to
+#: release with this write or '', n, n checkpoint turn ids to delete (a turn's commit),
+#: messages... -> {'ok', released 1|0} | {'lease-lost', latest} | {'conflict', length}
+#: | {'corrupt', list length}
 APPEND = _script("""
 local now = now_us()
 if not fence_ok(ARGV[2]) then return {'lease-lost', redis.call('HGET', LEASE, 'fence')} end
@@ -141,16 +142,27 @@ local length = tonumber(redis.call('HGET', META, 'length') or '0')
 if length ~= tonumber(ARGV[1]) then return {'conflict', length} end
 local stored = redis.call('LLEN', MESSAGES)
 if stored ~= length then return {'corrupt', stored} end
-local deletes = tonumber(ARGV[5])
-for i = 6, 5 + deletes do
+local deletes = tonumber(ARGV[6])
+for i = 7, 6 + deletes do
   redis.call('HDEL', CPS, ARGV[i])
   redis.call('HDEL', CP_TIMES, ARGV[i])
 end
-push_all(MESSAGES, 6 + deletes)
-redis.call('HSET', META, 'length', length + #ARGV - 5 - deletes, 'revision', ARGV[3],
+push_all(MESSAGES, 7 + deletes)
+redis.call('HSET', META, 'length', length + #ARGV - 6 - deletes, 'revision', ARGV[3],
   'updated', fmt(now))
+local released = 0
+if ARGV[5] ~= '' then
+  local l = redis.call('HMGET', LEASE, 'holder', 'fence')
+  if l[1] == ARGV[5] and l[2] == ARGV[2] then
+    redis.call('HSET', LEASE, 'holder', '', 'until', '0')
+    redis.call('RPUSH', WAKE, '1')
+    redis.call('LTRIM', WAKE, -8, -1)
+    redis.call('PEXPIRE', WAKE, 60000)
+    released = 1
+  end
+end
 settle(now, ARGV[4])
-return {'ok'}
+return {'ok', released}
 """)
 
 #: No ARGV; reads only. -> {length or false, {messages...}}, one consistent view

@@ -17,6 +17,7 @@ do more subclass the base classes (``BaseSessionStore``, ``BaseCheckpointStore``
 * ``load_since(id, length, revision)``: only the messages after the first
   ``length``, when the store can tell that nothing but appends changed ``id``
   since ``revision`` (``None``: load it all).
+* ``commit_turn(..., release=lease)``: the last write under a lease (``_commit``).
 * ``append_and_delete(id, messages, expected_length, ...)``: commit a turn: append
   it and delete its checkpoints, in one transaction when both share a database.
 * ``BaseCheckpointStore.save_and_delete(turn_id, checkpoint, delete, fence=)``:
@@ -59,6 +60,7 @@ from ._checks import (
     validate_session_id,
     validate_turn_id,
 )
+from ._commit import TurnCommit
 from .lease import Lease, LocalLeases
 
 __all__ = [
@@ -205,7 +207,7 @@ class _Closeable:
         self.close()
 
 
-class BaseSessionStore(_Closeable, ABC):
+class BaseSessionStore(_Closeable, TurnCommit, ABC):
     """The session store contract: ``load``/``save``/``delete`` required, the rest with safe defaults.
 
     Defaults, each meant to be overridden by a store that can do better:

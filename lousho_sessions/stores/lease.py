@@ -73,9 +73,14 @@ class Lease:
     ``start_revision`` is ``(revision,)`` when the store read the session's
     ``revision()`` in the same atomic step that took the lease (one round trip
     fewer for the turn's first look at the transcript), else ``None``.
+    ``start_no_checkpoints`` is the checkpoint store that held no checkpoint of the
+    session in that same step (so no turn is pending), else ``None``.
     """
 
     start_revision: tuple[object | None] | None = None
+    #: the checkpoint store in which the store saw no checkpoint of the session, in the
+    #: same atomic step that took the lease (so no pending turn: one read fewer), or None
+    start_no_checkpoints: object | None = None
 
     def __init__(
         self,
@@ -118,6 +123,12 @@ class Lease:
                 return
             self._released = True
         self._release()
+
+    def released_by_store(self) -> None:
+        """Mark the lease released without releasing it: the store freed the session in a
+        write (``commit_turn(..., release=)``). ``release()`` does nothing afterwards."""
+        with self._lock:
+            self._released = True
 
     def __enter__(self) -> Lease:
         return self

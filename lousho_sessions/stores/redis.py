@@ -130,6 +130,8 @@ class RedisStore(RedisConnection):
                 lease.start_revision = (
                     None if stored is None else text(stored, source="revision"),
                 )
+                if len(revision) > 1 and int(revision[1]) == 0:
+                    lease.start_no_checkpoints = self.checkpoints
                 with self._lock:
                     self._leases.add(lease)
                 return lease
@@ -220,6 +222,16 @@ class RedisLease(Lease):
         self._renewed = sent
         return True
 
+    def pause_renewals(self) -> None:
+        """Stop the heartbeat before a write that may release the lease (waits for a beat in
+        progress), so no renewal reaches the server after the release."""
+        self._store.heartbeat.remove(self._beat_entry)
+
+    def resume_renewals(self) -> None:
+        """Renew again after ``pause_renewals()``: the write did not release the lease."""
+        if not self.lost:
+            self._beat_entry = self._store.heartbeat.add(self._beat, self._store.lease_ttl / 3)
+
     def _finish(self) -> None:
         self._store.heartbeat.remove(self._beat_entry)
         if self._store.closed:
@@ -301,6 +313,25 @@ class RedisSessionStore(BaseSessionStore):
     ) -> object | None:
         """``append`` and delete the checkpoints ``delete``: one script when ``checkpoints``
         is this store's and they are this session's; returns the new revision."""
+        return self.commit_turn(
+            id, messages, expected_length, checkpoints=checkpoints, delete=delete, fence=fence
+        )
+
+    def commit_turn(
+        self,
+        id: str,
+        messages: Sequence[Message],
+        expected_length: int,
+        *,
+        checkpoints: BaseCheckpointStore | None = None,
+        delete: Sequence[str] = (),
+        fence: int | None = None,
+        release: Lease | None = None,
+    ) -> object | None:
+        """``append_and_delete``, releasing ``release`` in the same script: a lease of this
+        store on ``id`` with fence ``fence`` has its heartbeat stopped, is freed by the
+        append script (waking a waiter) and marked released. A refused write releases
+        nothing and the heartbeat goes on."""
         keys = [validate_turn_id(key) for key in delete]
         if not (
             isinstance(checkpoints, RedisCheckpointStore)
@@ -310,7 +341,24 @@ class RedisSessionStore(BaseSessionStore):
             return super().append_and_delete(
                 id, messages, expected_length, checkpoints=checkpoints, delete=delete, fence=fence
             )
-        return self._append(id, messages, expected_length, fence, keys)
+        lease = release
+        if not (
+            isinstance(lease, RedisLease)
+            and lease._store is self.store
+            and lease.session_id == id
+            and fence is not None
+            and lease.fence == fence
+            and not lease.lost
+        ):
+            return self._append(id, messages, expected_length, fence, keys)
+        lease.pause_renewals()
+        try:
+            revision = self._append(id, messages, expected_length, fence, keys, lease._token)
+        except BaseException:
+            lease.resume_renewals()
+            raise
+        lease.released_by_store()
+        return revision
 
     def _append(
         self,
@@ -319,8 +367,10 @@ class RedisSessionStore(BaseSessionStore):
         expected_length: int,
         fence: int | None,
         delete: Sequence[str],
+        release: str = "",
     ) -> str:
-        """The fenced, length-checked append script, deleting the checkpoints ``delete``."""
+        """The fenced, length-checked append script, deleting the checkpoints ``delete`` and
+        releasing the lease whose holder token is ``release`` (if it still holds it)."""
         validate_session_id(id)
         rows = _rows(id, messages)
         revision = secrets.token_hex(8)
@@ -331,6 +381,7 @@ class RedisSessionStore(BaseSessionStore):
             "" if fence is None else str(int(fence)),
             revision,
             self.store.ttl_arg(id),
+            release,
             str(len(delete)),
             *delete,
             *rows,
