@@ -39,6 +39,7 @@ class PgCore:
     _closed: bool
     _pool: psycopg_pool.ConnectionPool[Any]
     _held: threading.local
+    _channel: str  # NOTIFY channel of releases
 
     def close(self) -> None:
         """Close the store (``PostgresStore.close``)."""

@@ -51,11 +51,16 @@ class PostgresLease(Lease):
         renew: Callable[[], bool],
         release: Callable[[], None],
         heartbeat: Heartbeat,
+        owner: object = None,
+        forget: Callable[[], None] = lambda: None,
     ) -> None:
         super().__init__(session_id, fence, self._finish)
         self.ttl = ttl
+        #: the store whose row this is (a commit may free it: ``commit_turn(release=)``)
+        self.owner = owner
         self._renew = renew
         self._free = release
+        self._forget = forget
         self._lost = threading.Event()
         self._last_ok = time.monotonic()
         self._heartbeat = heartbeat
@@ -88,6 +93,20 @@ class PostgresLease(Lease):
             return False
         self._last_ok = time.monotonic()
         return True
+
+    def pause_renewals(self) -> None:
+        """Stop renewing before a write that may free the row (waits for a beat in progress)."""
+        self._heartbeat.remove(self._beat_entry)
+
+    def resume_renewals(self) -> None:
+        """Renew again after ``pause_renewals()``: the write did not free the row."""
+        if not self.lost:
+            self._beat_entry = self._heartbeat.add(self._beat, self.ttl / 3)
+
+    def freed_by_commit(self) -> None:
+        """The turn's commit freed the row: released, with nothing more to send."""
+        self._forget()
+        self.released_by_store()
 
     def _finish(self) -> None:
         self._heartbeat.remove(self._beat_entry)

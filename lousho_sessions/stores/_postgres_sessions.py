@@ -16,6 +16,7 @@ from ..errors import StoreConflictError
 from ..messages import Message
 from ..serde import messages_from_json
 from ._postgres_core import FENCED, PgCore, PgPart
+from ._postgres_lease import PostgresLease
 from ._postgres_records import PostgresCheckpointStore
 from .base import (
     BaseCheckpointStore,
@@ -112,6 +113,43 @@ class PostgresSessionStore(PgPart, BaseSessionStore):
             )
         return self._append(id, messages, expected_length, fence, delete)
 
+    def commit_turn(
+        self,
+        id: str,
+        messages: Sequence[Message],
+        expected_length: int,
+        *,
+        checkpoints: BaseCheckpointStore | None = None,
+        delete: Sequence[str] = (),
+        fence: int | None = None,
+        release: Lease | None = None,
+    ) -> object | None:
+        """``append_and_delete``, freeing the lease ``release`` in the same transaction (and
+        waking a waiter) when it is this store's lease on ``id`` with fence ``fence``: its
+        renewals stop first; a refused write frees nothing and they go on."""
+        lease = release
+        if not (
+            isinstance(checkpoints, PostgresCheckpointStore)
+            and checkpoints.store is self.store
+            and isinstance(lease, PostgresLease)
+            and lease.owner is self.store
+            and lease.session_id == id
+            and fence is not None
+            and lease.fence == fence
+            and not lease.lost
+        ):
+            return self.append_and_delete(
+                id, messages, expected_length, checkpoints=checkpoints, delete=delete, fence=fence
+            )
+        lease.pause_renewals()
+        try:
+            revision = self._append(id, messages, expected_length, fence, delete, release=True)
+        except BaseException:
+            lease.resume_renewals()
+            raise
+        lease.freed_by_commit()
+        return revision
+
     def _append(
         self,
         id: str,
@@ -119,6 +157,8 @@ class PostgresSessionStore(PgPart, BaseSessionStore):
         expected_length: int,
         fence: int | None,
         delete: Sequence[str],
+        *,
+        release: bool = False,
     ) -> int:
         """The fenced, length-checked append, deleting the checkpoints ``delete`` if it lands."""
         validate_session_id(id)
@@ -135,7 +175,8 @@ class PostgresSessionStore(PgPart, BaseSessionStore):
                 "rev": revision,
                 "bodies": bodies,
                 "delete": keys,
-                "release": None,  # the store's NOTIFY channel: also free the lease of ``fence``
+                # the store's NOTIFY channel: also free the lease of ``fence``
+                "release": self.store._channel if release else None,
             },
         )
         written, fenced, length = rows[0]

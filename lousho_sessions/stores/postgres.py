@@ -308,9 +308,12 @@ class PostgresStore(PgCore):
                 )
             )
 
-        def release() -> None:
+        def forget() -> None:
             if held.get(id) is lease:
                 del held[id]
+
+        def release() -> None:
+            forget()
             try:
                 # Not flushed to disk before it returns (synchronous_commit off for this one
                 # transaction, in the schema's release function): a release lost in a server crash only leaves the lease to
@@ -322,7 +325,14 @@ class PostgresStore(PgCore):
                 )
 
         lease = PostgresLease(
-            id, fence, ttl=self.lease_ttl, renew=renew, release=release, heartbeat=self._heartbeat
+            id,
+            fence,
+            ttl=self.lease_ttl,
+            renew=renew,
+            release=release,
+            heartbeat=self._heartbeat,
+            owner=self,
+            forget=forget,
         )
         held[id] = lease
         return lease
