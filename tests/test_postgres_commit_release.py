@@ -132,3 +132,22 @@ def test_a_session_turn_frees_its_lease_in_the_commit(
     assert not [q for q in statements if ".release(" in q]  # each lease went with its commit
     assert len(store.sessions.load("s") or []) == 6
     assert store.fetch("SELECT count(*) FROM {s}.checkpoints") == [(0,)]
+
+
+def test_the_lease_brings_the_revision_and_whether_a_turn_is_pending(
+    open_store: Callable[..., PostgresStore],
+) -> None:
+    store = open_store(lease_ttl=LONG)
+    with store.sessions.turn_lock("s") as lease:
+        assert lease.start_revision == (None,)  # nothing stored yet
+        assert lease.start_no_checkpoints is store.checkpoints
+        store.sessions.append("s", [Message.user("hi")], 0, fence=lease.fence)
+        store.checkpoints.save("s.turn-1", {"turn": 1}, fence=lease.fence)
+    with store.sessions.turn_lock("s") as lease:
+        assert lease.start_revision == (store.sessions.revision("s"),)
+        assert lease.start_no_checkpoints is None  # a checkpoint of "s": look it up
+        store.checkpoints.delete("s.turn-1", fence=lease.fence)
+        store.checkpoints.save("st.turn-0", {"turn": 0})  # another session's
+    with store.sessions.turn_lock("s") as lease:
+        assert lease.start_no_checkpoints is store.checkpoints
+

@@ -85,8 +85,14 @@ MIGRATIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
         (
             # PL/pgSQL keeps each statement's plan for the life of the backend, with no
             # client-side prepared statement: safe behind PgBouncer in transaction mode.
+            # Checkpoints by session (a turn id is its session id, ".", the rest): for acquire.
+            "CREATE INDEX checkpoints_session ON {s}.checkpoints ((split_part(turn_id, '.', 1)))",
+            # A lease taken also returns the session's revision and whether it has any
+            # checkpoint, read after the lease is the newest (one round trip for a turn's
+            # first look; no checkpoint: no pending turn to finish).
             """CREATE FUNCTION {s}.acquire(p_id text, p_holder text, p_ttl float8,
-    OUT o_fence bigint, OUT o_holder text, OUT o_remaining float8)
+    OUT o_fence bigint, OUT o_holder text, OUT o_remaining float8,
+    OUT o_revision bigint, OUT o_checkpoints boolean)
 LANGUAGE plpgsql AS $$
 BEGIN
     INSERT INTO {s}.leases AS l (session_id, fence, holder, expires_at)
@@ -98,6 +104,10 @@ BEGIN
     IF o_fence IS NULL THEN
         SELECT l.holder, extract(epoch FROM l.expires_at - now())::float8
         INTO o_holder, o_remaining FROM {s}.leases l WHERE l.session_id = p_id;
+    ELSE
+        SELECT s.revision INTO o_revision FROM {s}.sessions s WHERE s.id = p_id;
+        o_checkpoints := EXISTS (SELECT 1 FROM {s}.checkpoints c
+            WHERE split_part(c.turn_id, '.', 1) = p_id);
     END IF;
 END
 $$""",

@@ -235,9 +235,14 @@ class PostgresStore(PgCore):
         with self._listener.interest(id) as interest:
             while True:
                 seen = interest.generation
-                fence, holder, remaining = self._try_acquire(id)
+                fence, holder, remaining, revision, checkpoints = self._try_acquire(id)
                 if fence is not None:
-                    return self._lease(id, fence)
+                    lease = self._lease(id, fence)
+                    # read in the statement that took the lease: a turn's first look
+                    lease.start_revision = (None if revision is None else int(revision),)
+                    if checkpoints is False:
+                        lease.start_no_checkpoints = self.checkpoints
+                    return lease
                 now = time.monotonic()
                 if deadline is not None and now >= deadline:
                     raise SessionBusyError(
@@ -279,20 +284,29 @@ class PostgresStore(PgCore):
         claimed = {sid: self._lease(sid, int(fence)) for sid, fence in rows if fence is not None}
         for sid, fence in rows:
             if fence is None:  # never leased (a checkpoint written outside a lease)
-                taken, _, _ = self._try_acquire(sid)
+                taken = self._try_acquire(sid)[0]
                 if taken is not None:
                     claimed[sid] = self._lease(sid, taken)
         return claimed
 
-    def _try_acquire(self, id: str) -> tuple[int | None, str | None, float]:
+    def _try_acquire(
+        self, id: str
+    ) -> tuple[int | None, str | None, float, int | None, bool | None]:
         """One atomic attempt (one statement, ``acquire`` of schema v2): the new fence, or ``None``
-        with the holder and its time left."""
+        with the holder and its time left; then the session's revision and whether it has
+        a checkpoint (read once the lease was taken)."""
         rows = self.fetch(
             "SELECT * FROM {s}.acquire(%(id)s, %(holder)s, %(ttl)s)",
             {"id": id, "holder": f"{self._holder}:{threading.get_ident()}", "ttl": self.lease_ttl},
         )
-        fence, holder, remaining = rows[0]
-        return (None if fence is None else int(fence)), holder, float(remaining or 0.0)
+        fence, holder, remaining, revision, checkpoints = rows[0]
+        return (
+            (None if fence is None else int(fence)),
+            holder,
+            float(remaining or 0.0),
+            revision,
+            checkpoints,
+        )
 
     def _lease(self, id: str, fence: int) -> Lease:
         held = self._held_leases()
