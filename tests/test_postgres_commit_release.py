@@ -150,4 +150,3 @@ def test_the_lease_brings_the_revision_and_whether_a_turn_is_pending(
         store.checkpoints.save("st.turn-0", {"turn": 0})  # another session's
     with store.sessions.turn_lock("s") as lease:
         assert lease.start_no_checkpoints is store.checkpoints
-
