@@ -458,9 +458,9 @@ def test_sessions_rm(store: str) -> None:
     assert records.json() == [] and turns.json() == []
 
 
-def test_prune(store: str) -> None:
+def test_prune(fresh_store: str) -> None:
     kept, bad, everything, listed = batch(
-        store,
+        fresh_store,
         ["prune", "--older-than", "7d", "--json"],
         ["prune", "--older-than", "soon"],
         ["prune", "--older-than", "0", "--json"],
@@ -471,10 +471,11 @@ def test_prune(store: str) -> None:
     assert counts["older_than_seconds"] == 7 * 86400
     assert bad.code == 2 and "invalid age" in bad.stderr
     pruned = everything.json()
-    # alpha, delta, gamma; epsilon's turn still runs here (test_sweep has a store of its own)
-    assert pruned["sessions"] == 3
-    assert pruned["approvals"] == 1  # gamma's, resolved
-    assert listed.json() == []
+    # a store of its own (passes alone and in any order): alpha's and beta's transcripts,
+    # the checkpoints of the three crashed turns and of the two awaiting approval
+    assert (pruned["sessions"], pruned["checkpoints"]) == (2, 5)
+    assert pruned["approvals"] == 0  # pending approvals are kept, and so listed
+    assert [(r["id"], r["pending_approvals"]) for r in listed.json()] == [("eta", 1), ("gamma", 1)]
 
 
 # -- migrate -----------------------------------------------------------------------------
