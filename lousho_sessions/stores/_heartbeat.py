@@ -23,8 +23,13 @@ import os
 import threading
 import time
 from collections.abc import Callable
+from typing import TypeVar
 
-__all__ = ["Beat", "Heartbeat"]
+from .lease import Lease
+
+__all__ = ["Beat", "Heartbeat", "RenewedLease"]
+
+T = TypeVar("T")
 
 log = logging.getLogger("lousho_sessions.stores")
 
@@ -117,3 +122,46 @@ class Heartbeat:
                     if not go_on and entry in self._beats:
                         self._beats.remove(entry)
                     self._cond.notify_all()
+
+
+class RenewedLease(Lease):
+    """A lease its store's ``Heartbeat`` renews: ``_beat()`` every ``interval`` seconds from
+    construction until it is released (the subclass's release calls ``stop_renewals()``)
+    or a beat says stop. ``freed_by(write)`` runs a write that frees the lease on the
+    server (a turn's commit: ``commit_turn(..., release=)``)."""
+
+    def __init__(
+        self,
+        session_id: str,
+        fence: int,
+        release: Callable[[], None],
+        *,
+        heartbeat: Heartbeat,
+        interval: float,
+    ) -> None:
+        super().__init__(session_id, fence, release)
+        self._heartbeat = heartbeat
+        self._interval = interval
+        self._beat_entry = heartbeat.add(self._beat, interval)
+
+    def _beat(self) -> bool:
+        """One renewal; whether to go on renewing."""
+        raise NotImplementedError
+
+    def stop_renewals(self) -> None:
+        """Stop renewing; waits for a renewal in progress, so none reaches the server after."""
+        self._heartbeat.remove(self._beat_entry)
+
+    def freed_by(self, write: Callable[[], T]) -> T:
+        """Run ``write``, which frees the lease on the server when it lands: the renewals
+        stop first and start again if ``write`` raises (a refused write frees nothing);
+        once it returns, the lease is released (its own ``release()`` does nothing)."""
+        self.stop_renewals()
+        try:
+            result = write()
+        except BaseException:
+            if not self.lost:
+                self._beat_entry = self._heartbeat.add(self._beat, self._interval)
+            raise
+        self.released_by_store()
+        return result

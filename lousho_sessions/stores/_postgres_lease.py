@@ -23,15 +23,14 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from ._heartbeat import Heartbeat
-from .lease import Lease
+from ._heartbeat import Heartbeat, RenewedLease
 
 __all__ = ["PostgresLease", "ReleaseListener"]
 
 log = logging.getLogger("lousho_sessions.stores.postgres")
 
 
-class PostgresLease(Lease):
+class PostgresLease(RenewedLease):
     """A lease kept alive by the store's heartbeat; ``lost`` once a renewal fails.
 
     ``renew()`` returns whether the row still carries this lease's fence (then its
@@ -54,7 +53,6 @@ class PostgresLease(Lease):
         owner: object = None,
         forget: Callable[[], None] = lambda: None,
     ) -> None:
-        super().__init__(session_id, fence, self._finish)
         self.ttl = ttl
         #: the store whose row this is (a commit may free it: ``commit_turn(release=)``)
         self.owner = owner
@@ -63,8 +61,7 @@ class PostgresLease(Lease):
         self._forget = forget
         self._lost = threading.Event()
         self._last_ok = time.monotonic()
-        self._heartbeat = heartbeat
-        self._beat_entry = heartbeat.add(self._beat, ttl / 3)
+        super().__init__(session_id, fence, self._finish, heartbeat=heartbeat, interval=ttl / 3)
 
     @property
     def lost(self) -> bool:
@@ -94,22 +91,13 @@ class PostgresLease(Lease):
         self._last_ok = time.monotonic()
         return True
 
-    def pause_renewals(self) -> None:
-        """Stop renewing before a write that may free the row (waits for a beat in progress)."""
-        self._heartbeat.remove(self._beat_entry)
-
-    def resume_renewals(self) -> None:
-        """Renew again after ``pause_renewals()``: the write did not free the row."""
-        if not self.lost:
-            self._beat_entry = self._heartbeat.add(self._beat, self.ttl / 3)
-
-    def freed_by_commit(self) -> None:
-        """The turn's commit freed the row: released, with nothing more to send."""
+    def released_by_store(self) -> None:
+        """Freed by the store's write (the turn's commit): this thread holds it no more."""
         self._forget()
-        self.released_by_store()
+        super().released_by_store()
 
     def _finish(self) -> None:
-        self._heartbeat.remove(self._beat_entry)
+        self.stop_renewals()
         self._free()
 
 

@@ -141,14 +141,9 @@ class PostgresSessionStore(PgPart, BaseSessionStore):
             return self.append_and_delete(
                 id, messages, expected_length, checkpoints=checkpoints, delete=delete, fence=fence
             )
-        lease.pause_renewals()
-        try:
-            revision = self._append(id, messages, expected_length, fence, delete, release=True)
-        except BaseException:
-            lease.resume_renewals()
-            raise
-        lease.freed_by_commit()
-        return revision
+        return lease.freed_by(
+            lambda: self._append(id, messages, expected_length, fence, delete, release=True)
+        )
 
     def _append(
         self,

@@ -30,7 +30,7 @@ import redis
 from ..errors import SessionBusyError, StoreConflictError, StoreCorruptError, StoreError
 from ..messages import Message
 from ..serde import messages_from_json
-from ._heartbeat import Heartbeat
+from ._heartbeat import Heartbeat, RenewedLease
 from ._redis_base import RedisConnection, text
 from ._redis_records import RedisApprovalStore, RedisCheckpointStore
 from .base import (
@@ -161,7 +161,7 @@ class RedisStore(RedisConnection):
         return result
 
 
-class RedisLease(Lease):
+class RedisLease(RenewedLease):
     """A lease renewed by the store's heartbeat; ``lost`` once renewal fails or time runs out.
 
     The store's ``Heartbeat`` renews it every ``lease_ttl / 3`` seconds. The lease
@@ -174,13 +174,18 @@ class RedisLease(Lease):
     """
 
     def __init__(self, store: RedisStore, session_id: str, fence: int, token: str) -> None:
-        super().__init__(session_id, fence, self._finish)
         self._store = store
         self._token = token
         self._ttl_ms = str(max(1, round(store.lease_ttl * 1000)))
         self._renewed = time.monotonic()
         self._taken = threading.Event()
-        self._beat_entry = store.heartbeat.add(self._beat, store.lease_ttl / 3)
+        super().__init__(
+            session_id,
+            fence,
+            self._finish,
+            heartbeat=store.heartbeat,
+            interval=store.lease_ttl / 3,
+        )
 
     @property
     def lost(self) -> bool:
@@ -222,18 +227,8 @@ class RedisLease(Lease):
         self._renewed = sent
         return True
 
-    def pause_renewals(self) -> None:
-        """Stop the heartbeat before a write that may release the lease (waits for a beat in
-        progress), so no renewal reaches the server after the release."""
-        self._store.heartbeat.remove(self._beat_entry)
-
-    def resume_renewals(self) -> None:
-        """Renew again after ``pause_renewals()``: the write did not release the lease."""
-        if not self.lost:
-            self._beat_entry = self._store.heartbeat.add(self._beat, self._store.lease_ttl / 3)
-
     def _finish(self) -> None:
-        self._store.heartbeat.remove(self._beat_entry)
+        self.stop_renewals()
         if self._store.closed:
             return
         self._store.run(
@@ -351,14 +346,10 @@ class RedisSessionStore(BaseSessionStore):
             and not lease.lost
         ):
             return self._append(id, messages, expected_length, fence, keys)
-        lease.pause_renewals()
-        try:
-            revision = self._append(id, messages, expected_length, fence, keys, lease._token)
-        except BaseException:
-            lease.resume_renewals()
-            raise
-        lease.released_by_store()
-        return revision
+        token = lease._token
+        return lease.freed_by(
+            lambda: self._append(id, messages, expected_length, fence, keys, token)
+        )
 
     def _append(
         self,
