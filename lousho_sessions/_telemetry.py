@@ -208,29 +208,30 @@ class TurnTrace:
         if tracer is None:
             return
         otel = telemetry.otel
-        attributes = {
+        attributes = {  # one dict, made at once
             **telemetry.turn_attributes,
             "lousho.run.id": state.run_id,
             "lousho.turn.attempt": 1,
             "lousho.turn.resumed": resumed,
+            "gen_ai.conversation.id": state.session_id,
+            "lousho.turn.id": state.turn_id,
+            "lousho.lease.fence": fence,
         }
-        if state.session_id is not None:
-            attributes["gen_ai.conversation.id"] = state.session_id
-        if state.turn_id is not None:
-            attributes["lousho.turn.id"] = state.turn_id
-        if fence is not None:
-            attributes["lousho.lease.fence"] = fence
+        if state.session_id is None or state.turn_id is None or fence is None:
+            attributes = {k: v for k, v in attributes.items() if v is not None}
+        # the caller's context, looked up once (not by each API call given None)
+        current = otel.current()
         if resumed:
             span = self._resume(telemetry, state, attributes)
         else:  # this run starts the turn: its context goes in the checkpoint
             span = tracer.start_span(
-                telemetry.turn_name, context=None, kind=otel.internal, attributes=attributes
+                telemetry.turn_name, context=current, kind=otel.internal, attributes=attributes
             )
             state.extra[TRACE_FIELD] = traceparent(span.get_span_context(), 1)
         self.span = span
         # current even when not recording: spans made under it (an instrumented HTTP
         # client's) follow the sampler's decision instead of starting traces of their own
-        self.context = otel.in_context(span)
+        self.context = otel.in_context(span, current)
         self._token = otel.attach(self.context)
         if span.is_recording():
             self.recording = self.chats = True
@@ -381,7 +382,11 @@ class ChatTrace:
         usage: Usage | None = None
         if response is not None:
             usage = response.usage
-            if usage == _NO_USAGE and response.message.usage is not None:
+            # Usage() (none reported): its fields, not attrs' __eq__, which is a call
+            if (
+                not (usage.input_tokens or usage.output_tokens or usage.cost_usd)
+                and response.message.usage is not None
+            ):
                 usage = response.message.usage
         if telemetry.duration is not None:
             self._measure(response, usage, error)

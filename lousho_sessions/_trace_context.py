@@ -27,11 +27,12 @@ class Otel:
 
     __slots__ = (
         "Link", "NonRecordingSpan", "SpanContext", "Status", "TraceFlags", "TraceState",
-        "attach", "client", "detach", "error", "in_context", "internal",
+        "attach", "client", "current", "detach", "error", "in_context", "internal",
     )  # fmt: skip
 
     def __init__(self, context: Any, trace: Any) -> None:
         self.attach, self.detach = context.attach, context.detach
+        self.current = context.get_current
         self.in_context = trace.set_span_in_context
         self.Link, self.NonRecordingSpan = trace.Link, trace.NonRecordingSpan
         self.SpanContext, self.TraceFlags, self.TraceState = (

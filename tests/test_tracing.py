@@ -126,6 +126,36 @@ def test_a_plain_turn_is_one_agent_span_and_one_chat_span(otel: Otel) -> None:
     assert duration.count == 1 and "error.type" not in duration.attributes
 
 
+def test_turns_share_the_agents_span_attributes_and_keep_their_own(
+    otel: Otel, caplog: pytest.LogCaptureFixture
+) -> None:
+    """What every span of the agent starts with is made once and shared: each span
+    still has only its own values, and a turn without a session or fence gives the
+    SDK no empty attribute (it would log each one it drops)."""
+    answers = iter([Usage(1, 2), Usage(5, 6)])
+
+    def model(request: ModelRequest) -> Message:
+        return Message.assistant("ok", usage=next(answers))
+
+    agent = otel.agent(provider=FunctionProvider(model), model="m1")
+    with caplog.at_level("WARNING", logger="opentelemetry"):
+        agent.send("one")  # no session: no conversation id, no lease
+        agent.session("s-shared").send("two")
+    assert [r.getMessage() for r in caplog.records if r.name.startswith("opentelemetry")] == []
+    lone, durable = (attrs_of(s) for s in otel.named("invoke_agent"))
+    assert not {"gen_ai.conversation.id", "lousho.lease.fence"} & set(lone)
+    assert lone["gen_ai.request.model"] == durable["gen_ai.request.model"] == "m1"
+    assert durable["gen_ai.conversation.id"] == "s-shared" and "lousho.turn.id" in durable
+    assert lone["lousho.run.id"] != durable["lousho.run.id"]
+    first, second = (attrs_of(s) for s in otel.named("chat"))
+    assert (first["gen_ai.usage.input_tokens"], second["gen_ai.usage.input_tokens"]) == (1, 5)
+    assert {k: v for k, v in first.items() if "usage" not in k} == {
+        k: v for k, v in second.items() if "usage" not in k
+    }
+    assert first["gen_ai.request.model"] == "m1" and "lousho.operation" not in first
+    agent.close()
+
+
 def test_a_compactions_model_call_is_a_chat_span_of_its_own(otel: Otel) -> None:
     def model(request: ModelRequest) -> Message:
         if request.system and "summar" in request.system.lower():
