@@ -1,32 +1,44 @@
 """What tracing adds to a durable SQLite turn: off, and on with a no-op exporter.
 
 The turn: ``session.send`` with an instant ``FunctionProvider`` on a ``SqliteStore``
-given whole to the agent (checkpoints on, the store's default ``synchronous="NORMAL"``), with no tool
-call (2 spans) and with one tool call (4 spans). Configurations, each its own agent
-and database, timed turn by turn in interleaved blocks so that a change in machine
-load hits all of them. The figure is a paired ratio: per round, a configuration's
-block median ÷ the "off" block median of that round, the median over rounds (the
-median turn times are printed beside it):
+given whole to the agent (checkpoints on, the store's default ``synchronous="NORMAL"``),
+with no tool call (2 spans) and with one tool call (4 spans). Configurations, each its
+own agent and database, timed turn by turn in interleaved blocks so that a change in
+machine load hits all of them. The figure is a paired ratio: per round, a
+configuration's block median ÷ the "off" block median of that round, the median over
+rounds (the median turn times are printed beside it). Each turn is timed twice: by the
+wall clock, and by the CPU time of the whole process (all its threads; the turn runs
+on a worker thread) — on a loaded machine the wall clock also counts the waits for a
+CPU at each hand-over between the caller's thread and the worker's, and CPU time does
+not.
 
 - ``off``: no tracer or meter provider anywhere, so ``Telemetry.build`` returns
   ``None`` and the turn code skips every tracing call — the same path as with the
   ``otel`` extra absent. ``off again`` is a second such agent: the A/A ratio shows
   the noise of the measurement.
-- ``spans``: an SDK ``TracerProvider`` with a ``SimpleSpanProcessor`` exporting to
-  an exporter that drops everything.
 - ``sampled out``: an SDK ``TracerProvider`` whose sampler records nothing
   (``ALWAYS_OFF``, as most turns are under ratio sampling): our code runs, the SDK
   makes only the turn's non-recording span, and no children.
+- ``our code alone``: a tracer whose spans record and do nothing (no SDK): our code
+  with every span recorded, and the API's context calls (making each span current),
+  and nothing of the SDK's.
+- ``spans``: an SDK ``TracerProvider`` with a ``SimpleSpanProcessor`` exporting to
+  an exporter that drops everything.
 - ``spans (batch)``: a ``BatchSpanProcessor`` (what a user configures for export)
   with that exporter.
 - ``spans+metrics``: the same as ``spans``, plus an SDK ``MeterProvider`` whose reader is never
   collected (the instruments record; nothing is exported).
 
-The cost is split in two: ``sampled out - off`` is our code with the API's plumbing
-and one non-recording span (the most our part can be), ``spans - sampled out`` is
-recording the spans, which ``sdk floor`` bounds from below: it makes, per turn, the
-same spans (names, kinds, attributes, parents, made current in turn) straight
-through the SDK, without a turn, on warm caches.
+Our part is what remains once the SDK's own work is taken away. The **SDK floor** is
+that work made straight through the SDK, without a turn, on warm caches: per turn
+the same spans (names, kinds, attributes, parents, made current in turn), and for a
+sampled-out turn the one non-recording span. So ``spans - off - floor`` is our part
+when the spans record (with whatever more the SDK costs inside a turn, on cold caches,
+than in the floor's tight loop), ``sampled out - off - floor (sampled out)`` our part
+when nothing records; ``our code alone - off`` measures the first directly. ``sdk
+floor in a turn`` is an untraced turn whose model call makes the floor's spans: the
+SDK's work on the turn's thread, among the turn's work (but all in one place, so
+still warmer than spans started and ended at the turn's start, model call and end).
 
 A child process with ``opentelemetry`` made unimportable checks that an agent then
 imports nothing of it and traces nothing (and times its turns, for reference only:
@@ -52,8 +64,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-ROUNDS = 600  # timed turns per configuration
-BLOCK = 20  # configurations alternate in blocks of this many turns
+ROUNDS = 1000  # timed turns per configuration
+BLOCK = 10  # configurations alternate in blocks of this many turns
 WARMUP = 30
 
 
@@ -68,7 +80,10 @@ def machine() -> str:
 LATENCY = 0.0
 
 
-def make_turn(path: Path, with_tool: bool, **tracing: Any) -> tuple[Callable[[], None], Any]:
+def make_turn(
+    path: Path, with_tool: bool, inside: Callable[[], None] | None = None, **tracing: Any
+) -> tuple[Callable[[], None], Any]:
+    """A session's turn; ``inside`` is called in its last model call (on the turn's thread)."""
     from lousho_sessions import FunctionProvider, Message, ModelRequest, ToolCall, create_agent
     from lousho_sessions import tool as make_tool
     from lousho_sessions.sqlite import SqliteStore
@@ -83,6 +98,8 @@ def make_turn(path: Path, with_tool: bool, **tracing: Any) -> tuple[Callable[[],
             time.sleep(LATENCY)  # a model's response time (a benchmark, not a test)
         if with_tool and request.messages[-1].role != "tool":
             return Message.assistant("", tool_calls=[ToolCall("c1", "lookup", {"city": "Paris"})])
+        if inside is not None:
+            inside()
         return Message.assistant("Sunny.")
 
     store = SqliteStore(path)
@@ -153,6 +170,68 @@ def sdk_floor(tracer: Any, with_tool: bool) -> Callable[[], None]:
     return turn
 
 
+def sdk_floor_sampled_out(tracer: Any) -> Callable[[], None]:
+    """The SDK's part of a sampled-out turn: its one span, which the sampler drops
+    (started with the turn span's attributes, made current, ended)."""
+    from opentelemetry import context, trace
+
+    def turn() -> None:
+        attributes = {
+            "gen_ai.operation.name": "invoke_agent", "gen_ai.provider.name": "function",
+            "lousho.run.id": "run-x", "lousho.turn.attempt": 1, "lousho.turn.resumed": False,
+            "gen_ai.agent.name": "bench", "gen_ai.conversation.id": "bench",
+            "lousho.turn.id": "bench.turn-0", "lousho.lease.fence": 1,
+        }  # fmt: skip
+        made = tracer.start_span("invoke_agent bench", kind=trace.SpanKind.INTERNAL,
+                                 attributes=attributes)  # fmt: skip
+        token = context.attach(trace.set_span_in_context(made))
+        context.detach(token)
+        made.end()
+
+    return turn
+
+
+class IdleSpan:
+    """A span that records (``is_recording()``) and does nothing: no SDK behind it."""
+
+    def __init__(self) -> None:
+        from opentelemetry.trace import SpanContext, TraceFlags
+
+        self.context = SpanContext(0x0AF7651916CD43DD8448EB211C80319C, 0xB7AD6B7169203331,
+                                   False, TraceFlags(TraceFlags.SAMPLED))  # fmt: skip
+
+    def is_recording(self) -> bool:
+        return True
+
+    def get_span_context(self) -> Any:
+        return self.context
+
+    def set_attribute(self, key: str, value: Any) -> None:
+        pass
+
+    def set_attributes(self, attributes: Any) -> None:
+        pass
+
+    def set_status(self, status: Any, description: str | None = None) -> None:
+        pass
+
+    def end(self, end_time: int | None = None) -> None:
+        pass
+
+
+class IdleTracerProvider:
+    """Tracers whose spans are one ``IdleSpan``: what tracing costs without the SDK."""
+
+    def get_tracer(self, *args: Any, **kwargs: Any) -> Any:
+        span = IdleSpan()
+
+        class Tracer:
+            def start_span(self, *args: Any, **kwargs: Any) -> IdleSpan:
+                return span
+
+        return Tracer()
+
+
 def sdk_providers() -> tuple[Any, Any, Any]:
     from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.metrics.export import InMemoryMetricReader
@@ -193,17 +272,28 @@ def sampled_out() -> Any:
     return TracerProvider(sampler=ALWAYS_OFF)
 
 
-def timed(fn: Callable[[], None], times: list[float], n: int) -> None:
+def timed(
+    fn: Callable[[], None], times: list[float], n: int, cpu: list[float] | None = None
+) -> None:
+    """Run ``fn`` ``n`` times: each wall-clock time into ``times``, each CPU time of
+    the process (all threads) into ``cpu``."""
+    wall, process = time.perf_counter, time.process_time
     for _ in range(n):
-        start = time.perf_counter()
+        start, used = wall(), process()
         fn()
-        times.append(time.perf_counter() - start)
+        if cpu is not None:
+            cpu.append(process() - used)
+        times.append(wall() - start)
 
 
-def measure(with_tool: bool, rounds: int, tmp: Path) -> tuple[dict[str, float], dict[str, float]]:
-    """Per configuration: the median turn, and the median over rounds of its block's
-    median ÷ the ``off`` block's median of that round (paired: a load change between
-    rounds cancels out)."""
+#: per configuration and clock ("wall", "cpu"): the median turn, and the paired ratio to off
+Figures = dict[str, dict[str, tuple[float, float]]]
+
+
+def measure(with_tool: bool, rounds: int, tmp: Path) -> Figures:
+    """Per clock and configuration: the median turn, and the median over rounds of its
+    block's median ÷ the ``off`` block's median of that round (paired: a load change
+    between rounds cancels out)."""
     tracer_provider, meter_provider, tracer = sdk_providers()
     unsampled = sampled_out()
     batch_provider = batched()
@@ -211,8 +301,16 @@ def measure(with_tool: bool, rounds: int, tmp: Path) -> tuple[dict[str, float], 
         "off": make_turn(tmp / f"off-{with_tool}.db", with_tool),
         "off again": make_turn(tmp / f"off2-{with_tool}.db", with_tool),
         "sampled out": make_turn(tmp / f"out-{with_tool}.db", with_tool, tracer_provider=unsampled),
+        "our code alone": make_turn(
+            tmp / f"idle-{with_tool}.db", with_tool, tracer_provider=IdleTracerProvider()
+        ),
         "spans": make_turn(
             tmp / f"spans-{with_tool}.db", with_tool, tracer_provider=tracer_provider
+        ),
+        # an untraced turn that makes the floor's spans in its model call: the SDK's
+        # work inside a turn (on its thread, among its work), still all in one place
+        "sdk floor in a turn": make_turn(
+            tmp / f"floor-{with_tool}.db", with_tool, sdk_floor(tracer, with_tool)
         ),
         "spans (batch)": make_turn(
             tmp / f"batch-{with_tool}.db", with_tool, tracer_provider=batch_provider
@@ -228,7 +326,10 @@ def measure(with_tool: bool, rounds: int, tmp: Path) -> tuple[dict[str, float], 
     assert made["spans"][1][0].runner.telemetry is not None
     fns = {name: turn for name, (turn, _) in made.items()}
     fns["sdk floor"] = sdk_floor(tracer, with_tool)
-    blocks: dict[str, list[list[float]]] = {name: [] for name in fns}
+    fns["sdk floor (sampled out)"] = sdk_floor_sampled_out(unsampled.get_tracer("floor"))
+    blocks: dict[str, dict[str, list[list[float]]]] = {
+        clock: {name: [] for name in fns} for clock in ("wall", "cpu")
+    }
     for fn in fns.values():
         timed(fn, [], WARMUP)
     done = 0
@@ -236,8 +337,9 @@ def measure(with_tool: bool, rounds: int, tmp: Path) -> tuple[dict[str, float], 
     while done < rounds:
         n = min(BLOCK, rounds - done)
         for name, fn in order:
-            blocks[name].append([])
-            timed(fn, blocks[name][-1], n)
+            blocks["wall"][name].append([])
+            blocks["cpu"][name].append([])
+            timed(fn, blocks["wall"][name][-1], n, blocks["cpu"][name][-1])
         done += n
         order = order[1:] + order[:1]  # each configuration in each place in turn
     for _, (_, close) in made.values():
@@ -246,15 +348,54 @@ def measure(with_tool: bool, rounds: int, tmp: Path) -> tuple[dict[str, float], 
     meter_provider.shutdown()
     unsampled.shutdown()
     batch_provider.shutdown()
-    medians = {name: statistics.median(t for b in bs for t in b) for name, bs in blocks.items()}
-    ratios = {
-        name: statistics.median(
-            statistics.median(mine) / statistics.median(off)
-            for mine, off in zip(bs, blocks["off"], strict=True)
+    figures: Figures = {}
+    for clock, by_name in blocks.items():
+        off = by_name["off"]
+        figures[clock] = {
+            name: (
+                statistics.median(t for b in bs for t in b),
+                statistics.median(
+                    statistics.median(mine) / statistics.median(theirs)
+                    for mine, theirs in zip(bs, off, strict=True)
+                ),
+            )
+            for name, bs in by_name.items()
+        }
+    return figures
+
+
+def report(label: str, figures: Figures) -> None:
+    """The figures of one turn shape, by clock, and our part in them."""
+    print(f"{label}  [load {os.getloadavg()[0]:.2f}]")
+    wall, cpu = figures["wall"], figures["cpu"]
+    print(f"  {'':<24} {'wall clock':>20}   {'process CPU time':>20}")
+    for name in wall:
+        cells = "   ".join(f"{f[name][0] * 1e6:7.0f} µs  x{f[name][1]:.3f}" for f in (wall, cpu))
+        print(f"  {name:<24} {cells}")
+    for clock, f in (("wall clock", wall), ("CPU time", cpu)):
+        off = f["off"][0]
+        floor, out_floor = f["sdk floor"][1], f["sdk floor (sampled out)"][1]
+        recorded = f["spans"][1] - 1 - floor
+        unrecorded = f["sampled out"][1] - 1 - out_floor
+        alone = f["our code alone"][1] - 1
+        in_turn = f["sdk floor in a turn"][1] - 1
+        print(f"  by {clock} (off = {off * 1e6:.0f} µs):")
+        print(
+            f"    sampled out: x{f['sampled out'][1]:.3f} of off (target <= x1.05); "
+            f"the SDK's non-recording span alone {out_floor * 100:.1f}%, "
+            f"our part {unrecorded * 100:+.1f}% ({unrecorded * off * 1e6:+.0f} µs)"
         )
-        for name, bs in blocks.items()
-    }
-    return medians, ratios
+        print(
+            f"    spans: x{f['spans'][1]:.3f} of off; the SDK floor alone {floor * 100:.1f}% "
+            f"({f['sdk floor'][0] * 1e6:.0f} µs), our part (spans - off - floor) "
+            f"{recorded * 100:+.1f}% ({recorded * off * 1e6:+.0f} µs; target <= 5%); "
+            f"our code alone, measured without the SDK, {alone * 100:+.1f}%"
+        )
+        print(
+            f"    the SDK floor made inside an untraced turn: {in_turn * 100:+.1f}%, so "
+            f"spans - that = {(f['spans'][1] - 1 - in_turn) * 100:+.1f}% "
+            f"({(f['spans'][1] - 1 - in_turn) * off * 1e6:+.0f} µs)"
+        )
 
 
 BLOCKER = """
@@ -320,35 +461,9 @@ def main() -> None:
         tmp = Path(name)
         absent = extra_absent(max(rounds // 2, 30), tmp)
         for with_tool, label in ((False, "no tool (2 spans)"), (True, "one tool (4 spans)")):
-            medians, ratios = measure(with_tool, rounds, tmp)
-            off = medians["off"]
+            report(label, measure(with_tool, rounds, tmp))
             print(
-                f"{label}: median turn, off = {off * 1e6:.0f} µs  [load {os.getloadavg()[0]:.2f}]"
-            )
-            for name in ("off again", "sampled out", "spans", "spans (batch)", "spans+metrics"):
-                print(f"  {name:<14} {medians[name] * 1e6:8.0f} µs   x{ratios[name]:.3f} of off")
-            floor = ratios["sdk floor"]
-            ours = ratios["sampled out"] - 1
-            recording = ratios["spans"] - ratios["sampled out"]
-            print(
-                f"  {'sdk floor':<14} {medians['sdk floor'] * 1e6:8.0f} µs   "
-                f"x{floor:.3f} of off (the SDK making these spans alone)"
-            )
-            print(
-                f"  our code, no span recorded (sampled out - off): {ours * 100:+.1f}% of the turn"
-            )
-            print(
-                f"  recording the spans (spans - sampled out): {recording * 100:+.1f}%, "
-                f"of which the sdk floor {floor * 100:.1f}%"
-            )
-            increment = ratios["spans"] - 1 - floor
-            print(
-                f"  above the sdk floor (spans - off - sdk floor; our code, and the SDK "
-                f"costing more inside a turn than on warm caches): {increment * 100:+.1f}% "
-                f"({(medians['spans'] - off - medians['sdk floor']) * 1e6:+.0f} µs)"
-            )
-            print(
-                f"  extra absent (child process, not interleaved): "
+                f"  extra absent (child process, not interleaved, wall clock): "
                 f"{absent[str(with_tool)] * 1e6:.0f} µs"
             )
             print()

@@ -62,6 +62,9 @@ class TurnRunner:
             config.meter_provider,
             content=config.trace_content,
             name=config.name,
+            provider=config.provider.name.split("/", 1)[0],  # "openai/gpt-4o" -> "openai"
+            model=config.model_name,
+            system=config.system,
         )
 
     def run(
@@ -118,14 +121,7 @@ class TurnRunner:
         kept = checkpoints.durable or resumed  # a checkpoint may exist
         trace = None  # started last: nothing between it and the try can leave it open
         if self.telemetry is not None:
-            trace = self.telemetry.turn(
-                state,
-                resumed=resumed,
-                fence=checkpoints.fence,
-                provider=c.provider.name.split("/", 1)[0],  # "openai/gpt-4o" -> "openai"
-                model=c.model_name,
-                system=c.system,
-            )
+            trace = self.telemetry.turn(state, resumed=resumed, fence=checkpoints.fence)
         config.trace = trace
         try:
             result = Turn(state, config).run()
@@ -140,7 +136,7 @@ class TurnRunner:
             if trace is not None:
                 trace.end(error=exc)
             if self.telemetry is not None:
-                self.telemetry.lease_lost(c.provider.name.split("/", 1)[0])
+                self.telemetry.lease_lost()
             settle(inbox, None, exc, requeue)
             raise
         except BaseException as exc:

@@ -19,36 +19,57 @@ process, continues that trace and links to the original span.
 from __future__ import annotations
 
 import json
-import re
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from ._trace_context import TRACE_FIELD, Otel, restore, traceparent
 from .messages import Message, ToolCall, Usage
 
 __all__ = ["ChatTrace", "Telemetry", "TurnTrace"]
 
-#: The checkpoint field holding a turn's trace context (unknown fields round-trip,
-#: so a release without tracing keeps it).
-TRACE_FIELD = "trace"
-#: A W3C traceparent of version 00: trace id, parent span id, flags, in lowercase hex.
-_TRACEPARENT = re.compile(r"00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})")
-
 
 class Telemetry:
-    """An agent's tracer and instruments, made once by ``build``."""
+    """An agent's tracer and instruments, made once by ``build``.
+
+    What is the same for every turn of the agent is made here, once: span names, the
+    attributes every ``invoke_agent`` and ``chat`` span starts with, metric attribute
+    sets. A turn adds only what is its own (ids, attempt, fence), and does nothing more
+    than start its span when the sampler drops it.
+    """
 
     def __init__(
-        self, otel: Any, tracer: Any, meter: Any, *, content: bool, name: str | None
+        self,
+        otel: Any,
+        tracer: Any,
+        meter: Any,
+        *,
+        content: bool,
+        name: str | None,
+        provider: str = "",
+        model: str | None = None,
+        system: str | None = None,
     ) -> None:
         self.otel = otel  # the opentelemetry modules this needs, imported once
         self.tracer = tracer
         self.content = content
         self.agent_name = name
+        self.system = system
         self.token_usage = self.duration = self.resumed = self.leases_lost = None
-        #: a model call's metric attribute sets by (provider, model, response model, error)
-        self.metric_attributes: dict[tuple[Any, ...], tuple[dict[str, Any], ...]] = {}
+        #: the provider attribute of the resumed and lost-lease counters
+        self.counted = {"gen_ai.provider.name": provider}
+        self.turn_name = f"invoke_agent {name}" if name else "invoke_agent"
+        #: what every ``invoke_agent`` span starts with; a turn adds its own
+        self.turn_attributes: dict[str, Any] = {
+            "gen_ai.operation.name": "invoke_agent",
+            "gen_ai.provider.name": provider,
+        }
+        if name is not None:
+            self.turn_attributes["gen_ai.agent.name"] = name
+        if model is not None:
+            self.turn_attributes["gen_ai.request.model"] = model
+        self.calls = ModelCalls(provider, model)
         if meter is not None:
             self.token_usage = meter.create_histogram(
                 "gen_ai.client.token.usage", unit="{token}", description="Tokens per model call"
@@ -71,9 +92,13 @@ class Telemetry:
         *,
         content: bool = False,
         name: str | None = None,
+        provider: str = "",
+        model: str | None = None,
+        system: str | None = None,
     ) -> Telemetry | None:
         """The agent's telemetry; ``None`` when nothing would be recorded.
 
+        ``provider`` (``gen_ai.provider.name``), ``model`` and ``system`` are the agent's.
         With no provider given and ``opentelemetry`` not imported yet, no global one
         can have been set: ``None`` without importing it.
         """
@@ -106,32 +131,30 @@ class Telemetry:
             meter = mp.get_meter("lousho_sessions", version)
         if tracer is None and meter is None:
             return None
-        otel = _Otel(context, trace)
-        return cls(otel, tracer, meter, content=content, name=name)
+        otel = Otel(context, trace)
+        return cls(
+            otel, tracer, meter, content=content, name=name, provider=provider, model=model,
+            system=system,
+        )  # fmt: skip
 
-    def turn(
-        self,
-        state: Any,
-        *,
-        resumed: bool,
-        fence: int | None,
-        provider: str,
-        model: str | None,
-        system: str | None,
-    ) -> TurnTrace:
+    def turn(self, state: Any, *, resumed: bool, fence: int | None) -> TurnTrace:
         """Start tracing one run of ``state``'s turn (a ``TurnState``)."""
         if resumed and self.resumed is not None:
-            self.resumed.add(1, {"gen_ai.provider.name": provider})
-        return TurnTrace(self, state, resumed, fence, provider, model, system)
+            self.resumed.add(1, self.counted)
+        return TurnTrace(self, state, resumed, fence)
 
     def compaction(self, messages: Any, *, provider: str, model: str | None) -> ChatTrace | None:
         """A compaction's model call: a ``chat`` span (``lousho.operation = compaction``)
         under the current span, as compaction runs before a turn; measured as any call."""
-        return _Compaction(self, provider, model).chat(messages)
+        if self.tracer is None and self.duration is None:
+            return None
+        calls = ModelCalls(provider, model, {"lousho.operation": "compaction"})
+        # no context: the current one; no system: the agent's is not what this call sends
+        return ChatTrace(self, calls, None, None, self.tracer is not None, messages)
 
-    def lease_lost(self, provider: str) -> None:
+    def lease_lost(self) -> None:
         if self.leases_lost is not None:
-            self.leases_lost.add(1, {"gen_ai.provider.name": provider})
+            self.leases_lost.add(1, self.counted)
 
 
 def _version() -> str | None:
@@ -143,107 +166,111 @@ def _version() -> str | None:
         return None
 
 
-class _Otel:
-    """The parts of the API the spans use, looked up once per agent."""
+class ModelCalls:
+    """What the ``chat`` spans and measurements of one provider and model share."""
 
-    __slots__ = (
-        "Link", "NonRecordingSpan", "SpanContext", "Status", "TraceFlags", "TraceState",
-        "attach", "client", "detach", "error", "in_context", "internal",
-    )  # fmt: skip
+    __slots__ = ("attributes", "measured", "model", "name", "provider")
 
-    def __init__(self, context: Any, trace: Any) -> None:
-        self.attach, self.detach = context.attach, context.detach
-        self.in_context = trace.set_span_in_context
-        self.Link, self.NonRecordingSpan = trace.Link, trace.NonRecordingSpan
-        self.SpanContext, self.TraceFlags, self.TraceState = (
-            trace.SpanContext,
-            trace.TraceFlags,
-            trace.TraceState,
-        )
-        self.Status, self.error = trace.Status, trace.StatusCode.ERROR
-        self.internal, self.client = trace.SpanKind.INTERNAL, trace.SpanKind.CLIENT
+    def __init__(
+        self, provider: str, model: str | None, more: Mapping[str, Any] | None = None
+    ) -> None:
+        self.provider, self.model = provider, model
+        self.name = f"chat {model or provider}"
+        #: what every ``chat`` span starts with (given to the SDK as is: it copies it)
+        attributes: dict[str, Any] = {
+            "gen_ai.operation.name": "chat",
+            "gen_ai.provider.name": provider,
+        }
+        if more:
+            attributes.update(more)
+        if model:
+            attributes["gen_ai.request.model"] = model
+        self.attributes = attributes
+        #: metric attribute sets by (response model, error type), made once each
+        self.measured: dict[tuple[str | None, str | None], tuple[dict[str, Any], ...]] = {}
 
 
 class TurnTrace:
     """The span of one run of a turn, and the spans of its model calls and tools."""
 
-    #: more attributes of each ``chat`` span
-    chat_attributes: Mapping[str, Any] = {}
+    __slots__ = ("_token", "chats", "context", "recording", "span", "telemetry")
 
-    def __init__(
-        self,
-        telemetry: Telemetry,
-        state: Any,
-        resumed: bool,
-        fence: int | None,
-        provider: str,
-        model: str | None,
-        system: str | None,
-    ) -> None:
+    def __init__(self, telemetry: Telemetry, state: Any, resumed: bool, fence: int | None) -> None:
         self.telemetry = telemetry
-        self.provider = provider
-        self.model = model
-        self.system = system
         self.span: Any = None
         self.context: Any = None
         #: the turn's span records (is sampled): only then are its children made
         self.recording = False
         self._token: object = None
-        otel, tracer = telemetry.otel, telemetry.tracer
+        tracer = telemetry.tracer
+        #: whether ``chat`` makes a ``ChatTrace``: something is recorded or measured
+        self.chats = telemetry.duration is not None
         if tracer is None:
             return
-        saved = state.extra.get(TRACE_FIELD) if resumed else None
-        original = _restore(otel, saved) if isinstance(saved, Mapping) else None
-        attempt = 1
-        if original is not None and isinstance(saved, Mapping):
-            before = saved.get("attempt")  # a checkpoint is data: trust nothing in it
-            attempt = before + 1 if type(before) is int and before > 0 else 2
-        name = telemetry.agent_name
-        attributes: dict[str, Any] = {
-            "gen_ai.operation.name": "invoke_agent",
-            "gen_ai.provider.name": provider,
+        otel = telemetry.otel
+        attributes = {  # one dict, made at once
+            **telemetry.turn_attributes,
             "lousho.run.id": state.run_id,
-            "lousho.turn.attempt": attempt,
+            "lousho.turn.attempt": 1,
             "lousho.turn.resumed": resumed,
+            "gen_ai.conversation.id": state.session_id,
+            "lousho.turn.id": state.turn_id,
+            "lousho.lease.fence": fence,
         }
-        if name is not None:
-            attributes["gen_ai.agent.name"] = name
-        if state.session_id is not None:
-            attributes["gen_ai.conversation.id"] = state.session_id
-        if model is not None:
-            attributes["gen_ai.request.model"] = model
-        if state.turn_id is not None:
-            attributes["lousho.turn.id"] = state.turn_id
-        if fence is not None:
-            attributes["lousho.lease.fence"] = fence
+        if state.session_id is None or state.turn_id is None or fence is None:
+            attributes = {k: v for k, v in attributes.items() if v is not None}
+        # the caller's context, looked up once (not by each API call given None)
+        current = otel.current()
         if resumed:
-            attributes["lousho.turn.resumed_step"] = state.steps
-        parent = None
-        links: tuple[Any, ...] = ()
-        if original is not None:
-            # the same trace as the run that started the turn, and a link to its span
-            parent = otel.in_context(otel.NonRecordingSpan(original))
-            links = (otel.Link(original, {"lousho.link": "resumed"}),)
-        span = self.span = tracer.start_span(
-            f"invoke_agent {name}" if name else "invoke_agent",
-            context=parent,
+            span = self._resume(telemetry, state, attributes)
+        else:  # this run starts the turn: its context goes in the checkpoint
+            span = tracer.start_span(
+                telemetry.turn_name, context=current, kind=otel.internal, attributes=attributes
+            )
+            state.extra[TRACE_FIELD] = traceparent(span.get_span_context(), 1)
+        self.span = span
+        # current even when not recording: spans made under it (an instrumented HTTP
+        # client's) follow the sampler's decision instead of starting traces of their own
+        self.context = otel.in_context(span, current)
+        self._token = otel.attach(self.context)
+        if span.is_recording():
+            self.recording = self.chats = True
+
+    @staticmethod
+    def _resume(telemetry: Telemetry, state: Any, attributes: dict[str, Any]) -> Any:
+        """The span of a run that resumes a turn: in the trace its checkpoint names, a
+        child of and linked to the span of the run that started it (else a new trace)."""
+        otel, tracer = telemetry.otel, telemetry.tracer
+        attributes["lousho.turn.resumed_step"] = state.steps
+        saved = state.extra.get(TRACE_FIELD)
+        original = restore(otel, saved) if isinstance(saved, Mapping) else None
+        if original is None or not isinstance(saved, Mapping):
+            span = tracer.start_span(
+                telemetry.turn_name, context=None, kind=otel.internal, attributes=attributes
+            )
+            state.extra[TRACE_FIELD] = traceparent(span.get_span_context(), 1)
+            return span
+        before = saved.get("attempt")  # a checkpoint is data: trust nothing in it
+        attempt = before + 1 if type(before) is int and before > 0 else 2
+        attributes["lousho.turn.attempt"] = attempt
+        span = tracer.start_span(
+            telemetry.turn_name,
+            context=otel.in_context(otel.NonRecordingSpan(original)),
             kind=otel.internal,
             attributes=attributes,
-            links=links,
+            links=(otel.Link(original, {"lousho.link": "resumed"}),),
         )
-        if original is None:  # this run started the turn: its context goes in the checkpoint
-            state.extra[TRACE_FIELD] = _traceparent(span.get_span_context(), attempt)
-        elif isinstance(saved, Mapping):
-            state.extra[TRACE_FIELD] = {**saved, "attempt": attempt}
-        self.context = otel.in_context(span)
-        self._token = otel.attach(self.context)
-        self.recording = span.is_recording()
+        state.extra[TRACE_FIELD] = {**saved, "attempt": attempt}
+        return span
 
     def chat(self, messages: Sequence[Message]) -> ChatTrace | None:
         """Start tracing one model call with ``messages`` sent; None: nothing to record."""
-        if not self.recording and self.telemetry.duration is None:
+        if not self.chats:
             return None
-        return ChatTrace(self, messages)
+        telemetry = self.telemetry
+        return ChatTrace(
+            telemetry, telemetry.calls, self.context, telemetry.system, self.recording, messages
+        )
 
     def tool(self, call: ToolCall, run: Callable[[], str]) -> Callable[[], str]:
         """``run`` (a tool's job) traced as ``execute_tool``, on whichever thread runs it."""
@@ -267,7 +294,7 @@ class TurnTrace:
                 kind=otel.internal,
                 attributes=attributes,
             )
-            token = otel.attach(otel.in_context(span))
+            token = otel.attach(otel.in_context(span, parent))
             try:
                 output = run()
             except BaseException as exc:
@@ -285,10 +312,11 @@ class TurnTrace:
 
     def end(self, result: Any = None, error: BaseException | None = None) -> None:
         """End the turn's span with its ``ExecutionResult``, or the error it raised."""
-        span, otel = self.span, self.telemetry.otel
+        span = self.span
         if span is None:
             return
-        recording, self.span, self.recording = self.recording, None, False
+        recording, self.span, self.recording, self.chats = self.recording, None, False, False
+        otel = self.telemetry.otel
         otel.detach(self._token)
         if not recording:
             pass
@@ -307,65 +335,58 @@ class TurnTrace:
         span.end()
 
 
-class _Compaction:
-    """What a ``ChatTrace`` reads of its turn, for a model call made outside any turn."""
-
-    __slots__ = ("context", "model", "provider", "recording", "system", "telemetry")
-    chat_attributes: Mapping[str, Any] = {"lousho.operation": "compaction"}
-
-    def __init__(self, telemetry: Telemetry, provider: str, model: str | None) -> None:
-        self.telemetry, self.provider, self.model = telemetry, provider, model
-        self.context = self.system = None  # the current context; not the agent's system
-        self.recording = telemetry.tracer is not None  # the span itself says if it samples
-
-    def chat(self, messages: Sequence[Message]) -> ChatTrace | None:
-        if not self.recording and self.telemetry.duration is None:
-            return None
-        return ChatTrace(self, messages)
+#: a response's ``usage`` when the provider reported none
+_NO_USAGE = Usage()
 
 
 class ChatTrace:
     """One model call: its span and its measurements."""
 
-    __slots__ = ("_token", "span", "started", "turn")
+    __slots__ = ("_token", "calls", "span", "started", "telemetry")
 
-    def __init__(self, turn: TurnTrace | _Compaction, messages: Sequence[Message]) -> None:
-        self.turn = turn
-        telemetry = turn.telemetry
+    def __init__(
+        self,
+        telemetry: Telemetry,
+        calls: ModelCalls,
+        context: Any,
+        system: str | None,
+        recording: bool,
+        messages: Sequence[Message],
+    ) -> None:
+        self.telemetry, self.calls = telemetry, calls
         self.started = time.perf_counter() if telemetry.duration is not None else 0.0
         self.span: Any = None
         self._token: object = None
-        if not turn.recording:
+        if not recording:
             return
         otel = telemetry.otel
-        attributes: dict[str, Any] = {
-            "gen_ai.operation.name": "chat",
-            "gen_ai.provider.name": turn.provider,
-            **turn.chat_attributes,
-        }
-        if turn.model:
-            attributes["gen_ai.request.model"] = turn.model
+        attributes = calls.attributes  # the SDK copies what it is given
         if telemetry.content:
-            attributes["gen_ai.input.messages"] = _json([_gen_ai_message(m) for m in messages])
-            if turn.system:
+            attributes = {
+                **attributes,
+                "gen_ai.input.messages": _json([_gen_ai_message(m) for m in messages]),
+            }
+            if system:
                 attributes["gen_ai.system_instructions"] = _json(
-                    [{"type": "text", "content": turn.system}]
+                    [{"type": "text", "content": system}]
                 )
         span = self.span = telemetry.tracer.start_span(
-            f"chat {turn.model or turn.provider}",
-            context=turn.context,
-            kind=otel.client,
-            attributes=attributes,
+            calls.name, context=context, kind=otel.client, attributes=attributes
         )
-        self._token = otel.attach(otel.in_context(span))
+        # made current in the turn's context (which is current: this saves looking it up)
+        self._token = otel.attach(otel.in_context(span, context))
 
     def end(self, response: Any = None, error: BaseException | None = None) -> None:
         """End the call: its ``ModelResponse`` (``None``: dropped, steered), or its error."""
-        telemetry, span = self.turn.telemetry, self.span
+        telemetry, span = self.telemetry, self.span
         usage: Usage | None = None
         if response is not None:
             usage = response.usage
-            if usage == Usage() and response.message.usage is not None:
+            # Usage() (none reported): its fields, not attrs' __eq__, which is a call
+            if (
+                not (usage.input_tokens or usage.output_tokens or usage.cost_usd)
+                and response.message.usage is not None
+            ):
                 usage = response.message.usage
         if telemetry.duration is not None:
             self._measure(response, usage, error)
@@ -378,7 +399,7 @@ class ChatTrace:
         elif response is None:
             span.set_attribute("lousho.steered", True)
         else:
-            usage = usage or Usage()
+            usage = usage or _NO_USAGE
             attributes: dict[str, Any] = {
                 "gen_ai.response.finish_reasons": (response.finish_reason,),
                 "gen_ai.usage.input_tokens": usage.input_tokens,
@@ -399,18 +420,16 @@ class ChatTrace:
         span.end()
 
     def _measure(self, response: Any, usage: Usage | None, error: BaseException | None) -> None:
-        telemetry, turn = self.turn.telemetry, self.turn
+        telemetry, calls = self.telemetry, self.calls
         key = (
-            turn.provider,
-            turn.model,
             response.model if response is not None else None,
             _error_type(error) if error is not None else None,
         )
-        sets = telemetry.metric_attributes.get(key)
+        sets = calls.measured.get(key)
         if sets is None:
-            sets = _metric_attributes(*key)
-            if len(telemetry.metric_attributes) < 256:  # a bound, whatever the provider says
-                telemetry.metric_attributes[key] = sets
+            sets = _metric_attributes(calls.provider, calls.model, *key)
+            if len(calls.measured) < 256:  # a bound, whatever the provider says
+                calls.measured[key] = sets
         assert telemetry.duration is not None and telemetry.token_usage is not None
         telemetry.duration.record(time.perf_counter() - self.started, sets[0])
         if usage is not None:
@@ -435,30 +454,6 @@ def _metric_attributes(
         {**attributes, "gen_ai.token.type": "input"},
         {**attributes, "gen_ai.token.type": "output"},
     )
-
-
-def _traceparent(context: Any, attempt: int) -> dict[str, Any]:
-    """A span context as the W3C trace context headers say it, and the run's attempt."""
-    ids = f"{context.trace_id:032x}-{context.span_id:016x}-{context.trace_flags:02x}"
-    saved: dict[str, Any] = {"traceparent": f"00-{ids}", "attempt": attempt}
-    state = context.trace_state
-    if state:
-        saved["tracestate"] = state.to_header()
-    return saved
-
-
-def _restore(otel: Any, saved: Mapping[str, Any]) -> Any:
-    """The span context kept in a checkpoint; None if there is none or it is unreadable."""
-    found = _TRACEPARENT.fullmatch(str(saved.get("traceparent") or ""))
-    if found is None:
-        return None
-    trace_id, span_id, flags = (int(part, 16) for part in found.groups())
-    header = saved.get("tracestate")
-    state = otel.TraceState.from_header([header]) if isinstance(header, str) and header else None
-    context = otel.SpanContext(
-        trace_id, span_id, is_remote=True, trace_flags=otel.TraceFlags(flags), trace_state=state
-    )
-    return context if context.is_valid else None
 
 
 def _fail(otel: Any, span: Any, error: BaseException) -> None:

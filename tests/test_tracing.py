@@ -126,6 +126,36 @@ def test_a_plain_turn_is_one_agent_span_and_one_chat_span(otel: Otel) -> None:
     assert duration.count == 1 and "error.type" not in duration.attributes
 
 
+def test_turns_share_the_agents_span_attributes_and_keep_their_own(
+    otel: Otel, caplog: pytest.LogCaptureFixture
+) -> None:
+    """What every span of the agent starts with is made once and shared: each span
+    still has only its own values, and a turn without a session or fence gives the
+    SDK no empty attribute (it would log each one it drops)."""
+    answers = iter([Usage(1, 2), Usage(5, 6)])
+
+    def model(request: ModelRequest) -> Message:
+        return Message.assistant("ok", usage=next(answers))
+
+    agent = otel.agent(provider=FunctionProvider(model), model="m1")
+    with caplog.at_level("WARNING", logger="opentelemetry"):
+        agent.send("one")  # no session: no conversation id, no lease
+        agent.session("s-shared").send("two")
+    assert [r.getMessage() for r in caplog.records if r.name.startswith("opentelemetry")] == []
+    lone, durable = (attrs_of(s) for s in otel.named("invoke_agent"))
+    assert not {"gen_ai.conversation.id", "lousho.lease.fence"} & set(lone)
+    assert lone["gen_ai.request.model"] == durable["gen_ai.request.model"] == "m1"
+    assert durable["gen_ai.conversation.id"] == "s-shared" and "lousho.turn.id" in durable
+    assert lone["lousho.run.id"] != durable["lousho.run.id"]
+    first, second = (attrs_of(s) for s in otel.named("chat"))
+    assert (first["gen_ai.usage.input_tokens"], second["gen_ai.usage.input_tokens"]) == (1, 5)
+    assert {k: v for k, v in first.items() if "usage" not in k} == {
+        k: v for k, v in second.items() if "usage" not in k
+    }
+    assert first["gen_ai.request.model"] == "m1" and "lousho.operation" not in first
+    agent.close()
+
+
 def test_a_compactions_model_call_is_a_chat_span_of_its_own(otel: Otel) -> None:
     def model(request: ModelRequest) -> Message:
         if request.system and "summar" in request.system.lower():
@@ -473,7 +503,7 @@ def test_a_golden_v1_checkpoint_resumes_with_or_without_a_trace_field(
 def _otel_helper() -> Any:
     from opentelemetry import context, trace
 
-    from lousho_sessions._telemetry import _Otel
+    from lousho_sessions._trace_context import Otel as _Otel
 
     return _Otel(context, trace)
 
@@ -488,7 +518,8 @@ def test_a_span_context_round_trips_through_the_checkpoint_field(
 ) -> None:
     from opentelemetry.trace import SpanContext, TraceFlags
 
-    from lousho_sessions._telemetry import _restore, _traceparent
+    from lousho_sessions._trace_context import restore as _restore
+    from lousho_sessions._trace_context import traceparent as _traceparent
 
     context = SpanContext(trace_id, span_id, False, TraceFlags(flags))
     saved = json.loads(json.dumps(_traceparent(context, 3)))
@@ -511,7 +542,7 @@ def test_a_span_context_round_trips_through_the_checkpoint_field(
 )
 def test_a_damaged_trace_field_never_stops_a_resume(saved: dict[str, Any]) -> None:
     """Whatever a checkpoint's ``trace`` holds, reading it gives a span context or None."""
-    from lousho_sessions._telemetry import _restore
+    from lousho_sessions._trace_context import restore as _restore
 
     found = _restore(_otel_helper(), saved)
     assert found is None or (found.is_valid and 0 < found.trace_id < 2**128 and found.span_id > 0)
