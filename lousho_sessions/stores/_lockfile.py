@@ -61,12 +61,14 @@ _FENCE_WIDTH = 24
 # interact with ``flock`` on a local file system and belong to the open file (so
 # they work between threads too). The ticket counter lives at ``_TICKET_AT``
 # (after the fence, which is read from the first 32 bytes), guarded by a lock on
-# the byte ``_TICKET_GUARD``; ticket ``t`` is the byte ``_LINE_AT + t``.
+# the byte ``_TICKET_GUARD``; ticket ``t`` is the byte ``_LINE_AT + t``, and while its
+# holder is still in line, the byte ``_WAITING_AT + t`` too.
 _LINE = sys.platform == "linux" and hasattr(fcntl, "F_OFD_SETLKW")
 _TICKET_GUARD = 48
 _TICKET_AT = 64
 _TICKET_SIZE = 20
 _LINE_AT = 1 << 40
+_WAITING_AT = 1 << 41
 
 
 class LockTimeout(Exception):
@@ -130,12 +132,28 @@ def _range(fd: int, kind: int, start: int, wait: bool) -> None:
     fcntl.fcntl(fd, command, struct.pack("hhqqi4x", kind, os.SEEK_SET, start, 1, 0))
 
 
-def _wait_in_line(fd: int) -> None:
+def _range_free(fd: int, start: int) -> bool:
+    """Lock the byte ``start`` without waiting; whether it was free (then it is held)."""
+    try:
+        _range(fd, fcntl.F_WRLCK, start, False)
+    except OSError as exc:
+        if exc.errno in (errno.EAGAIN, errno.EACCES):
+            return False
+        raise
+    return True
+
+
+def _wait_in_line(fd: int, when_next: Callable[[], None] | None = None) -> None:
     """Take a ticket on ``fd``'s lock file and return once every earlier ticket holder
     has let go of the file (holds its own ticket until ``fd`` is closed).
 
     Only the order is decided here: the ``flock`` taken next still excludes. A holder
     that dies frees its ticket with its descriptors, so the line never stalls on it.
+
+    ``when_next`` is called when the waiter just before this one has left the line (it
+    holds the lock, or is about to): work done there overlaps that holder's turn instead
+    of following it. Not called when the line was empty. A waiter marks that it is still
+    in line with a second byte, ``_WAITING_AT + ticket``, let go once it is through.
     """
     _range(fd, fcntl.F_WRLCK, _TICKET_GUARD, True)
     try:
@@ -143,20 +161,36 @@ def _wait_in_line(fd: int) -> None:
         ticket = int(raw) if raw.isdigit() else 0
         os.pwrite(fd, str(ticket + 1).ljust(_TICKET_SIZE).encode("ascii"), _TICKET_AT)
         _range(fd, fcntl.F_WRLCK, _LINE_AT + ticket, False)
+        before = _LINE_AT + ticket - 1
+        waiting = ticket > 0 and not _range_free(fd, before)
+        if waiting:
+            _range(fd, fcntl.F_WRLCK, _WAITING_AT + ticket, False)
     finally:
         _range(fd, fcntl.F_UNLCK, _TICKET_GUARD, False)
-    if ticket > 0:  # wait for the one before (who waited for the one before it)
-        _range(fd, fcntl.F_WRLCK, _LINE_AT + ticket - 1, True)
-        _range(fd, fcntl.F_UNLCK, _LINE_AT + ticket - 1, False)
+    if ticket == 0:
+        return
+    if waiting:  # wait for the one before (who waited for the one before it)
+        if when_next is not None:
+            _range(fd, fcntl.F_WRLCK, _WAITING_AT + ticket - 1, True)
+            _range(fd, fcntl.F_UNLCK, _WAITING_AT + ticket - 1, False)
+            when_next()
+        _range(fd, fcntl.F_WRLCK, before, True)
+        _range(fd, fcntl.F_UNLCK, _WAITING_AT + ticket, False)
+    _range(fd, fcntl.F_UNLCK, before, False)  # the next ticket waits on it no more
 
 
 def _acquire(
-    path: Path, timeout: float | None, mode: int, make_parent: Callable[[], None] | None = None
+    path: Path,
+    timeout: float | None,
+    mode: int,
+    make_parent: Callable[[], None] | None = None,
+    when_next: Callable[[], None] | None = None,
 ) -> int:
     """An fd holding the lock on the file now at ``path``; ``LockTimeout`` after ``timeout``.
 
-    Without a timeout, waiters are served in the order they came (``_wait_in_line``)
-    where the platform has open-file-description locks; with one, they poll."""
+    Without a timeout, waiters are served in the order they came (``_wait_in_line``, which
+    calls ``when_next``) where the platform has open-file-description locks; with one,
+    they poll."""
     deadline = None if timeout is None else time.monotonic() + max(timeout, 0.0)
     delay = _POLL_MIN
     while True:
@@ -164,7 +198,7 @@ def _acquire(
         try:
             if timeout is None:
                 if _LINE:  # even when free now: a turn just ended must not jump the line
-                    _wait_in_line(fd)
+                    _wait_in_line(fd, when_next)
                 fcntl.flock(fd, fcntl.LOCK_EX)
                 locked = True
             else:
@@ -215,11 +249,14 @@ def acquire_fenced(
     *,
     mode: int = LOCK_FILE_MODE,
     make_parent: Callable[[], None] | None = None,
+    when_next: Callable[[], None] | None = None,
 ) -> tuple[Callable[[], None], int]:
     """``acquire``, then write a fence newer than the one the file holds into it.
 
     Returns the release function and the fence. ``make_parent`` creates the lock
-    file's directory when opening finds it missing.
+    file's directory when opening finds it missing. ``when_next`` is called once while
+    waiting, when this waiter is next in line behind a holder (blocking waits only, where
+    waiters queue: see ``_wait_in_line``); what it raises ends the wait.
     """
     if fcntl is None:  # pragma: no cover - Windows
         if make_parent is not None:
@@ -231,7 +268,7 @@ def acquire_fenced(
             release()
             raise
         return release, fence
-    fd = _acquire(path, timeout, mode, make_parent)
+    fd = _acquire(path, timeout, mode, make_parent, when_next)
     try:
         fence = next_fence(_parse_fence(path, os.pread(fd, _FENCE_WIDTH + 8, 0)))
         os.pwrite(fd, str(fence).ljust(_FENCE_WIDTH).encode("ascii"), 0)

@@ -21,9 +21,10 @@ import time
 from collections.abc import Sequence
 from datetime import timedelta
 
-from ..errors import StoreConflictError
+from ..errors import LoushoError, StoreConflictError
 from ..messages import Message
 from ..serde import messages_from_json_texts
+from ._sqlite_ahead import COUNTER_BITS, ReadAhead
 from ._sqlite_db import MIGRATIONS, SCHEMA_VERSION, SqliteDatabase
 from ._sqlite_records import (
     Part,
@@ -86,8 +87,9 @@ class SqliteStore(SqliteDatabase):
         self, path: str | os.PathLike[str], *, synchronous: str = "NORMAL", mode: int = 0o600
     ) -> None:
         super().__init__(path, synchronous=synchronous, mode=mode)
-        self.sessions = SqliteSessionStore(self)
         self.checkpoints = SqliteCheckpointStore(self)
+        self.sessions = SqliteSessionStore(self)
+        self._turns.when_next = self.sessions.read_ahead
         self.approvals = SqliteApprovalStore(self)
 
     def __repr__(self) -> str:
@@ -131,6 +133,8 @@ class SqliteSessionStore(Part, BaseSessionStore):
     def __init__(self, store: SqliteStore) -> None:
         super().__init__(store)
         self.lock_scope: LockScope = "process" if store.path == _MEMORY else "machine"
+        self._ahead = ReadAhead()
+        self._checkpoints = store.checkpoints
 
     def load(self, id: str) -> list[Message] | None:
         validate_session_id(id)
@@ -168,7 +172,8 @@ class SqliteSessionStore(Part, BaseSessionStore):
         ``LeaseLostError`` if ``fence`` is older than the session's newest."""
         rows = _rows(validate_session_id(id), messages, expected_length)
         with self.store.transaction() as conn:
-            self._append(conn, id, rows, expected_length, fence)
+            revision = self._append(conn, id, rows, expected_length, fence)
+        self._ahead.seen(id, revision, expected_length + len(rows))
 
     def append_and_delete(
         self,
@@ -191,6 +196,7 @@ class SqliteSessionStore(Part, BaseSessionStore):
         with self.store.transaction() as conn:
             revision = self._append(conn, id, rows, expected_length, fence)
             conn.executemany("DELETE FROM checkpoints WHERE turn_id = ?", keys)
+        self._ahead.seen(id, revision, expected_length + len(rows))
         return revision
 
     def _append(
@@ -224,20 +230,41 @@ class SqliteSessionStore(Part, BaseSessionStore):
         validate_session_id(id)
         if not isinstance(revision, int) or isinstance(revision, bool):
             return None
+        generation = revision >> _COUNTER_BITS
+        # messages read ahead while this turn waited in line: read only the rows after them
+        ahead, start = self._ahead.take(id, generation, length) or ([], length)
         with self.store.connection() as conn:
-            rows = conn.execute(  # one statement: one snapshot of the row and the messages
-                "SELECT s.revision, s.length, m.json FROM sessions s LEFT JOIN messages m "
-                "ON m.session_id = s.id AND m.seq >= ? WHERE s.id = ? ORDER BY m.seq",
-                (length, id),
-            ).fetchall()
-        if not rows or rows[0][0] >> _COUNTER_BITS != revision >> _COUNTER_BITS:
-            return None
-        if rows[0][1] < length:
+            rows = conn.execute(_SINCE, (start, id)).fetchall()
+        if not rows or rows[0][0] >> _COUNTER_BITS != generation or rows[0][1] < start:
             return None
         texts = [row[2] for row in rows if row[2] is not None]
-        if len(texts) != rows[0][1] - length:
+        if len(texts) != rows[0][1] - start:
             return None
-        return messages_from_json_texts(texts, source=f"{self.store.path}: session {id!r}")
+        added = messages_from_json_texts(texts, source=f"{self.store.path}: session {id!r}")
+        self._ahead.seen(id, rows[0][0], rows[0][1])
+        return ahead + added if ahead else added
+
+    def read_ahead(self, id: str) -> None:
+        """Read and decode the messages ``id`` gained since this store last served it, for
+        ``load_since`` to use (called while a turn on ``id`` waits next in line). A failure
+        is left for the reads under the lock to meet."""
+        end = self._ahead.end(id)
+        if end is None:
+            return
+        generation, start = end
+        try:
+            with self.store.connection() as conn:
+                rows = conn.execute(_SINCE, (start, id)).fetchall()
+            if not rows or rows[0][0] >> _COUNTER_BITS != generation or rows[0][1] <= start:
+                return
+            texts = [row[2] for row in rows if row[2] is not None]
+            if len(texts) != rows[0][1] - start:
+                return
+            messages = messages_from_json_texts(texts, source=f"{self.store.path}: session {id!r}")
+        except LoushoError as exc:
+            log.debug("session %r: reading ahead failed: %s", id, exc)
+            return
+        self._ahead.keep(id, generation, start, messages)
 
     def delete(self, id: str) -> None:
         """Delete the transcript and its turn lock file (unless a turn holds it right now;
@@ -269,8 +296,22 @@ class SqliteSessionStore(Part, BaseSessionStore):
         return None if row is None else SessionInfo(id, int(row[0]), float(row[1]))
 
     def turn_lock(self, id: str, *, timeout: float | None = None) -> Lease:
-        """Hold session ``id`` for a turn; see ``SqliteStore.turn_lock``."""
-        return self.store.turn_lock(id, timeout=timeout)
+        """Hold session ``id`` for a turn; see ``SqliteStore.turn_lock``.
+
+        Once held, one statement reads the session's revision and whether a checkpoint of
+        it is stored, for the turn's first look (``Lease.start_revision``,
+        ``start_no_checkpoints``) instead of two reads after."""
+        lease = self.store.turn_lock(id, timeout=timeout)
+        try:
+            with self.store.connection() as conn:
+                revision, pending = conn.execute(_AT_START, (id, f"{id}.", f"{id}/")).fetchone()
+        except BaseException:
+            lease.release()
+            raise
+        lease.start_revision = (None if revision is None else int(revision),)
+        if not pending:
+            lease.start_no_checkpoints = self._checkpoints
+        return lease
 
     def turn_held(self, id: str) -> bool:
         """Whether a live turn holds ``id`` now; see ``SqliteStore.turn_lock``."""
@@ -293,9 +334,22 @@ def _rows(id: str, messages: Sequence[Message], start: int) -> list[tuple[str, i
 
 
 #: The low bits of a revision count appends; the high bits are the *generation*.
-_COUNTER_BITS = 32
+_COUNTER_BITS = COUNTER_BITS
 _COUNTER_MASK = (1 << _COUNTER_BITS) - 1
 
+
+#: the session's revision and length and its messages from a position on, in one snapshot
+_SINCE = (
+    "SELECT s.revision, s.length, m.json FROM sessions s LEFT JOIN messages m "
+    "ON m.session_id = s.id AND m.seq >= ? WHERE s.id = ? ORDER BY m.seq"
+)
+
+#: what a turn first looks at, read once its lock is held: the revision, and whether a
+#: checkpoint of the session is stored (turn ids ``<id>.<...>``: from ``<id>.`` to ``<id>/``)
+_AT_START = (
+    "SELECT (SELECT revision FROM sessions WHERE id = ?1), "
+    "EXISTS (SELECT 1 FROM checkpoints WHERE turn_id >= ?2 AND turn_id < ?3)"
+)
 
 #: a fenced append's reads: the ``leases`` row's fence and the session's length and revision
 _FENCE_AND_ROW = (
