@@ -143,7 +143,7 @@ def _range_free(fd: int, start: int) -> bool:
     return True
 
 
-def _wait_in_line(fd: int, when_next: Callable[[], None] | None = None) -> None:
+def _wait_in_line(fd: int, when_next: Callable[[], None] | None = None) -> int | None:
     """Take a ticket on ``fd``'s lock file and return once every earlier ticket holder
     has let go of the file (holds its own ticket until ``fd`` is closed).
 
@@ -153,7 +153,9 @@ def _wait_in_line(fd: int, when_next: Callable[[], None] | None = None) -> None:
     ``when_next`` is called when the waiter just before this one has left the line (it
     holds the lock, or is about to): work done there overlaps that holder's turn instead
     of following it. Not called when the line was empty. A waiter marks that it is still
-    in line with a second byte, ``_WAITING_AT + ticket``, let go once it is through.
+    in line with a second byte, ``_WAITING_AT + ticket``; returned still held (or None),
+    for the caller to let go once it holds the lock (``_through``), so the next waiter's
+    ``when_next`` does not compete with this hand-off.
     """
     _range(fd, fcntl.F_WRLCK, _TICKET_GUARD, True)
     try:
@@ -168,15 +170,21 @@ def _wait_in_line(fd: int, when_next: Callable[[], None] | None = None) -> None:
     finally:
         _range(fd, fcntl.F_UNLCK, _TICKET_GUARD, False)
     if ticket == 0:
-        return
+        return None
     if waiting:  # wait for the one before (who waited for the one before it)
         if when_next is not None:
             _range(fd, fcntl.F_WRLCK, _WAITING_AT + ticket - 1, True)
             _range(fd, fcntl.F_UNLCK, _WAITING_AT + ticket - 1, False)
             when_next()
         _range(fd, fcntl.F_WRLCK, before, True)
-        _range(fd, fcntl.F_UNLCK, _WAITING_AT + ticket, False)
     _range(fd, fcntl.F_UNLCK, before, False)  # the next ticket waits on it no more
+    return _WAITING_AT + ticket if waiting else None
+
+
+def _through(fd: int, waiting: int | None) -> None:
+    """Let go of the byte that said this waiter was still in line (``_wait_in_line``)."""
+    if waiting is not None:
+        _range(fd, fcntl.F_UNLCK, waiting, False)
 
 
 def _acquire(
@@ -185,8 +193,9 @@ def _acquire(
     mode: int,
     make_parent: Callable[[], None] | None = None,
     when_next: Callable[[], None] | None = None,
-) -> int:
-    """An fd holding the lock on the file now at ``path``; ``LockTimeout`` after ``timeout``.
+) -> tuple[int, int | None]:
+    """An fd holding the lock on the file now at ``path``, and the byte to pass to
+    ``_through`` once the caller is ready; ``LockTimeout`` after ``timeout``.
 
     Without a timeout, waiters are served in the order they came (``_wait_in_line``, which
     calls ``when_next``) where the platform has open-file-description locks; with one,
@@ -195,16 +204,17 @@ def _acquire(
     delay = _POLL_MIN
     while True:
         fd = _open_or_make_parent(path, mode, make_parent)
+        waiting = None
         try:
             if timeout is None:
                 if _LINE:  # even when free now: a turn just ended must not jump the line
-                    _wait_in_line(fd, when_next)
+                    waiting = _wait_in_line(fd, when_next)
                 fcntl.flock(fd, fcntl.LOCK_EX)
                 locked = True
             else:
                 locked = _try_lock(fd)
             if locked and _still_linked(fd, path):
-                return fd
+                return fd, waiting
         except BaseException:
             os.close(fd)
             raise
@@ -239,7 +249,12 @@ def acquire(
         except Timeout as exc:
             raise LockTimeout(str(path)) from exc
         return lambda: lock.release()
-    fd = _acquire(path, timeout, mode, make_parent)
+    fd, waiting = _acquire(path, timeout, mode, make_parent)
+    try:
+        _through(fd, waiting)
+    except BaseException:
+        os.close(fd)
+        raise
     return lambda: os.close(fd)  # closing the last descriptor releases the flock
 
 
@@ -268,10 +283,11 @@ def acquire_fenced(
             release()
             raise
         return release, fence
-    fd = _acquire(path, timeout, mode, make_parent, when_next)
+    fd, waiting = _acquire(path, timeout, mode, make_parent, when_next)
     try:
         fence = next_fence(_parse_fence(path, os.pread(fd, _FENCE_WIDTH + 8, 0)))
         os.pwrite(fd, str(fence).ljust(_FENCE_WIDTH).encode("ascii"), 0)
+        _through(fd, waiting)  # the fence is written: the next waiter may read ahead now
     except BaseException as exc:
         os.close(fd)
         if isinstance(exc, OSError):
