@@ -61,14 +61,12 @@ _FENCE_WIDTH = 24
 # interact with ``flock`` on a local file system and belong to the open file (so
 # they work between threads too). The ticket counter lives at ``_TICKET_AT``
 # (after the fence, which is read from the first 32 bytes), guarded by a lock on
-# the byte ``_TICKET_GUARD``; ticket ``t`` is the byte ``_LINE_AT + t``, and while its
-# holder is still in line, the byte ``_WAITING_AT + t`` too.
+# the byte ``_TICKET_GUARD``; ticket ``t`` is the byte ``_LINE_AT + t``.
 _LINE = sys.platform == "linux" and hasattr(fcntl, "F_OFD_SETLKW")
 _TICKET_GUARD = 48
 _TICKET_AT = 64
 _TICKET_SIZE = 20
 _LINE_AT = 1 << 40
-_WAITING_AT = 1 << 41
 
 
 class LockTimeout(Exception):
@@ -132,30 +130,12 @@ def _range(fd: int, kind: int, start: int, wait: bool) -> None:
     fcntl.fcntl(fd, command, struct.pack("hhqqi4x", kind, os.SEEK_SET, start, 1, 0))
 
 
-def _range_free(fd: int, start: int) -> bool:
-    """Lock the byte ``start`` without waiting; whether it was free (then it is held)."""
-    try:
-        _range(fd, fcntl.F_WRLCK, start, False)
-    except OSError as exc:
-        if exc.errno in (errno.EAGAIN, errno.EACCES):
-            return False
-        raise
-    return True
-
-
-def _wait_in_line(fd: int, when_next: Callable[[], None] | None = None) -> int | None:
+def _wait_in_line(fd: int) -> None:
     """Take a ticket on ``fd``'s lock file and return once every earlier ticket holder
     has let go of the file (holds its own ticket until ``fd`` is closed).
 
     Only the order is decided here: the ``flock`` taken next still excludes. A holder
     that dies frees its ticket with its descriptors, so the line never stalls on it.
-
-    ``when_next`` is called when the waiter just before this one has left the line (it
-    holds the lock, or is about to): work done there overlaps that holder's turn instead
-    of following it. Not called when the line was empty. A waiter marks that it is still
-    in line with a second byte, ``_WAITING_AT + ticket``; returned still held (or None),
-    for the caller to let go once it holds the lock (``_through``), so the next waiter's
-    ``when_next`` does not compete with this hand-off.
     """
     _range(fd, fcntl.F_WRLCK, _TICKET_GUARD, True)
     try:
@@ -163,58 +143,34 @@ def _wait_in_line(fd: int, when_next: Callable[[], None] | None = None) -> int |
         ticket = int(raw) if raw.isdigit() else 0
         os.pwrite(fd, str(ticket + 1).ljust(_TICKET_SIZE).encode("ascii"), _TICKET_AT)
         _range(fd, fcntl.F_WRLCK, _LINE_AT + ticket, False)
-        before = _LINE_AT + ticket - 1
-        waiting = ticket > 0 and not _range_free(fd, before)
-        if waiting:
-            _range(fd, fcntl.F_WRLCK, _WAITING_AT + ticket, False)
     finally:
         _range(fd, fcntl.F_UNLCK, _TICKET_GUARD, False)
-    if ticket == 0:
-        return None
-    if waiting:  # wait for the one before (who waited for the one before it)
-        if when_next is not None:
-            _range(fd, fcntl.F_WRLCK, _WAITING_AT + ticket - 1, True)
-            _range(fd, fcntl.F_UNLCK, _WAITING_AT + ticket - 1, False)
-            when_next()
-        _range(fd, fcntl.F_WRLCK, before, True)
-    _range(fd, fcntl.F_UNLCK, before, False)  # the next ticket waits on it no more
-    return _WAITING_AT + ticket if waiting else None
-
-
-def _through(fd: int, waiting: int | None) -> None:
-    """Let go of the byte that said this waiter was still in line (``_wait_in_line``)."""
-    if waiting is not None:
-        _range(fd, fcntl.F_UNLCK, waiting, False)
+    if ticket > 0:  # wait for the one before (who waited for the one before it)
+        _range(fd, fcntl.F_WRLCK, _LINE_AT + ticket - 1, True)
+        _range(fd, fcntl.F_UNLCK, _LINE_AT + ticket - 1, False)
 
 
 def _acquire(
-    path: Path,
-    timeout: float | None,
-    mode: int,
-    make_parent: Callable[[], None] | None = None,
-    when_next: Callable[[], None] | None = None,
-) -> tuple[int, int | None]:
-    """An fd holding the lock on the file now at ``path``, and the byte to pass to
-    ``_through`` once the caller is ready; ``LockTimeout`` after ``timeout``.
+    path: Path, timeout: float | None, mode: int, make_parent: Callable[[], None] | None = None
+) -> int:
+    """An fd holding the lock on the file now at ``path``; ``LockTimeout`` after ``timeout``.
 
-    Without a timeout, waiters are served in the order they came (``_wait_in_line``, which
-    calls ``when_next``) where the platform has open-file-description locks; with one,
-    they poll."""
+    Without a timeout, waiters are served in the order they came (``_wait_in_line``)
+    where the platform has open-file-description locks; with one, they poll."""
     deadline = None if timeout is None else time.monotonic() + max(timeout, 0.0)
     delay = _POLL_MIN
     while True:
         fd = _open_or_make_parent(path, mode, make_parent)
-        waiting = None
         try:
             if timeout is None:
                 if _LINE:  # even when free now: a turn just ended must not jump the line
-                    waiting = _wait_in_line(fd, when_next)
+                    _wait_in_line(fd)
                 fcntl.flock(fd, fcntl.LOCK_EX)
                 locked = True
             else:
                 locked = _try_lock(fd)
             if locked and _still_linked(fd, path):
-                return fd, waiting
+                return fd
         except BaseException:
             os.close(fd)
             raise
@@ -249,12 +205,7 @@ def acquire(
         except Timeout as exc:
             raise LockTimeout(str(path)) from exc
         return lambda: lock.release()
-    fd, waiting = _acquire(path, timeout, mode, make_parent)
-    try:
-        _through(fd, waiting)
-    except BaseException:
-        os.close(fd)
-        raise
+    fd = _acquire(path, timeout, mode, make_parent)
     return lambda: os.close(fd)  # closing the last descriptor releases the flock
 
 
@@ -264,14 +215,11 @@ def acquire_fenced(
     *,
     mode: int = LOCK_FILE_MODE,
     make_parent: Callable[[], None] | None = None,
-    when_next: Callable[[], None] | None = None,
 ) -> tuple[Callable[[], None], int]:
     """``acquire``, then write a fence newer than the one the file holds into it.
 
     Returns the release function and the fence. ``make_parent`` creates the lock
-    file's directory when opening finds it missing. ``when_next`` is called once while
-    waiting, when this waiter is next in line behind a holder (blocking waits only, where
-    waiters queue: see ``_wait_in_line``); what it raises ends the wait.
+    file's directory when opening finds it missing.
     """
     if fcntl is None:  # pragma: no cover - Windows
         if make_parent is not None:
@@ -283,11 +231,10 @@ def acquire_fenced(
             release()
             raise
         return release, fence
-    fd, waiting = _acquire(path, timeout, mode, make_parent, when_next)
+    fd = _acquire(path, timeout, mode, make_parent)
     try:
         fence = next_fence(_parse_fence(path, os.pread(fd, _FENCE_WIDTH + 8, 0)))
         os.pwrite(fd, str(fence).ljust(_FENCE_WIDTH).encode("ascii"), 0)
-        _through(fd, waiting)  # the fence is written: the next waiter may read ahead now
     except BaseException as exc:
         os.close(fd)
         if isinstance(exc, OSError):

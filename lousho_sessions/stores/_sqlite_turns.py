@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Callable
 from pathlib import Path
 
 from ..errors import SessionBusyError, StoreError
@@ -55,8 +54,6 @@ class SqliteTurns:
         self._held: dict[str, int] = {}
         self._held_lock = threading.Lock()
         self._paths: dict[str, Path] = {}
-        #: called with a session id while a turn on it waits next in line (``_lockfile``)
-        self.when_next: Callable[[str], None] | None = None
 
     def lock_path(self, id: str) -> Path:
         path = self._paths.get(id)
@@ -71,13 +68,9 @@ class SqliteTurns:
         if self.memory is not None:
             return self.memory.acquire(id, timeout)
         lock_path = self.lock_path(id)
-        when_next = self.when_next
         try:
             close, fence = _lockfile.acquire_fenced(
-                lock_path,
-                timeout,
-                make_parent=self._make_lock_dir,
-                when_next=None if when_next is None else lambda: when_next(id),
+                lock_path, timeout, make_parent=self._make_lock_dir
             )
         except _lockfile.LockTimeout as exc:
             raise SessionBusyError(

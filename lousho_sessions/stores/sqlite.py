@@ -21,10 +21,9 @@ import time
 from collections.abc import Sequence
 from datetime import timedelta
 
-from ..errors import LoushoError, StoreConflictError
+from ..errors import StoreConflictError
 from ..messages import Message
 from ..serde import messages_from_json_texts
-from ._sqlite_ahead import COUNTER_BITS, ReadAhead
 from ._sqlite_db import MIGRATIONS, SCHEMA_VERSION, SqliteDatabase
 from ._sqlite_records import (
     Part,
@@ -89,7 +88,6 @@ class SqliteStore(SqliteDatabase):
         super().__init__(path, synchronous=synchronous, mode=mode)
         self.checkpoints = SqliteCheckpointStore(self)
         self.sessions = SqliteSessionStore(self)
-        self._turns.when_next = self.sessions.read_ahead
         self.approvals = SqliteApprovalStore(self)
 
     def __repr__(self) -> str:
@@ -133,7 +131,6 @@ class SqliteSessionStore(Part, BaseSessionStore):
     def __init__(self, store: SqliteStore) -> None:
         super().__init__(store)
         self.lock_scope: LockScope = "process" if store.path == _MEMORY else "machine"
-        self._ahead = ReadAhead()
         self._checkpoints = store.checkpoints
 
     def load(self, id: str) -> list[Message] | None:
@@ -172,8 +169,7 @@ class SqliteSessionStore(Part, BaseSessionStore):
         ``LeaseLostError`` if ``fence`` is older than the session's newest."""
         rows = _rows(validate_session_id(id), messages, expected_length)
         with self.store.transaction() as conn:
-            revision = self._append(conn, id, rows, expected_length, fence)
-        self._ahead.seen(id, revision, expected_length + len(rows))
+            self._append(conn, id, rows, expected_length, fence)
 
     def append_and_delete(
         self,
@@ -196,7 +192,6 @@ class SqliteSessionStore(Part, BaseSessionStore):
         with self.store.transaction() as conn:
             revision = self._append(conn, id, rows, expected_length, fence)
             conn.executemany("DELETE FROM checkpoints WHERE turn_id = ?", keys)
-        self._ahead.seen(id, revision, expected_length + len(rows))
         return revision
 
     def _append(
@@ -230,41 +225,20 @@ class SqliteSessionStore(Part, BaseSessionStore):
         validate_session_id(id)
         if not isinstance(revision, int) or isinstance(revision, bool):
             return None
-        generation = revision >> _COUNTER_BITS
-        # messages read ahead while this turn waited in line: read only the rows after them
-        ahead, start = self._ahead.take(id, generation, length) or ([], length)
         with self.store.connection() as conn:
-            rows = conn.execute(_SINCE, (start, id)).fetchall()
-        if not rows or rows[0][0] >> _COUNTER_BITS != generation or rows[0][1] < start:
+            rows = conn.execute(  # one statement: one snapshot of the row and the messages
+                "SELECT s.revision, s.length, m.json FROM sessions s LEFT JOIN messages m "
+                "ON m.session_id = s.id AND m.seq >= ? WHERE s.id = ? ORDER BY m.seq",
+                (length, id),
+            ).fetchall()
+        if not rows or rows[0][0] >> _COUNTER_BITS != revision >> _COUNTER_BITS:
+            return None
+        if rows[0][1] < length:
             return None
         texts = [row[2] for row in rows if row[2] is not None]
-        if len(texts) != rows[0][1] - start:
+        if len(texts) != rows[0][1] - length:
             return None
-        added = messages_from_json_texts(texts, source=f"{self.store.path}: session {id!r}")
-        self._ahead.seen(id, rows[0][0], rows[0][1])
-        return ahead + added if ahead else added
-
-    def read_ahead(self, id: str) -> None:
-        """Read and decode the messages ``id`` gained since this store last served it, for
-        ``load_since`` to use (called while a turn on ``id`` waits next in line). A failure
-        is left for the reads under the lock to meet."""
-        end = self._ahead.end(id)
-        if end is None:
-            return
-        generation, start = end
-        try:
-            with self.store.connection() as conn:
-                rows = conn.execute(_SINCE, (start, id)).fetchall()
-            if not rows or rows[0][0] >> _COUNTER_BITS != generation or rows[0][1] <= start:
-                return
-            texts = [row[2] for row in rows if row[2] is not None]
-            if len(texts) != rows[0][1] - start:
-                return
-            messages = messages_from_json_texts(texts, source=f"{self.store.path}: session {id!r}")
-        except LoushoError as exc:
-            log.debug("session %r: reading ahead failed: %s", id, exc)
-            return
-        self._ahead.keep(id, generation, start, messages)
+        return messages_from_json_texts(texts, source=f"{self.store.path}: session {id!r}")
 
     def delete(self, id: str) -> None:
         """Delete the transcript and its turn lock file (unless a turn holds it right now;
@@ -334,15 +308,9 @@ def _rows(id: str, messages: Sequence[Message], start: int) -> list[tuple[str, i
 
 
 #: The low bits of a revision count appends; the high bits are the *generation*.
-_COUNTER_BITS = COUNTER_BITS
+_COUNTER_BITS = 32
 _COUNTER_MASK = (1 << _COUNTER_BITS) - 1
 
-
-#: the session's revision and length and its messages from a position on, in one snapshot
-_SINCE = (
-    "SELECT s.revision, s.length, m.json FROM sessions s LEFT JOIN messages m "
-    "ON m.session_id = s.id AND m.seq >= ? WHERE s.id = ? ORDER BY m.seq"
-)
 
 #: what a turn first looks at, read once its lock is held: the revision, and whether a
 #: checkpoint of the session is stored (turn ids ``<id>.<...>``: from ``<id>.`` to ``<id>/``)
