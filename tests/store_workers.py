@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import traceback
+import zlib
+from collections.abc import Sequence
 from multiprocessing.queues import Queue
 from multiprocessing.synchronize import Event
 from pathlib import Path
@@ -57,6 +59,12 @@ def hold_write_transaction(location: str, held: Event, never: Event) -> None:
         never.wait(WAIT)
 
 
+def seen(messages: Sequence[Message]) -> str:
+    """How many messages, and a digest of their texts in order: what a model was shown."""
+    texts = "\n".join(m.text for m in messages).encode()
+    return f"{len(messages)}|{zlib.crc32(texts):08x}"
+
+
 def send_turns(
     kind: str, location: str, session_id: str, worker: int, turns: int, go: Event, out: Queue[Any]
 ) -> None:
@@ -66,8 +74,8 @@ def send_turns(
         from lousho_sessions.providers.base import ModelRequest
 
         def model(request: ModelRequest) -> str:
-            # the tag of this turn and how many messages the model was shown
-            return f"{request.messages[-1].text}|{len(request.messages)}"
+            # the tag of this turn, how many messages the model was shown, and which
+            return f"{request.messages[-1].text}|{seen(request.messages)}"
 
         kit = open_kit(kind, Path(location))
         agent = create_agent(provider=FunctionProvider(model), store={"sessions": kit.sessions})

@@ -156,7 +156,8 @@ def test_sessions_in_processes_lose_no_turn(location: Path, processes: int, turn
     tags = []
     for i, (user, assistant) in enumerate(zip(messages[::2], messages[1::2], strict=True)):
         assert (user.role, assistant.role) == ("user", "assistant")
-        assert assistant.text == f"{user.text}|{2 * i + 1}"  # the model saw every earlier turn
+        # the model saw every earlier turn, in order
+        assert assistant.text == f"{user.text}|{store_workers.seen(messages[: 2 * i + 1])}"
         tags.append(user.text)
     assert sorted(tags) == sorted(f"w{w}-t{n}" for w in range(processes) for n in range(turns))
 

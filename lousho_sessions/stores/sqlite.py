@@ -86,8 +86,8 @@ class SqliteStore(SqliteDatabase):
         self, path: str | os.PathLike[str], *, synchronous: str = "NORMAL", mode: int = 0o600
     ) -> None:
         super().__init__(path, synchronous=synchronous, mode=mode)
-        self.sessions = SqliteSessionStore(self)
         self.checkpoints = SqliteCheckpointStore(self)
+        self.sessions = SqliteSessionStore(self)
         self.approvals = SqliteApprovalStore(self)
 
     def __repr__(self) -> str:
@@ -131,6 +131,7 @@ class SqliteSessionStore(Part, BaseSessionStore):
     def __init__(self, store: SqliteStore) -> None:
         super().__init__(store)
         self.lock_scope: LockScope = "process" if store.path == _MEMORY else "machine"
+        self._checkpoints = store.checkpoints
 
     def load(self, id: str) -> list[Message] | None:
         validate_session_id(id)
@@ -269,8 +270,22 @@ class SqliteSessionStore(Part, BaseSessionStore):
         return None if row is None else SessionInfo(id, int(row[0]), float(row[1]))
 
     def turn_lock(self, id: str, *, timeout: float | None = None) -> Lease:
-        """Hold session ``id`` for a turn; see ``SqliteStore.turn_lock``."""
-        return self.store.turn_lock(id, timeout=timeout)
+        """Hold session ``id`` for a turn; see ``SqliteStore.turn_lock``.
+
+        Once held, one statement reads the session's revision and whether a checkpoint of
+        it is stored, for the turn's first look (``Lease.start_revision``,
+        ``start_no_checkpoints``) instead of two reads after."""
+        lease = self.store.turn_lock(id, timeout=timeout)
+        try:
+            with self.store.connection() as conn:
+                revision, pending = conn.execute(_AT_START, (id, f"{id}.", f"{id}/")).fetchone()
+        except BaseException:
+            lease.release()
+            raise
+        lease.start_revision = (None if revision is None else int(revision),)
+        if not pending:
+            lease.start_no_checkpoints = self._checkpoints
+        return lease
 
     def turn_held(self, id: str) -> bool:
         """Whether a live turn holds ``id`` now; see ``SqliteStore.turn_lock``."""
@@ -296,6 +311,13 @@ def _rows(id: str, messages: Sequence[Message], start: int) -> list[tuple[str, i
 _COUNTER_BITS = 32
 _COUNTER_MASK = (1 << _COUNTER_BITS) - 1
 
+
+#: what a turn first looks at, read once its lock is held: the revision, and whether a
+#: checkpoint of the session is stored (turn ids ``<id>.<...>``: from ``<id>.`` to ``<id>/``)
+_AT_START = (
+    "SELECT (SELECT revision FROM sessions WHERE id = ?1), "
+    "EXISTS (SELECT 1 FROM checkpoints WHERE turn_id >= ?2 AND turn_id < ?3)"
+)
 
 #: a fenced append's reads: the ``leases`` row's fence and the session's length and revision
 _FENCE_AND_ROW = (
