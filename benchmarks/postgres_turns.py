@@ -2,15 +2,15 @@
 
 Our turn: ``session.send`` with an instant ``FunctionProvider`` on a
 ``PostgresStore`` given whole to the agent (checkpoints on), so a turn takes the
-lease (which also reads the revision and whether a checkpoint is pending),
-saves the turn's checkpoint, and appends the two new messages deleting the
-checkpoint and freeing the lease (one statement): 3 round trips, each waiting
-for a disk flush; all three are calls of the schema's PL/pgSQL functions
-(schema v2), whose plans the server caches.
+lease together with the turn's first checkpoint (which also reads the revision
+and whether a checkpoint is pending), and appends the two new messages deleting
+the checkpoint and freeing the lease (one statement): 2 round trips, each waiting
+for a disk flush; both are calls of the schema's PL/pgSQL functions (schema v3,
+``acquire_saving`` and ``append_turn``), whose plans the server caches.
 "prepare=True" is the same on a store whose connections prepare their
 statements (not behind PgBouncer in transaction mode < 1.21).
 
-Figures. Quiet machine (load 1.0), 2026-12-02, three round trips: ours 2238 /
+Figures (three round trips, before schema v3). Quiet machine (load 1.0), 2026-12-02: ours 2238 /
 2234 / 2275 µs at 10 / 1,000 / 5,000 messages, floor 366 µs at 1,000 (6.1x;
 prepare=True 5.8x); LangGraph 11.1x slower at 1,000, SQLAlchemySession 2.9x.
 Earlier (2 shared CPUs, other jobs running, load 5-8: ratios within one run; the

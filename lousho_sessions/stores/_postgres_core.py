@@ -75,12 +75,16 @@ class PgCore:
         try:
             with self._pool.connection() as conn:
                 yield conn
-        except psycopg_pool.PoolTimeout as exc:
-            raise StoreError(f"{self.where}: no connection available: {exc}") from exc
         except psycopg.Error as exc:
-            if self._closed:
-                raise StoreClosedError(f"{self.where}: the PostgreSQL store was closed") from exc
-            raise StoreError(f"{self.where}: {exc}") from exc
+            raise self._store_error(exc) from exc
+
+    def _store_error(self, exc: psycopg.Error) -> StoreError:
+        """What a psycopg or pool error becomes for callers of the store."""
+        if isinstance(exc, psycopg_pool.PoolTimeout):
+            return StoreError(f"{self.where}: no connection available: {exc}")
+        if self._closed:
+            return StoreClosedError(f"{self.where}: the PostgreSQL store was closed")
+        return StoreError(f"{self.where}: {exc}")
 
     @contextmanager
     def transaction(self) -> Iterator[psycopg.Connection[Any]]:
@@ -112,7 +116,14 @@ class PgCore:
         sql = self._sql.get(query)
         if sql is None:
             sql = self._sql[query] = query.replace("{s}", self._s).encode()
-        with self.connection() as conn:
+        if self._closed:
+            raise StoreClosedError(f"{self.where}: the PostgreSQL store was closed")
+        # getconn/putconn, not the pool's context manager: no transaction to end here
+        try:
+            conn: psycopg.Connection[Any] = self._pool.getconn()
+        except psycopg.Error as exc:
+            raise self._store_error(exc) from exc
+        try:
             pgconn = conn.pgconn
             codec = conn.info.encoding
             values = [None if p is None else p.encode(codec) for p in params]
@@ -125,6 +136,10 @@ class PgCore:
                 raise pg_errors.error_from_result(result, encoding=codec)
             row = [result.get_value(0, i) for i in range(result.nfields if result.ntuples else 0)]
             result.clear()
+        except psycopg.Error as exc:
+            raise self._store_error(exc) from exc
+        finally:
+            self._pool.putconn(conn)  # a broken connection is replaced by the pool
         return [None if v is None else v.decode(codec) for v in row]
 
     def _prepared_on(self, conn: psycopg.Connection[Any], sql: bytes) -> bytes:
