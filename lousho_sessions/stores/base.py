@@ -13,9 +13,8 @@ do more subclass the base classes (``BaseSessionStore``, ``BaseCheckpointStore``
 * ``turn_lock(id, *, timeout=None)``: a ``Lease`` holding the session for a whole
   turn, with a fence its writes carry (``lousho_sessions.stores.lease``).
   ``lock_scope`` says what it excludes: ``"process"``, ``"machine"`` or ``"cluster"``.
-* ``load_since(id, length, revision)``: only the messages after the first
-  ``length``, when the store can tell that nothing but appends changed ``id``
-  since ``revision`` (``None``: load it all).
+* ``load_since(id, length, revision)``: only the messages after the first ``length``, when
+  the store can tell that nothing but appends changed ``id`` since ``revision`` (else ``None``).
 * ``commit_turn(..., release=lease)``: the last write under a lease (``_commit``);
   ``turn_lock_saving(id, start)``: the lease and the turn's first checkpoint (``_start``).
 * ``append_and_delete(id, messages, expected_length, ...)``: commit a turn: append
@@ -61,7 +60,7 @@ from ._checks import (
     validate_turn_id,
 )
 from ._commit import TurnCommit
-from ._start import TurnStart
+from ._start import StartCheckpoint, TurnStart
 from .lease import Lease, LocalLeases
 
 __all__ = [
@@ -79,6 +78,7 @@ __all__ = [
     "PruneResult",
     "SessionInfo",
     "SessionStore",
+    "StartCheckpoint",
     "approval_sort_key",
     "check_approval_record",
     "decode_json_object",

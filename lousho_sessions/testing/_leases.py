@@ -10,8 +10,7 @@ from typing import Any
 
 from ..errors import LeaseLostError, SessionBusyError
 from ..messages import Message
-from ..stores._start import StartCheckpoint
-from ..stores.base import BaseSessionStore
+from ..stores.base import BaseSessionStore, StartCheckpoint
 from . import _workers
 from ._base import KitBase, need_approvals, need_checkpoints, need_sessions
 from ._support import WAIT, approval, raises, skip, texts, tracks_revisions, turn
