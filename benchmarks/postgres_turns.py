@@ -10,6 +10,13 @@ for a disk flush; both are calls of the schema's PL/pgSQL functions (schema v3,
 "prepare=True" is the same on a store whose connections prepare their
 statements (not behind PgBouncer in transaction mode < 1.21).
 
+Figures, two round trips (schema v3), 2026-12-03, no quiet machine to be had
+(load 5.6-7.8): ours 4548 µs at 1,000 messages, floor 1888 µs (2.4x; 3.3x / 2.9x
+at 10 / 5,000), LangGraph 19.4x slower, SQLAlchemySession 6.2x, flat 1.43; at load
+11-14 on a slow disk (4 ms floor) 2.0x at every length, LangGraph 11.8x, flat 1.00.
+Against main in one interleaved run (benchmarks/postgres_ab.py, synchronous_commit
+off: the statements and the client only) 2.6-3.8 floors where main was 4.1-7.0;
+see docs/performance.md.
 Figures (three round trips, before schema v3). Quiet machine (load 1.0), 2026-12-02: ours 2238 /
 2234 / 2275 µs at 10 / 1,000 / 5,000 messages, floor 366 µs at 1,000 (6.1x;
 prepare=True 5.8x); LangGraph 11.1x slower at 1,000, SQLAlchemySession 2.9x.
