@@ -138,7 +138,7 @@ class SessionTurns:
         offered, self._offered = self._offered, None
         if offered is not None and self.transcript.start_saved():
             # saved only if the transcript's revision had not moved and no turn was pending
-            self._saved = offered[1]
+            self._saved, self._free = offered[1], None
             return offered
         turn = self.free_turn()
         state = TurnState.start(
