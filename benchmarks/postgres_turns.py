@@ -10,10 +10,12 @@ for a disk flush; both are calls of the schema's PL/pgSQL functions (schema v3,
 "prepare=True" is the same on a store whose connections prepare their
 statements (not behind PgBouncer in transaction mode < 1.21).
 
-Figures, two round trips (schema v3), 2026-12-03, no quiet machine to be had
-(load 5.6-7.8): ours 4548 µs at 1,000 messages, floor 1888 µs (2.4x; 3.3x / 2.9x
-at 10 / 5,000), LangGraph 19.4x slower, SQLAlchemySession 6.2x, flat 1.43; at load
-11-14 on a slow disk (4 ms floor) 2.0x at every length, LangGraph 11.8x, flat 1.00.
+Figures, two round trips (schema v3), 2026-12-03, a quiet spell (load 0.6-1.5),
+two runs: ours 1511 / 1829 µs at 1,000 messages, floor 571 / 703 µs (2.6x both;
+2.5-2.7x at 10 and 5,000; prepare=True 2.2-2.5x), LangGraph 27.1x / 28.3x slower,
+SQLAlchemySession 8.5x / 8.9x, flat 1.01 / 1.00 (this disk's flush was slower than
+the day before: floor 571-703 µs against 366). Under load 5-14: 2.0-2.7x the floor,
+LangGraph 11.8-35.6x.
 Against main in one interleaved run (benchmarks/postgres_ab.py, synchronous_commit
 off: the statements and the client only) 2.6-3.8 floors where main was 4.1-7.0;
 see docs/performance.md.
