@@ -2,15 +2,24 @@
 
 Our turn: ``session.send`` with an instant ``FunctionProvider`` on a
 ``PostgresStore`` given whole to the agent (checkpoints on), so a turn takes the
-lease (which also reads the revision and whether a checkpoint is pending),
-saves the turn's checkpoint, and appends the two new messages deleting the
-checkpoint and freeing the lease (one statement): 3 round trips, each waiting
-for a disk flush; all three are calls of the schema's PL/pgSQL functions
-(schema v2), whose plans the server caches.
+lease together with the turn's first checkpoint (which also reads the revision
+and whether a checkpoint is pending), and appends the two new messages deleting
+the checkpoint and freeing the lease (one statement): 2 round trips, each waiting
+for a disk flush; both are calls of the schema's PL/pgSQL functions (schema v3,
+``acquire_saving`` and ``append_turn``), whose plans the server caches.
 "prepare=True" is the same on a store whose connections prepare their
 statements (not behind PgBouncer in transaction mode < 1.21).
 
-Figures. Quiet machine (load 1.0), 2026-12-02, three round trips: ours 2238 /
+Figures, two round trips (schema v3), 2026-12-03, a quiet spell (load 0.6-1.5),
+two runs: ours 1511 / 1829 µs at 1,000 messages, floor 571 / 703 µs (2.6x both;
+2.5-2.7x at 10 and 5,000; prepare=True 2.2-2.5x), LangGraph 27.1x / 28.3x slower,
+SQLAlchemySession 8.5x / 8.9x, flat 1.01 / 1.00 (this disk's flush was slower than
+the day before: floor 571-703 µs against 366). Under load 5-14: 2.0-2.7x the floor,
+LangGraph 11.8-35.6x.
+Against main in one interleaved run (benchmarks/postgres_ab.py, synchronous_commit
+off: the statements and the client only) 2.6-3.8 floors where main was 4.1-7.0;
+see docs/performance.md.
+Figures (three round trips, before schema v3). Quiet machine (load 1.0), 2026-12-02: ours 2238 /
 2234 / 2275 µs at 10 / 1,000 / 5,000 messages, floor 366 µs at 1,000 (6.1x;
 prepare=True 5.8x); LangGraph 11.1x slower at 1,000, SQLAlchemySession 2.9x.
 Earlier (2 shared CPUs, other jobs running, load 5-8: ratios within one run; the

@@ -47,10 +47,20 @@ class TurnCheckpoints:
     ``fence`` is the session lease's, carried by every write (``None``: no lease).
     """
 
-    def __init__(self, store: CheckpointStore, *, durable: bool, fence: int | None = None) -> None:
+    def __init__(
+        self,
+        store: CheckpointStore,
+        *,
+        durable: bool,
+        fence: int | None = None,
+        saved: TurnState | None = None,
+    ) -> None:
         self.store: BaseCheckpointStore = adapt_checkpoints(store)
         self.durable = durable
         self.fence = fence
+        #: a new turn whose first checkpoint the store saved with the lease (its first
+        #: ``save`` is that one: not written again)
+        self._saved = saved
         self._record_key: str | None = None
         self._record: dict[str, Any] = {}
         self._started: list[str] = []
@@ -61,6 +71,10 @@ class TurnCheckpoints:
         if not (self.durable or state.status == "awaiting-approval"):
             return
         state.fence = self.fence
+        if self._saved is not None:
+            saved, self._saved = self._saved, None
+            if saved is state and state.steps == 0 and not state.records:
+                return
         self.store.save_and_delete(
             state.turn_id or "", turn_checkpoint(state), list(state.records), fence=self.fence
         )

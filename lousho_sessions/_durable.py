@@ -24,7 +24,10 @@ from .abort import AbortController, AbortSignal
 from .approvals import TurnKey
 from .errors import SessionAwaitingApprovalError, SessionBusyError, StoreCorruptError
 from .events import Event
+from .messages import Message
 from .results import ExecutionResult, Limits
+from .serde import turn_checkpoint
+from .stores._start import StartCheckpoint
 from .stores.adapters import adapt_checkpoints
 from .stores.base import BaseCheckpointStore, CheckpointStore
 
@@ -55,6 +58,10 @@ class SessionTurns:
         #: the turn id ``finish_pending`` just found free (under this lease): not read again
         #: the key finish_pending found free, under the turn lock (free_turn takes it)
         self._free: TurnKey | None = None
+        #: the new turn built before its lease, offered to the store to save with it
+        self._offered: tuple[TurnKey, TurnState] | None = None
+        #: that turn, once the store saved its first checkpoint with the lease
+        self._saved: TurnState | None = None
 
     def run(
         self,
@@ -76,10 +83,11 @@ class SessionTurns:
         the lease; a pending turn finished first (no ``requeue``) is followed by more writes.
         """
         self.transcript.last_write = requeue is not None
+        saved, self._saved = self._saved, None
         return self.runner.run(
             state,
             controller,
-            self.checkpoints(),
+            self.checkpoints(saved if saved is state else None),
             turn=turn,
             emit=emit,
             approve=approve,
@@ -92,9 +100,56 @@ class SessionTurns:
             context=context,
         )
 
-    def checkpoints(self) -> TurnCheckpoints:
-        """Every checkpoint with a checkpoint store; else only a pause, in memory."""
-        return TurnCheckpoints(self.pauses, durable=self.durable, fence=self.transcript.fence)
+    def checkpoints(self, state: TurnState | None = None) -> TurnCheckpoints:
+        """Every checkpoint with a checkpoint store; else only a pause, in memory. ``state``:
+        a new turn whose first checkpoint was saved with the lease (not saved again)."""
+        return TurnCheckpoints(
+            self.pauses, durable=self.durable, fence=self.transcript.fence, saved=state
+        )
+
+    def offer(self, messages: list[Message], run_id: str) -> StartCheckpoint | None:
+        """The new turn of ``messages`` as it will start if nothing changed since the
+        transcript was last read: its first checkpoint, for the store to save with the
+        lease (``turn_lock_saving``); ``None`` where it cannot be known beforehand."""
+        self._offered = None
+        known = self.transcript.known
+        if (
+            not self.durable
+            or known is None  # nothing read yet
+            or self.runner.config.compaction is not None  # it may compact first
+            or self.runner.telemetry is not None  # a traced turn's checkpoint holds its trace
+        ):
+            return None
+        turn = self.next_turn()
+        state = TurnState.start(
+            messages,
+            history=self.transcript.messages,
+            copy_history=False,  # used on this thread only, changed by the commit
+            session_id=self.id,
+            turn_id=turn.turn_id,
+            run_id=run_id,
+        )
+        self._offered = (turn, state)
+        return StartCheckpoint(self.pauses, turn.turn_id, known[0], lambda: turn_checkpoint(state))
+
+    def new_turn(self, messages: list[Message], run_id: str) -> tuple[TurnKey, TurnState]:
+        """The key and state of a new turn, under the turn lock after the pending turn was
+        finished: the one offered if the store saved it with the lease, else a new one."""
+        offered, self._offered = self._offered, None
+        if offered is not None and self.transcript.start_saved():
+            # saved only if the transcript's revision had not moved and no turn was pending
+            self._saved, self._free = offered[1], None
+            return offered
+        turn = self.free_turn()
+        state = TurnState.start(
+            messages,
+            history=self.transcript.messages,
+            copy_history=False,
+            session_id=self.id,
+            turn_id=turn.turn_id,
+            run_id=run_id,
+        )
+        return turn, state
 
     def next_turn(self) -> TurnKey:
         return TurnKey("session", self.id, len(self.transcript.messages))

@@ -16,6 +16,7 @@ from types import TracebackType
 
 from .compaction import spent_by
 from .messages import Message, Usage
+from .stores._start import StartCheckpoint
 from .stores.adapters import adapt_sessions
 from .stores.base import BaseCheckpointStore, SessionStore
 from .stores.lease import Lease
@@ -45,6 +46,13 @@ class Transcript:
         #: set under ``turn_lock()`` when the next ``commit()`` is the last write under it:
         #: the store may then free the lease in that same write (``commit_turn``)
         self.last_write = False
+        #: whether the lease was taken with the turn's first checkpoint (one use)
+        self._start_saved = False
+
+    @property
+    def known(self) -> tuple[object] | None:
+        """``(revision,)`` of the messages held, or ``None`` before they were first read."""
+        return (self._revision,) if self._loaded else None
 
     def sync(self) -> None:
         """Bring the transcript up to date if the store changed since this session last looked."""
@@ -100,6 +108,12 @@ class Transcript:
         )
         self._add(new)
 
+    def start_saved(self) -> bool:
+        """Whether the lease was taken together with the checkpoint offered to ``turn_lock``
+        (``turn_lock_saving``); answers once per lease."""
+        saved, self._start_saved = self._start_saved, False
+        return saved
+
     def no_checkpoints_in(self, checkpoints: object) -> bool:
         """Whether the lease, when taken, saw no checkpoint of this session in
         ``checkpoints`` (so no turn is pending); answers once per lease."""
@@ -112,32 +126,46 @@ class Transcript:
         old_usage, old_steps, old_calls = self.spent
         self.spent = (old_usage + usage, old_steps + steps, old_calls + calls)
 
-    def turn_lock(self, held: Lease | None = None) -> _TurnLock:
+    def turn_lock(
+        self, held: Lease | None = None, start: StartCheckpoint | None = None
+    ) -> _TurnLock:
         """Hold the session in the store for a turn; writes made meanwhile carry its fence.
 
         ``held``: a lease on the session taken already (a sweep's claim), used and released
-        instead of taking one. (A class, not a generator: entered once a turn.)"""
-        return _TurnLock(self, held)
+        instead of taking one. ``start``: the new turn's first checkpoint, offered to the
+        store to save with the lease (``start_saved()`` tells). (A class, not a generator:
+        entered once a turn.)"""
+        return _TurnLock(self, held, start)
 
 
 class _TurnLock:
     """``Transcript.turn_lock()``: takes the lease on entry, releases it on exit."""
 
-    __slots__ = ("held", "lease", "transcript")
+    __slots__ = ("held", "lease", "start", "transcript")
 
-    def __init__(self, transcript: Transcript, held: Lease | None) -> None:
+    def __init__(
+        self, transcript: Transcript, held: Lease | None, start: StartCheckpoint | None
+    ) -> None:
         self.transcript = transcript
         self.held = held
+        self.start = start
 
     def __enter__(self) -> Lease:
         t = self.transcript
-        lease = self.lease = self.held or t.store.turn_lock(t.id)
+        if self.held is not None:
+            lease = self.held
+        elif self.start is not None:
+            lease = t.store.turn_lock_saving(t.id, self.start)
+        else:
+            lease = t.store.turn_lock(t.id)
+        self.lease = lease
         t.fence = lease.fence
         t._lease = lease
         t.last_write = False
         # read with the lease: a writer with an older fence can no longer land
         t._start_revision = lease.start_revision
         t._start_no_checkpoints = lease.start_no_checkpoints
+        t._start_saved = self.held is None and self.start is not None and lease.start_saved
         return lease
 
     def __exit__(
@@ -147,6 +175,7 @@ class _TurnLock:
         t.fence = None
         t._start_revision = None
         t._start_no_checkpoints = None
+        t._start_saved = False
         t._lease = None
         t.last_write = False
         self.lease.__exit__(kind, exc, tb)

@@ -23,7 +23,6 @@ from ._durable import SessionTurns
 from ._inbox import Inbox, Ticket
 from ._runner import TurnRunner, settle
 from ._transcript import Transcript
-from ._turn import TurnState
 from ._worker import Job, inside
 from .abort import AbortController, AbortSignal
 from .compaction import estimate_tokens, split_point, summarise, summary_message
@@ -224,7 +223,8 @@ class Session:
         try:
             if tj.controller.signal.aborted:
                 return self._skip_turn(tj)
-            with self._transcript.turn_lock():
+            start = self._turns.offer(tj.messages, tj.run_id)
+            with self._transcript.turn_lock(start=start):
                 self._transcript.sync()
                 earlier = self._turns.finish_pending(
                     None,
@@ -238,15 +238,7 @@ class Session:
                         earlier.approval_id, "send() again after resolving it"
                     )
                 self._maybe_compact()
-                turn = self._turns.free_turn()
-                state = TurnState.start(
-                    tj.messages,
-                    history=self._transcript.messages,
-                    copy_history=False,  # used on this thread only, changed by the commit
-                    session_id=self.id,
-                    turn_id=turn.turn_id,
-                    run_id=tj.run_id,
-                )
+                turn, state = self._turns.new_turn(tj.messages, tj.run_id)
                 result = self._turns.run(
                     state,
                     turn,

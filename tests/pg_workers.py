@@ -127,6 +127,27 @@ def turn_until_killed(schema: str, ttl: float, log: Queue[Any]) -> None:
         log.put(("error", traceback.format_exc()))
 
 
+def second_turn_until_killed(schema: str, ttl: float, log: Queue[Any]) -> None:
+    """Session "warm": one turn, then a second whose model call waits (then gets killed).
+
+    The second turn's session has read its transcript, so its lease is taken together
+    with the turn's first checkpoint (``turn_lock_saving``)."""
+    try:
+        store = open_store(schema, ttl=ttl)
+
+        def model(request: ModelRequest) -> Message:
+            if request.messages[-1].text == "second":
+                log.put(("inside", "model"))
+                threading.Event().wait(WAIT)  # nothing sets it: the test kills this process
+            return Message.assistant("first answer")
+
+        session = create_agent(provider=FunctionProvider(model), store=store).session("warm")
+        session.send("first")
+        session.send("second")
+    except BaseException:
+        log.put(("error", traceback.format_exc()))
+
+
 def resume_turn(schema: str, ttl: float, log: Queue[Any]) -> None:
     """Finish session "crash"'s interrupted turn; report the transcript's texts."""
     try:

@@ -32,6 +32,7 @@ from lousho_sessions.postgres import SCHEMA_VERSION, PostgresStore, migration_sq
 
 FIXTURE = Path(__file__).parent / "fixtures" / "postgres-v1.sql"
 FIXTURE_V2 = Path(__file__).parent / "fixtures" / "postgres-v2.sql"
+FIXTURE_V3 = Path(__file__).parent / "fixtures" / "postgres-v3.sql"
 WAIT = 30.0
 
 
@@ -88,6 +89,31 @@ def test_the_v2_fixture_pins_the_second_migration() -> None:
     assert text.startswith(version_2)
     assert 'CREATE FUNCTION "lousho_v2".acquire(' in text
     assert 'CREATE FUNCTION "lousho_v2".append(' in text
+
+
+def test_the_v3_fixture_pins_the_third_migration() -> None:
+    """Migration 3 (the lease taken with a turn's first checkpoint) is released: add a version 4."""
+    text = FIXTURE_V3.read_text(encoding="utf-8").split("\n", 1)[1]
+    version_3 = migration_sql("lousho_v3", since=2).split("\n", 1)[1].split("\n-- version 4")[0]
+    assert text.startswith(version_3)
+    assert 'CREATE FUNCTION "lousho_v3".acquire_saving(' in text
+    assert 'CREATE FUNCTION "lousho_v3".append_turn(' in text
+
+
+def test_a_v2_database_migrates_to_v3_and_keeps_working(pg_schema: str) -> None:
+    """A database at version 2 (the v1 fixture's data, then the v2 fixture's migration)."""
+    sql(FIXTURE.read_text(encoding="utf-8").replace('"lousho_v1"', f'"{pg_schema}"'))
+    sql(FIXTURE_V2.read_text(encoding="utf-8").replace('"lousho_v2"', f'"{pg_schema}"'))
+    with open_store(pg_schema) as store:
+        assert store.applied_migrations == SCHEMA_VERSION - 2
+        assert (store.sessions.load("s1") or [])[0].text == "hello from v1"
+        agent = create_agent(provider=FunctionProvider(lambda r: "v3 answer"), store=store)
+        session = agent.session("s2")
+        for n in range(2):  # the second turn's lease comes with its first checkpoint
+            assert session.send(f"q{n}").text == "v3 answer"
+        agent.close()
+        assert len(store.sessions.load("s2") or []) == 4
+    assert sql(f'SELECT max(version) FROM "{pg_schema}".schema_version') == [(SCHEMA_VERSION,)]
 
 
 def test_a_v1_database_opens_and_keeps_working(pg_schema: str) -> None:
@@ -303,8 +329,12 @@ def test_prepare_true_prepares_the_statements_a_connection_repeats(pg_schema: st
         agent.close()
         assert len(store.sessions.load("s1") or []) == 8
         with store._pool.connection() as conn:  # the only one: every statement ran on it
-            (prepared,) = conn.execute("SELECT count(*) FROM pg_prepared_statements").fetchone()
-        assert prepared >= 4  # the turn's statements, repeated on this one connection
+            prepared = {
+                row[0].split(".")[1].split("(")[0]
+                for row in conn.execute("SELECT statement FROM pg_prepared_statements")
+                if "acquire_saving(" in row[0] or "append_turn(" in row[0]
+            }
+        assert prepared == {"acquire_saving", "append_turn"}  # the turn's two statements
     url = postgres_url()
     url += ("&" if "?" in url else "?") + f"schema={pg_schema}&prepare=true"
     with open_url(url) as url_store:

@@ -180,6 +180,38 @@ def test_killed_holder_frees_the_session_and_resume_runs_no_finished_tool(
     assert tools == ["tool_a", "tool_b", "tool_b"]  # tool_a finished before the kill: once
 
 
+def test_killed_in_the_model_call_of_a_turn_saved_with_its_lease_resumes_elsewhere(
+    pg_schema: str, processes: list[Any]
+) -> None:
+    """A turn whose first checkpoint came in the statement that took its lease: SIGKILL in
+    its model call, and the turn is pending, with that lease's fence, and resumes elsewhere."""
+    log = SPAWN.Queue()
+    victim = start(processes, pg_workers.second_turn_until_killed, pg_schema, TTL, log)
+    expect(log, ("inside", "model"))
+    os.kill(victim.pid, signal.SIGKILL)
+    victim.join(WAIT)
+    with store(pg_schema) as s:
+        [(body,)] = s.fetch("SELECT body::text FROM {s}.checkpoints WHERE turn_id = 'warm.turn-2'")
+        [(fence,)] = s.fetch("SELECT fence FROM {s}.leases WHERE session_id = 'warm'")
+        # the fence first: spliced in by acquire_saving, the statement that took the lease
+        assert body.startswith(f'{{"fence":{fence},"format":"lousho.turn"')
+        until(lambda: can_take(s, "warm"), "the killed holder's lease runs out")
+        agent = create_agent(
+            provider=FunctionProvider(lambda r: f"resumed: {r.messages[-1].text}"), store=s
+        )
+        result = agent.session("warm").resume()
+        agent.close()
+        assert result is not None
+        assert result.text == "resumed: second"
+        assert [m.text for m in s.sessions.load("warm") or []] == [
+            "first",
+            "first answer",
+            "second",
+            "resumed: second",
+        ]
+        assert s.checkpoints.list() == []
+
+
 def test_stopped_worker_is_refused_after_another_took_over(
     pg_schema: str, processes: list[Any]
 ) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +20,13 @@ import pytest
 from services_pg import fresh_schema, postgres_url
 from services_redis import drop_prefix, prefix_for, redis_url, require_redis
 
-from lousho_sessions import LeaseLostError, Message, StoreConflictError
+from lousho_sessions import (
+    FunctionProvider,
+    LeaseLostError,
+    Message,
+    StoreConflictError,
+    create_agent,
+)
 from lousho_sessions.postgres import PostgresStore
 from lousho_sessions.redis import RedisStore
 from lousho_sessions.stores._heartbeat import Heartbeat
@@ -41,13 +47,17 @@ def until(condition: Callable[[], bool], what: str) -> None:
 
 
 class CountingPostgresStore(PostgresStore):
-    """Counts the statements the store sends (``fetch`` is where each one goes)."""
+    """Counts the statements the store sends (``fetch`` and ``call`` are where each one goes)."""
 
     statements = 0
 
     def fetch(self, query: str, params: Any = None) -> list[tuple[Any, ...]]:
         self.statements += 1
         return super().fetch(query, params)
+
+    def call(self, query: str, params: Sequence[str | None]) -> list[str | None]:
+        self.statements += 1
+        return super().call(query, params)
 
 
 @pytest.fixture
@@ -110,6 +120,27 @@ def test_a_postgres_commit_is_one_statement(pg: CountingPostgresStore) -> None:
     )
     assert pg.statements - before == 1
     assert pg.checkpoints.list() == []
+
+
+def test_a_durable_postgres_turn_is_two_statements() -> None:
+    """Once the session read its transcript: the lease taken with the turn's first checkpoint
+    (``acquire_saving``), then the commit that frees it (``append_turn``)."""
+    for schema in fresh_schema():
+        # a lease far longer than the test: no renewal is counted
+        store = CountingPostgresStore(postgres_url(), schema=schema, lease_ttl=600.0)
+        try:
+            agent = create_agent(provider=FunctionProvider(lambda r: "answer"), store=store)
+            session = agent.session("s1")
+            session.send("first")  # reads the transcript
+            before = store.statements
+            for n in range(3):
+                assert session.send(f"q{n}").text == "answer"
+            agent.close()
+            assert store.statements - before == 2 * 3
+            assert len(store.sessions.load("s1") or []) == 8
+            assert store.checkpoints.list() == []
+        finally:
+            store.close()
 
 
 def heartbeat_threads(prefix: str) -> list[threading.Thread]:

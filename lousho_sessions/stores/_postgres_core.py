@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import timedelta
@@ -11,8 +12,11 @@ from typing import Any
 
 import psycopg
 import psycopg_pool
+from psycopg import errors as pg_errors
+from psycopg import pq
 
 from ..errors import LeaseLostError, StoreClosedError, StoreError
+from ._start import StartCheckpoint
 from .base import PruneResult, older_than_seconds
 from .lease import Lease
 
@@ -40,6 +44,10 @@ class PgCore:
     _pool: psycopg_pool.ConnectionPool[Any]
     _held: threading.local
     _channel: str  # NOTIFY channel of releases
+    _sql: dict[str, bytes]  # ``call``'s statements, as sent
+    prepare: bool
+    #: with ``prepare=True``: per pooled connection, ``call``'s statements prepared on it
+    _prepared: weakref.WeakKeyDictionary[psycopg.Connection[Any], dict[bytes, bytes]]
 
     def close(self) -> None:
         """Close the store (``PostgresStore.close``)."""
@@ -47,6 +55,12 @@ class PgCore:
 
     def turn_lock(self, id: str, *, timeout: float | None = None) -> Lease:
         """Lease session ``id`` for a turn (``PostgresStore.turn_lock``)."""
+        raise NotImplementedError
+
+    def turn_lock_saving(
+        self, id: str, start: StartCheckpoint, *, timeout: float | None = None
+    ) -> Lease:
+        """The lease and the turn's first checkpoint (``PostgresStore.turn_lock_saving``)."""
         raise NotImplementedError
 
     def claim_stale(self, ids: Sequence[str]) -> dict[str, Lease]:
@@ -61,12 +75,16 @@ class PgCore:
         try:
             with self._pool.connection() as conn:
                 yield conn
-        except psycopg_pool.PoolTimeout as exc:
-            raise StoreError(f"{self.where}: no connection available: {exc}") from exc
         except psycopg.Error as exc:
-            if self._closed:
-                raise StoreClosedError(f"{self.where}: the PostgreSQL store was closed") from exc
-            raise StoreError(f"{self.where}: {exc}") from exc
+            raise self._store_error(exc) from exc
+
+    def _store_error(self, exc: psycopg.Error) -> StoreError:
+        """What a psycopg or pool error becomes for callers of the store."""
+        if isinstance(exc, psycopg_pool.PoolTimeout):
+            return StoreError(f"{self.where}: no connection available: {exc}")
+        if self._closed:
+            return StoreClosedError(f"{self.where}: the PostgreSQL store was closed")
+        return StoreError(f"{self.where}: {exc}")
 
     @contextmanager
     def transaction(self) -> Iterator[psycopg.Connection[Any]]:
@@ -84,6 +102,59 @@ class PgCore:
             with conn.transaction():
                 cur = conn.execute(sql, params)
                 return cur.fetchall() if cur.description else []
+
+    def call(self, query: str, params: Sequence[str | None]) -> list[str | None]:
+        """Run one statement with text parameters (``$1``…; ``{s}`` is the schema) in a
+        transaction of its own; its first row as text (``None`` for NULL).
+
+        For the statements every turn makes (taking the lease, committing): it goes to
+        libpq directly (``pq.PGconn.exec_params``, the GIL released while it waits),
+        without psycopg's adaptation of parameters and rows, which costs more than the
+        statement's own work on the client. Unnamed statements, as ``fetch``'s (no
+        session state), unless ``prepare=True``: then each is prepared once per connection.
+        """
+        sql = self._sql.get(query)
+        if sql is None:
+            sql = self._sql[query] = query.replace("{s}", self._s).encode()
+        if self._closed:
+            raise StoreClosedError(f"{self.where}: the PostgreSQL store was closed")
+        # getconn/putconn, not the pool's context manager: no transaction to end here
+        try:
+            conn: psycopg.Connection[Any] = self._pool.getconn()
+        except psycopg.Error as exc:
+            raise self._store_error(exc) from exc
+        try:
+            pgconn = conn.pgconn
+            codec = conn.info.encoding
+            values = [None if p is None else p.encode(codec) for p in params]
+            if self.prepare:
+                # NULLs are sent as None (libpq), which psycopg's stub leaves out
+                result = pgconn.exec_prepared(self._prepared_on(conn, sql), values)  # type: ignore[arg-type]
+            else:
+                result = pgconn.exec_params(sql, values)
+            if result.status != pq.ExecStatus.TUPLES_OK:
+                raise pg_errors.error_from_result(result, encoding=codec)
+            row = [result.get_value(0, i) for i in range(result.nfields if result.ntuples else 0)]
+            result.clear()
+        except psycopg.Error as exc:
+            raise self._store_error(exc) from exc
+        finally:
+            self._pool.putconn(conn)  # a broken connection is replaced by the pool
+        return [None if v is None else v.decode(codec) for v in row]
+
+    def _prepared_on(self, conn: psycopg.Connection[Any], sql: bytes) -> bytes:
+        """The name of ``sql`` prepared on ``conn`` (``prepare=True``), preparing it once."""
+        names = self._prepared.get(conn)
+        if names is None:
+            names = self._prepared[conn] = {}
+        name = names.get(sql)
+        if name is None:
+            name = f"lousho_{len(names)}".encode()
+            result = conn.pgconn.prepare(name, sql)
+            if result.status != pq.ExecStatus.COMMAND_OK:
+                raise pg_errors.error_from_result(result, encoding=conn.info.encoding)
+            names[sql] = name
+        return name
 
     def run(self, conn: psycopg.Connection[Any], query: str, params: Any = None) -> Any:
         """Run ``query`` (``{s}`` is the schema) on ``conn``; the cursor."""

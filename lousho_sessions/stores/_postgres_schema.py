@@ -202,6 +202,100 @@ END
 $$""",
         ),
     ),
+    (
+        "3: a turn's lease taken with its first checkpoint; messages appended as one JSON array",
+        (
+            # acquire (v2), and once the lease is taken: if the session's revision is still
+            # p_revision (the one the checkpoint was built on) and it has no checkpoint, the
+            # turn's first checkpoint p_body (a JSON object without "fence", given as text)
+            # is stored under p_turn_id with the new fence, in the same transaction: a turn
+            # is then durable from the round trip that takes its lease. ON CONFLICT: a
+            # checkpoint written meanwhile without a fence is left alone (not saved).
+            """CREATE FUNCTION {s}.acquire_saving(p_id text, p_holder text, p_ttl float8,
+    p_revision bigint, p_turn_id text, p_body text,
+    OUT o_fence bigint, OUT o_holder text, OUT o_remaining float8,
+    OUT o_revision bigint, OUT o_checkpoints boolean, OUT o_saved boolean)
+LANGUAGE plpgsql AS $$
+BEGIN
+    o_saved := false;
+    INSERT INTO {s}.leases AS l (session_id, fence, holder, expires_at)
+    VALUES (p_id, nextval('{s}.fences'), p_holder, now() + make_interval(secs => p_ttl))
+    ON CONFLICT (session_id) DO UPDATE SET fence = excluded.fence,
+        holder = excluded.holder, expires_at = excluded.expires_at
+    WHERE l.expires_at IS NULL OR l.expires_at <= now()
+    RETURNING l.fence INTO o_fence;
+    IF o_fence IS NULL THEN
+        SELECT l.holder, extract(epoch FROM l.expires_at - now())::float8
+        INTO o_holder, o_remaining FROM {s}.leases l WHERE l.session_id = p_id;
+        RETURN;
+    END IF;
+    SELECT s.revision INTO o_revision FROM {s}.sessions s WHERE s.id = p_id;
+    o_checkpoints := EXISTS (SELECT 1 FROM {s}.checkpoints c
+        WHERE split_part(c.turn_id, '.', 1) = p_id);
+    IF p_turn_id IS NOT NULL AND NOT o_checkpoints
+            AND o_revision IS NOT DISTINCT FROM p_revision THEN
+        INSERT INTO {s}.checkpoints (turn_id, body, updated_at)
+        VALUES (p_turn_id, ('{{"fence":' || o_fence || ',' || substr(p_body, 2))::json, now())
+        ON CONFLICT (turn_id) DO NOTHING;
+        o_saved := FOUND;
+    END IF;
+END
+$$""",
+            # append (v2) with the messages as one JSON array (p_bodies), each element
+            # stored as its own row, text unchanged: cheaper to send than an array of json.
+            """CREATE FUNCTION {s}.append_turn(p_sid text, p_fence bigint, p_expected integer,
+    p_rev bigint, p_bodies json, p_delete text[], p_release text,
+    OUT o_written boolean, OUT o_fenced boolean, OUT o_length integer)
+LANGUAGE plpgsql AS $$
+DECLARE
+    newest bigint;
+    added integer := json_array_length(p_bodies);
+BEGIN
+    o_written := false;
+    o_fenced := true;
+    IF p_fence IS NOT NULL THEN
+        SELECT l.fence INTO newest FROM {s}.leases l WHERE l.session_id = p_sid FOR SHARE;
+        IF newest > p_fence THEN
+            o_fenced := false;
+            SELECT s.length INTO o_length FROM {s}.sessions s WHERE s.id = p_sid;
+            RETURN;
+        END IF;
+    END IF;
+    IF p_expected = 0 THEN
+        INSERT INTO {s}.sessions AS t (id, length, revision, updated_at)
+        VALUES (p_sid, added, p_rev, now())
+        ON CONFLICT (id) DO UPDATE SET length = excluded.length,
+            revision = excluded.revision, updated_at = now()
+        WHERE t.length = 0;
+    ELSE
+        UPDATE {s}.sessions SET length = p_expected + added, revision = p_rev,
+            updated_at = now()
+        WHERE id = p_sid AND length = p_expected;
+    END IF;
+    IF NOT FOUND THEN
+        SELECT s.length INTO o_length FROM {s}.sessions s WHERE s.id = p_sid;
+        RETURN;
+    END IF;
+    INSERT INTO {s}.messages (session_id, seq, body)
+    SELECT p_sid, p_expected + u.seq - 1, u.body
+    FROM json_array_elements(p_bodies) WITH ORDINALITY AS u(body, seq)
+    ON CONFLICT (session_id, seq) DO UPDATE SET body = excluded.body;
+    IF cardinality(p_delete) > 0 THEN
+        DELETE FROM {s}.checkpoints WHERE turn_id = ANY(p_delete);
+    END IF;
+    IF p_release IS NOT NULL AND p_fence IS NOT NULL THEN
+        UPDATE {s}.leases SET expires_at = NULL, holder = NULL
+        WHERE session_id = p_sid AND fence = p_fence;
+        IF FOUND THEN
+            PERFORM pg_notify(p_release, p_sid);
+        END IF;
+    END IF;
+    o_written := true;
+    o_length := p_expected + added;
+END
+$$""",
+        ),
+    ),
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 

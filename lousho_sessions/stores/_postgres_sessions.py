@@ -1,6 +1,6 @@
 """The transcripts of a ``PostgresStore`` (``lousho_sessions.stores.postgres``): messages as rows.
 
-An append is one call of the schema's ``append`` function (schema v2; PL/pgSQL, so
+An append is one call of the schema's ``append_turn`` function (schema v3; PL/pgSQL, so
 the server keeps its plans without client-side prepared statements): it checks
 the lease's fence and the stored length and inserts the new rows; a turn's commit
 (``append_and_delete``) deletes the turn's checkpoints in that same transaction.
@@ -18,6 +18,7 @@ from ..serde import messages_from_json
 from ._postgres_core import FENCED, PgCore, PgPart
 from ._postgres_lease import PostgresLease
 from ._postgres_records import PostgresCheckpointStore
+from ._start import StartCheckpoint
 from .base import (
     BaseCheckpointStore,
     BaseSessionStore,
@@ -157,24 +158,26 @@ class PostgresSessionStore(PgPart, BaseSessionStore):
     ) -> int:
         """The fenced, length-checked append, deleting the checkpoints ``delete`` if it lands."""
         validate_session_id(id)
-        bodies = _bodies(id, messages)
-        keys = [validate_turn_id(key) for key in delete]
+        bodies = "[" + ",".join(_bodies(id, messages)) + "]"
+        # turn ids are [A-Za-z0-9_.-]: an array literal needs no quoting of them
+        keys = "{" + ",".join(validate_turn_id(key) for key in delete) + "}"
         revision = secrets.randbits(63)
-        rows = self.store.fetch(
-            "SELECT * FROM {s}.append(%(sid)s, %(fence)s::bigint, %(expected)s, %(rev)s, "
-            "%(bodies)s::json[], %(delete)s::text[], %(release)s)",
-            {
-                "sid": id,
-                "fence": self.store.effective_fence(id, fence),
-                "expected": expected_length,
-                "rev": revision,
-                "bodies": bodies,
-                "delete": keys,
+        fence = self.store.effective_fence(id, fence)
+        row = self.store.call(
+            "SELECT * FROM {s}.append_turn($1, $2::bigint, $3::integer, $4::bigint, $5::json, "
+            "$6::text[], $7)",
+            [
+                id,
+                None if fence is None else str(fence),
+                str(expected_length),
+                str(revision),
+                bodies,
+                keys,
                 # the store's NOTIFY channel: also free the lease of ``fence``
-                "release": self.store._channel if release else None,
-            },
+                self.store._channel if release else None,
+            ],
         )
-        written, fenced, length = rows[0]
+        written, fenced, length = row[0] == "t", row[1] == "t", row[2]
         if written:
             return revision
         self.store.check_fenced(fenced, id, fence)
@@ -212,6 +215,12 @@ class PostgresSessionStore(PgPart, BaseSessionStore):
     def turn_lock(self, id: str, *, timeout: float | None = None) -> Lease:
         """Lease session ``id`` for a turn; see ``PostgresStore.turn_lock``."""
         return self.store.turn_lock(id, timeout=timeout)
+
+    def turn_lock_saving(
+        self, id: str, start: StartCheckpoint, *, timeout: float | None = None
+    ) -> Lease:
+        """The lease and the turn's first checkpoint; see ``PostgresStore.turn_lock_saving``."""
+        return self.store.turn_lock_saving(id, start, timeout=timeout)
 
     def claim_stale(self, ids: Sequence[str]) -> dict[str, Lease]:
         """Lease those of ``ids`` no live turn holds; see ``PostgresStore.claim_stale``."""

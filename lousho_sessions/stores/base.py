@@ -8,22 +8,21 @@ do more subclass the base classes (``BaseSessionStore``, ``BaseCheckpointStore``
 
 * ``append(id, messages, expected_length, *, fence=None)``: add a turn's new
   messages; ``StoreConflictError`` when the stored length is not ``expected_length``.
-* ``revision(id)``: a cheap value that changes with every write of ``id``
-  (``None`` when nothing is stored), so a session reloads only when another
-  session object or process wrote.
+* ``revision(id)``: a cheap value that changes with every write of ``id`` (``None`` when
+  nothing is stored), so a session reloads only when another session or process wrote.
 * ``turn_lock(id, *, timeout=None)``: a ``Lease`` holding the session for a whole
   turn, with a fence its writes carry (``lousho_sessions.stores.lease``).
   ``lock_scope`` says what it excludes: ``"process"``, ``"machine"`` or ``"cluster"``.
-* ``load_since(id, length, revision)``: only the messages after the first
-  ``length``, when the store can tell that nothing but appends changed ``id``
-  since ``revision`` (``None``: load it all).
-* ``commit_turn(..., release=lease)``: the last write under a lease (``_commit``).
+* ``load_since(id, length, revision)``: only the messages after the first ``length``, when
+  the store can tell that nothing but appends changed ``id`` since ``revision`` (else ``None``).
+* ``commit_turn(..., release=lease)``: the last write under a lease (``_commit``);
+  ``turn_lock_saving(id, start)``: the lease and the turn's first checkpoint (``_start``).
 * ``append_and_delete(id, messages, expected_length, ...)``: commit a turn: append
   it and delete its checkpoints, in one transaction when both share a database.
 * ``BaseCheckpointStore.save_and_delete(turn_id, checkpoint, delete, fence=)``:
   save a checkpoint and delete the records it replaces, in one transaction where it can.
-* ``claim_stale(ids)``: take the turn locks of those no live turn holds, without
-  waiting (a sweep's claim). ``turn_held(id)``: whether a live turn holds ``id`` now, without taking it
+* ``claim_stale(ids)``: take the turn locks of those no live turn holds, without waiting (a
+  sweep's claim). ``turn_held(id)``: whether a live turn holds ``id`` now, without taking it
   (``None``: the store cannot tell), ``held_sessions(ids)`` the same for many at once;
   ``BaseCheckpointStore.pending_turns()``: the ids of durable turns' checkpoints, which
   ``lousho_sessions.recovery`` sweeps (``pending_fields(fields)``: their fields it reads).
@@ -61,6 +60,7 @@ from ._checks import (
     validate_turn_id,
 )
 from ._commit import TurnCommit
+from ._start import StartCheckpoint, TurnStart
 from .lease import Lease, LocalLeases
 
 __all__ = [
@@ -78,6 +78,7 @@ __all__ = [
     "PruneResult",
     "SessionInfo",
     "SessionStore",
+    "StartCheckpoint",
     "approval_sort_key",
     "check_approval_record",
     "decode_json_object",
@@ -207,7 +208,7 @@ class _Closeable:
         self.close()
 
 
-class BaseSessionStore(_Closeable, TurnCommit, ABC):
+class BaseSessionStore(_Closeable, TurnCommit, TurnStart, ABC):
     """The session store contract: ``load``/``save``/``delete`` required, the rest with safe defaults.
 
     Defaults, each meant to be overridden by a store that can do better:

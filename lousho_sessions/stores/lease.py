@@ -81,6 +81,8 @@ class Lease:
     #: the checkpoint store in which the store saw no checkpoint of the session, in the
     #: same atomic step that took the lease (so no pending turn: one read fewer), or None
     start_no_checkpoints: object | None = None
+    #: whether ``turn_lock_saving`` saved the turn's first checkpoint with the lease
+    start_saved: bool = False
 
     def __init__(
         self,

@@ -15,6 +15,7 @@ import os
 import socket
 import threading
 import time
+import weakref
 from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
@@ -43,11 +44,14 @@ from ._postgres_schema import (
     validate_schema,
 )
 from ._postgres_sessions import PostgresSessionStore
+from ._start import StartCheckpoint
 from .base import (
     PruneResult,
+    encode_json_object,
     validate_session_id,
+    validate_turn_id,
 )
-from .lease import Lease
+from .lease import Lease, fence_session_id
 
 __all__ = [
     "MIGRATIONS",
@@ -117,6 +121,8 @@ class PostgresStore(PgCore):
         self.notify = notify
         self.prepare = prepare
         self._s = quoted(schema)
+        self._sql: dict[str, bytes] = {}
+        self._prepared = weakref.WeakKeyDictionary()
         self._channel = f"lousho_{schema}"
         self._closed = False
         #: How many schema versions this open applied (0: the schema was up to date).
@@ -227,6 +233,40 @@ class PostgresStore(PgCore):
         Waits for a busy session by ``LISTEN`` (or polling with ``notify=False``),
         re-checking at least every few seconds and when the holder's lease runs out.
         """
+        return self._turn_lock(id, timeout, None)
+
+    def turn_lock_saving(
+        self, id: str, start: StartCheckpoint, *, timeout: float | None = None
+    ) -> Lease:
+        """``turn_lock``, saving the turn's first checkpoint in the statement that takes the
+        lease (``acquire_saving``, schema v3) when ``start`` goes to this store's checkpoints
+        and nothing changed since it was built (see ``BaseSessionStore.turn_lock_saving``)."""
+        return self._turn_lock(id, timeout, self._offer(id, start))
+
+    def _offer(self, id: str, start: StartCheckpoint) -> tuple[str, str | None, str] | None:
+        """``(turn id, revision, checkpoint text without its fence)``, or ``None``: not here."""
+        revision = start.revision
+        if not (
+            isinstance(start.checkpoints, PostgresCheckpointStore)
+            and start.checkpoints.store is self
+            and (revision is None or type(revision) is int)
+            and fence_session_id(start.turn_id) == id
+        ):
+            return None
+        try:
+            validate_turn_id(start.turn_id)
+            data = dict(start.build())
+            data.pop("fence", None)  # the function writes the lease's
+            text = encode_json_object(data, what=f"checkpoint {start.turn_id!r}")
+        except (TypeError, ValueError):  # the turn's own save raises it, as before
+            return None
+        if text == "{}":
+            return None
+        return start.turn_id, (None if revision is None else str(revision)), text
+
+    def _turn_lock(
+        self, id: str, timeout: float | None, offer: tuple[str, str | None, str] | None
+    ) -> Lease:
         validate_session_id(id)
         if self._closed:
             raise StoreClosedError(f"{self.where}: the PostgreSQL store was closed")
@@ -235,13 +275,16 @@ class PostgresStore(PgCore):
         with self._listener.interest(id) as interest:
             while True:
                 seen = interest.generation
-                fence, holder, remaining, revision, checkpoints = self._try_acquire(id)
+                fence, holder, remaining, revision, checkpoints, saved = self._try_acquire(
+                    id, offer
+                )
                 if fence is not None:
                     lease = self._lease(id, fence)
                     # read in the statement that took the lease: a turn's first look
-                    lease.start_revision = (None if revision is None else int(revision),)
+                    lease.start_revision = (revision,)
                     if checkpoints is False:
                         lease.start_no_checkpoints = self.checkpoints
+                    lease.start_saved = saved
                     return lease
                 now = time.monotonic()
                 if deadline is not None and now >= deadline:
@@ -290,22 +333,26 @@ class PostgresStore(PgCore):
         return claimed
 
     def _try_acquire(
-        self, id: str
-    ) -> tuple[int | None, str | None, float, int | None, bool | None]:
-        """One atomic attempt (one statement, ``acquire`` of schema v2): the new fence, or ``None``
-        with the holder and its time left; then the session's revision and whether it has
-        a checkpoint (read once the lease was taken)."""
-        rows = self.fetch(
-            "SELECT * FROM {s}.acquire(%(id)s, %(holder)s, %(ttl)s)",
-            {"id": id, "holder": f"{self._holder}:{threading.get_ident()}", "ttl": self.lease_ttl},
-        )
-        fence, holder, remaining, revision, checkpoints = rows[0]
+        self, id: str, offer: tuple[str, str | None, str] | None = None
+    ) -> tuple[int | None, str | None, float, int | None, bool | None, bool]:
+        """One atomic attempt (one statement, ``acquire_saving`` of schema v3): the new fence,
+        or ``None`` with the holder and its time left; then the session's revision, whether
+        it has a checkpoint (read once the lease was taken), and whether ``offer``'s
+        checkpoint was saved with the lease."""
+        turn_id, revision, body = offer if offer is not None else (None, None, None)
+        row = self.call(
+            "SELECT * FROM {s}.acquire_saving($1, $2, $3, $4::bigint, $5, $6)",
+            [id, f"{self._holder}:{threading.get_ident()}", repr(self.lease_ttl), revision,
+             turn_id, body],
+        )  # fmt: skip
+        fence, holder, remaining, stored, checkpoints, saved = row
         return (
-            (None if fence is None else int(fence)),
+            None if fence is None else int(fence),
             holder,
-            float(remaining or 0.0),
-            revision,
-            checkpoints,
+            0.0 if remaining is None else float(remaining),
+            None if stored is None else int(stored),
+            None if checkpoints is None else checkpoints == "t",
+            saved == "t",
         )
 
     def _lease(self, id: str, fence: int) -> Lease:

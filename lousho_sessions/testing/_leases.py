@@ -10,7 +10,7 @@ from typing import Any
 
 from ..errors import LeaseLostError, SessionBusyError
 from ..messages import Message
-from ..stores.base import BaseSessionStore
+from ..stores.base import BaseSessionStore, StartCheckpoint
 from . import _workers
 from ._base import KitBase, need_approvals, need_checkpoints, need_sessions
 from ._support import WAIT, approval, raises, skip, texts, tracks_revisions, turn
@@ -199,6 +199,34 @@ class LeaseTests(KitBase):
             sessions.append("s1", turn(2), 2, fence=current)
             sessions.append("s1", turn(3), 4, fence=None)  # not written under a lease
             assert texts(sessions.load("s1")) == ["q1", "a1", "q2", "a2", "q3", "a3"]
+
+    def test_turn_lock_saving_saves_only_a_turn_nothing_moved_under(self, tmp_path: Path) -> None:
+        """``turn_lock_saving`` is ``turn_lock``; a store that saves the offered checkpoint
+        with the lease does so only on the revision it was built on, with no checkpoint of
+        the session pending, and with the lease's fence (the default saves nothing)."""
+        with self.store(tmp_path) as parts:
+            sessions, cp = need_sessions(parts), need_checkpoints(parts)
+            sessions.append("s1", turn(1), 0)
+            built = sessions.revision("s1")
+
+            def start(turn_id: str, revision: object, step: int) -> StartCheckpoint:
+                return StartCheckpoint(cp, turn_id, revision, lambda: {"step": step})
+
+            with sessions.turn_lock_saving("s1", start("s1.turn-2", built, 0)) as lease:
+                assert isinstance(lease.fence, int)
+                assert not lease.lost
+                saved = cp.load("s1.turn-2")
+                assert saved == ({"step": 0, "fence": lease.fence} if lease.start_saved else None)
+            cp.save("s1.turn-2", {"pending": True})
+            with sessions.turn_lock_saving("s1", start("s1.turn-3", built, 1)) as lease:
+                assert not lease.start_saved  # a turn is pending: it is not saved over or beside
+            assert cp.list("s1.") == ["s1.turn-2"]
+            assert cp.load("s1.turn-2") == {"pending": True}
+            cp.delete("s1.turn-2")
+            sessions.append("s1", turn(2), 2)  # the revision moves on
+            with sessions.turn_lock_saving("s1", start("s1.turn-4", built, 2)) as lease:
+                assert not lease.start_saved
+            assert cp.list("s1.") == []
 
     def test_fences_are_per_session(self, tmp_path: Path) -> None:
         with self.store(tmp_path) as parts:

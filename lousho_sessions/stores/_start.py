@@ -1,0 +1,60 @@
+"""``turn_lock_saving``: a turn's lease taken together with the turn's first checkpoint.
+
+A part of the session store contract (``BaseSessionStore`` inherits it), kept in a
+module of its own. A durable turn's first write is its input checkpoint, made just
+after the lease is taken. A session that holds the transcript as of a known
+revision can build that checkpoint before it asks for the lease, and a store that
+keeps checkpoints in the same database can then write both in one atomic step: one
+round trip fewer per turn. The default takes the lease and saves nothing; the
+caller then saves the checkpoint itself, as before.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import attrs
+
+from .lease import Lease
+
+__all__ = ["StartCheckpoint", "TurnStart"]
+
+
+@attrs.frozen
+class StartCheckpoint:
+    """A new turn's first checkpoint, offered to ``turn_lock_saving``.
+
+    ``checkpoints`` is the checkpoint store it belongs in, ``turn_id`` its key,
+    ``revision`` the session's revision (``revision(id)``, ``None``: nothing stored)
+    the turn was built on, and ``build()`` the checkpoint without its ``"fence"``
+    (a JSON object with at least one field), called only by a store that may save it.
+    """
+
+    checkpoints: object
+    turn_id: str
+    revision: object | None
+    build: Callable[[], Mapping[str, Any]]
+
+
+class TurnStart:
+    """The ``turn_lock_saving`` of ``BaseSessionStore``."""
+
+    def turn_lock(self, id: str, *, timeout: float | None = None) -> Lease:
+        raise NotImplementedError  # BaseSessionStore's
+
+    def turn_lock_saving(
+        self, id: str, start: StartCheckpoint, *, timeout: float | None = None
+    ) -> Lease:
+        """``turn_lock(id, timeout=)``, also saving ``start``'s checkpoint in the same atomic
+        step when the store can; ``lease.start_saved`` says whether it did.
+
+        A store saves it only if, once the lease is taken, the session's revision is
+        still ``start.revision`` and no checkpoint of the session is stored in
+        ``start.checkpoints`` (one of the store's own), and then stores
+        ``{**start.build(), "fence": lease.fence}`` under ``start.turn_id`` durably
+        with the lease: a crash after the call finds the turn pending, as after a
+        ``save``. Otherwise it saves nothing (``start_saved`` false) and the caller
+        saves the checkpoint itself. The default takes the lease and saves nothing.
+        """
+        return self.turn_lock(id, timeout=timeout)
