@@ -115,6 +115,7 @@ class SessionTurns:
         known = self.transcript.known
         if (
             not self.durable
+            or not self.transcript.saves_start  # the store would not save it
             or known is None  # nothing read yet
             or self.runner.config.compaction is not None  # it may compact first
             or self.runner.telemetry is not None  # a traced turn's checkpoint holds its trace

@@ -16,7 +16,7 @@ from types import TracebackType
 
 from .compaction import spent_by
 from .messages import Message, Usage
-from .stores._start import StartCheckpoint
+from .stores._start import StartCheckpoint, TurnStart
 from .stores.adapters import adapt_sessions
 from .stores.base import BaseCheckpointStore, SessionStore
 from .stores.lease import Lease
@@ -30,6 +30,9 @@ class Transcript:
     def __init__(self, store: SessionStore, id: str) -> None:
         self.store = adapt_sessions(store)
         self.id = id
+        #: whether the store can save a turn's first checkpoint with its lease (else a
+        #: session does not build the checkpoint before the lease just to offer it)
+        self.saves_start = type(self.store).turn_lock_saving is not TurnStart.turn_lock_saving
         self.messages: list[Message] = []
         #: what the transcript spent: usage, model calls, tool calls (for session limits)
         self.spent: tuple[Usage, int, int] = (Usage(), 0, 0)

@@ -143,6 +143,35 @@ def test_a_durable_postgres_turn_is_two_statements() -> None:
             store.close()
 
 
+def test_a_store_that_saves_no_start_gets_no_turn_built_before_its_lease(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only a store that overrides ``turn_lock_saving`` is offered the turn's first
+    checkpoint; on SQLite (the default: saves nothing) a turn builds its state once."""
+    from lousho_sessions._turn import TurnState
+    from lousho_sessions.sqlite import SqliteStore
+
+    built = 0
+    start = TurnState.start
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        nonlocal built
+        built += 1
+        return start(*args, **kwargs)
+
+    monkeypatch.setattr(TurnState, "start", counting)
+    store = SqliteStore(tmp_path / "a.db")
+    agent = create_agent(provider=FunctionProvider(lambda r: "answer"), store=store)
+    session = agent.session("s1")
+    session.send("first")  # reads the transcript
+    built = 0
+    for n in range(3):
+        assert session.send(f"q{n}").text == "answer"
+    agent.close()
+    store.close()
+    assert built == 3
+
+
 def heartbeat_threads(prefix: str) -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name.startswith(prefix)]
 
