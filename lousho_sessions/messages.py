@@ -317,12 +317,29 @@ def _parts(value: str | Sequence[Part]) -> tuple[Part, ...]:
     return tuple(value)
 
 
-def _part_tuple(value: Iterable[Part]) -> tuple[Part, ...]:
-    return tuple(value)
+def _part_tuple(value: str | Iterable[Part]) -> tuple[Part, ...]:
+    """``Message(content=)``: a string is one ``TextPart``; anything else must be parts
+    (a string taken as an iterable would store one "part" per character, which no
+    store could read back)."""
+    if isinstance(value, str):
+        return (TextPart(value),)
+    parts = tuple(value)
+    for n, part in enumerate(parts):
+        if part.__class__ is not TextPart and not isinstance(part, (TextPart, ImagePart)):
+            raise TypeError(
+                f"Message content[{n}]: expected TextPart or ImagePart, got {type(part).__name__}"
+            )
+    return parts
 
 
 def _call_tuple(value: Iterable[ToolCall]) -> tuple[ToolCall, ...]:
-    return tuple(value)
+    calls = tuple(value)
+    for n, call in enumerate(calls):
+        if not isinstance(call, ToolCall):
+            raise TypeError(
+                f"Message tool_calls[{n}]: expected ToolCall, got {type(call).__name__}"
+            )
+    return calls
 
 
 def _now() -> datetime:

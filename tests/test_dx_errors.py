@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import re
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -145,3 +148,32 @@ def test_async_resolve_takes_the_id_by_position_or_by_name() -> None:
         agent.close()
 
     asyncio.run(main())
+
+
+def test_message_content_given_as_a_string_is_one_text_part(tmp_path: Path) -> None:
+    """``Message(role=, content="…")`` holds one ``TextPart`` (it used to hold one "part"
+    per character, which a store saved and could then never read back)."""
+    from lousho_sessions.messages import Message, TextPart
+    from lousho_sessions.sqlite import SqliteStore
+
+    message = Message(role="user", content="hi")
+    assert message.content == (TextPart("hi"),)
+    with SqliteStore(tmp_path / "a.db") as store:
+        store.sessions.save("s1", [message])
+        assert store.sessions.load("s1") == [message]
+
+
+@pytest.mark.parametrize(
+    ("fields", "where"),
+    [
+        ({"content": ["hi"]}, "content[0]: expected TextPart or ImagePart, got str"),
+        ({"tool_calls": [{"id": "c1"}]}, "tool_calls[0]: expected ToolCall, got dict"),
+    ],
+)
+def test_a_message_of_other_things_than_parts_is_refused_naming_the_index(
+    fields: dict[str, Any], where: str
+) -> None:
+    from lousho_sessions.messages import Message
+
+    with pytest.raises(TypeError, match=re.escape(where)):
+        Message(role="assistant", **fields)
