@@ -119,6 +119,16 @@ def make_turn(
     return turn, (agent, close)
 
 
+def turn_span_attributes() -> dict[str, Any]:
+    """A turn span's attributes, made anew per turn (as a turn makes them)."""
+    return {
+        "gen_ai.operation.name": "invoke_agent", "gen_ai.provider.name": "function",
+        "lousho.run.id": "run-x", "lousho.turn.attempt": 1, "lousho.turn.resumed": False,
+        "gen_ai.agent.name": "bench", "gen_ai.conversation.id": "bench",
+        "lousho.turn.id": "bench.turn-0", "lousho.lease.fence": 1,
+    }  # fmt: skip
+
+
 def sdk_floor(tracer: Any, with_tool: bool) -> Callable[[], None]:
     """The SDK's part alone: the spans a turn makes, made directly, without a turn."""
     from opentelemetry import context, trace
@@ -143,12 +153,7 @@ def sdk_floor(tracer: Any, with_tool: bool) -> Callable[[], None]:
         made.end()
 
     def turn() -> None:
-        attributes = {
-            "gen_ai.operation.name": "invoke_agent", "gen_ai.provider.name": "function",
-            "lousho.run.id": "run-x", "lousho.turn.attempt": 1, "lousho.turn.resumed": False,
-            "gen_ai.agent.name": "bench", "gen_ai.conversation.id": "bench",
-            "lousho.turn.id": "bench.turn-0", "lousho.lease.fence": 1,
-        }  # fmt: skip
+        attributes = turn_span_attributes()
         root, inside, token = span("invoke_agent bench", None, kind.INTERNAL, attributes)
         if with_tool:
             chat(inside, "tool_calls")
@@ -176,12 +181,7 @@ def sdk_floor_sampled_out(tracer: Any) -> Callable[[], None]:
     from opentelemetry import context, trace
 
     def turn() -> None:
-        attributes = {
-            "gen_ai.operation.name": "invoke_agent", "gen_ai.provider.name": "function",
-            "lousho.run.id": "run-x", "lousho.turn.attempt": 1, "lousho.turn.resumed": False,
-            "gen_ai.agent.name": "bench", "gen_ai.conversation.id": "bench",
-            "lousho.turn.id": "bench.turn-0", "lousho.lease.fence": 1,
-        }  # fmt: skip
+        attributes = turn_span_attributes()
         made = tracer.start_span("invoke_agent bench", kind=trace.SpanKind.INTERNAL,
                                  attributes=attributes)  # fmt: skip
         token = context.attach(trace.set_span_in_context(made))
