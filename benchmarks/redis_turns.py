@@ -1,11 +1,12 @@
 """A durable RedisStore turn at 10, 1,000 and 5,000 messages, beside the Agents SDK's RedisSession.
 
 Our turn: ``session.send`` with an instant ``FunctionProvider`` on a
-``RedisStore`` given whole to the agent (checkpoints on), three round trips:
-it takes the session's lease (one script, which also returns the revision and
-whether the session has any checkpoint, so no pending turn is read), saves the
-turn's input checkpoint (one script), and appends the two new messages deleting
-the checkpoint and releasing the lease (one script, ``commit_turn(release=)``).
+``RedisStore`` given whole to the agent (checkpoints on), two round trips: it
+takes the session's lease and saves the turn's input checkpoint with it (one
+script, ``ACQUIRE_SAVING``, which also returns the revision and whether the
+session had any checkpoint, so no pending turn is read), and appends the two new
+messages deleting the checkpoint and releasing the lease (one script,
+``commit_turn(release=)``).
 The line above the table says whether redis-py parses with ``hiredis`` (the
 ``redis`` extra installs it). It must stay flat —
 t(5,000) / t(10) <= 1.5 — because an append pushes only the new messages. Also

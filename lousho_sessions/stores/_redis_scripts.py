@@ -17,6 +17,7 @@ from __future__ import annotations
 
 __all__ = [
     "ACQUIRE",
+    "ACQUIRE_SAVING",
     "APPEND",
     "APPROVAL_CREATE",
     "APPROVAL_DELETE",
@@ -103,6 +104,34 @@ redis.call('HSET', LEASE, 'fence', fmt(fence), 'holder', ARGV[1],
   'until', fmt(now + tonumber(ARGV[2]) * 1000))
 settle(now, ARGV[3])
 return {1, fmt(fence), redis.call('HGET', META, 'revision'), redis.call('HLEN', CPS)}
+""")
+
+#: ``ACQUIRE``, also saving a new turn's first checkpoint with the lease when the session
+#: is as the turn was built on: its revision is the one offered and it has no checkpoint.
+#: ARGV: holder token, lease ttl (ms), session ttl (ms or ''), turn id, offered revision
+#: ('' for none stored), checkpoint JSON object without its fence (at least one field).
+#: -> {1, fence, revision or false, checkpoints before, saved 1|0} or {0, µs left}.
+ACQUIRE_SAVING = _script("""
+local now = now_us()
+local l = redis.call('HMGET', LEASE, 'holder', 'until', 'fence')
+if l[1] and l[1] ~= '' and tonumber(l[2] or '0') > now then
+  return {0, fmt(tonumber(l[2]) - now)}
+end
+local fence = now
+local last = tonumber(l[3] or '0')
+if fence <= last then fence = last + 1 end
+redis.call('HSET', LEASE, 'fence', fmt(fence), 'holder', ARGV[1],
+  'until', fmt(now + tonumber(ARGV[2]) * 1000))
+local revision = redis.call('HGET', META, 'revision')
+local checkpoints = redis.call('HLEN', CPS)
+local saved = 0
+if checkpoints == 0 and (revision or '') == ARGV[5] then
+  redis.call('HSET', CPS, ARGV[4], '{"fence":' .. fmt(fence) .. ',' .. string.sub(ARGV[6], 2))
+  redis.call('HSET', CP_TIMES, ARGV[4], fmt(now))
+  saved = 1
+end
+settle(now, ARGV[3])
+return {1, fmt(fence), revision, checkpoints, saved}
 """)
 
 #: ARGV: holder token, fence, lease ttl (ms). -> 1 if still held (expiry moved on), else 0.

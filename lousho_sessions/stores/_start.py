@@ -16,9 +16,11 @@ from typing import Any
 
 import attrs
 
-from .lease import Lease
+from ..serde import encode_json_object
+from ._checks import validate_turn_id
+from .lease import Lease, fence_session_id
 
-__all__ = ["StartCheckpoint", "TurnStart"]
+__all__ = ["StartCheckpoint", "TurnStart", "start_body"]
 
 
 @attrs.frozen
@@ -35,6 +37,22 @@ class StartCheckpoint:
     turn_id: str
     revision: object | None
     build: Callable[[], Mapping[str, Any]]
+
+
+def start_body(id: str, start: StartCheckpoint) -> str | None:
+    """``start``'s checkpoint as JSON text without its ``"fence"`` (the store puts the new
+    lease's first), for session ``id``'s lease; ``None`` when it is not one to save with
+    it: its turn id is invalid or names another session, it does not encode (the
+    turn's own ``save`` raises that, as before), or it is empty."""
+    try:
+        if fence_session_id(validate_turn_id(start.turn_id)) != id:
+            return None
+        data = dict(start.build())
+        data.pop("fence", None)  # the store writes the lease's
+        text = encode_json_object(data, what=f"checkpoint {start.turn_id!r}")
+    except (TypeError, ValueError):
+        return None
+    return None if text == "{}" else text
 
 
 class TurnStart:

@@ -44,14 +44,12 @@ from ._postgres_schema import (
     validate_schema,
 )
 from ._postgres_sessions import PostgresSessionStore
-from ._start import StartCheckpoint
+from ._start import StartCheckpoint, start_body
 from .base import (
     PruneResult,
-    encode_json_object,
     validate_session_id,
-    validate_turn_id,
 )
-from .lease import Lease, fence_session_id
+from .lease import Lease
 
 __all__ = [
     "MIGRATIONS",
@@ -250,17 +248,10 @@ class PostgresStore(PgCore):
             isinstance(start.checkpoints, PostgresCheckpointStore)
             and start.checkpoints.store is self
             and (revision is None or type(revision) is int)
-            and fence_session_id(start.turn_id) == id
         ):
             return None
-        try:
-            validate_turn_id(start.turn_id)
-            data = dict(start.build())
-            data.pop("fence", None)  # the function writes the lease's
-            text = encode_json_object(data, what=f"checkpoint {start.turn_id!r}")
-        except (TypeError, ValueError):  # the turn's own save raises it, as before
-            return None
-        if text == "{}":
+        text = start_body(id, start)
+        if text is None:
             return None
         return start.turn_id, (None if revision is None else str(revision)), text
 

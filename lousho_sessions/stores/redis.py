@@ -33,6 +33,7 @@ from ..serde import messages_from_json
 from ._heartbeat import Heartbeat, RenewedLease
 from ._redis_base import RedisConnection, text
 from ._redis_records import RedisApprovalStore, RedisCheckpointStore
+from ._start import StartCheckpoint, start_body
 from .base import (
     BaseCheckpointStore,
     BaseSessionStore,
@@ -114,14 +115,37 @@ class RedisStore(RedisConnection):
 
     def turn_lock(self, id: str, *, timeout: float | None = None) -> RedisLease:
         """Hold session ``id`` for a turn; ``SessionBusyError`` if not acquired within ``timeout`` s."""
+        return self._turn_lock(id, timeout, ())
+
+    def turn_lock_saving(
+        self, id: str, start: StartCheckpoint, *, timeout: float | None = None
+    ) -> RedisLease:
+        """``turn_lock``, saving the turn's first checkpoint in the script that takes the
+        lease (``ACQUIRE_SAVING``) when ``start`` goes to this store's checkpoints and
+        nothing changed since it was built (see ``BaseSessionStore.turn_lock_saving``);
+        offered again at each try while it waits."""
+        offer: tuple[str, ...] = ()
+        revision = start.revision
+        if (
+            isinstance(start.checkpoints, RedisCheckpointStore)
+            and start.checkpoints.store is self
+            and (revision is None or type(revision) is str)
+        ):
+            body = start_body(id, start)
+            if body is not None:
+                offer = (start.turn_id, revision or "", body)
+        return self._turn_lock(id, timeout, offer)
+
+    def _turn_lock(self, id: str, timeout: float | None, offer: tuple[str, ...]) -> RedisLease:
         validate_session_id(id)
         token = secrets.token_hex(12)
         ttl_ms = str(max(1, round(self.lease_ttl * 1000)))
         deadline = None if timeout is None else time.monotonic() + max(timeout, 0.0)
         wake = self.key(id, "wake")
+        script = "ACQUIRE_SAVING" if offer else "ACQUIRE"
         while True:
             acquired, value, *revision = self.run(
-                "ACQUIRE", id, token, ttl_ms, self._ttl_arg, what="lease"
+                script, id, token, ttl_ms, self._ttl_arg, *offer, what="lease"
             )
             if int(acquired) == 1:
                 fence = int(text(value, source="fence"))
@@ -132,6 +156,7 @@ class RedisStore(RedisConnection):
                 )
                 if len(revision) > 1 and int(revision[1]) == 0:
                     lease.start_no_checkpoints = self.checkpoints
+                lease.start_saved = len(revision) > 2 and int(revision[2]) == 1
                 with self._lock:
                     self._leases.add(lease)
                 return lease
@@ -423,6 +448,12 @@ class RedisSessionStore(BaseSessionStore):
     def turn_lock(self, id: str, *, timeout: float | None = None) -> Lease:
         """Hold session ``id`` for a turn; see ``RedisStore.turn_lock``."""
         return self.store.turn_lock(id, timeout=timeout)
+
+    def turn_lock_saving(
+        self, id: str, start: StartCheckpoint, *, timeout: float | None = None
+    ) -> Lease:
+        """The lease and the turn's first checkpoint; see ``RedisStore.turn_lock_saving``."""
+        return self.store.turn_lock_saving(id, start, timeout=timeout)
 
     def turn_held(self, id: str) -> bool:
         """Whether a lease on ``id`` is unexpired now (its holder still heartbeats)."""
