@@ -8,9 +8,16 @@ the same number of turns, so the one-process reference runs as long as the
 8-process run and its transcript grows as long. Two layouts: every process on a
 session id of its own ("distinct"), and all on one shared id ("shared"), where
 turns queue on the session's turn lock and each process reads what the others
-appended before its turn.
+appended before its turn. A third layout, "relay", is the floor of the shared one:
+every process on a database and id of its own, its turns taken in turn with the
+others' through one FIFO lock file (the turn lock's own ``_lockfile.acquire``)
+held around each send, so nothing is shared but the line. What it loses against
+its own one-process run is what a turn moving to another process costs on the
+machine (waking that process, and running the turn with caches the others
+emptied): the store cannot win it back. "shared" ÷ "relay" is what one id adds
+on top: the store, and reading the others' turns.
 
-The whole sweep (both layouts, 1/2/4/8 processes, in an order rotated each time)
+The whole sweep (every layout, 1/2/4/8 processes, in an order rotated each time)
 is repeated ``--repeats`` times (default 3), so load that comes and goes hits every
 row alike. A ratio is taken within one repeat (n processes ÷ 1 process of the same
 layout, seconds apart); printed are the medians over the repeats and the ratio's
@@ -36,9 +43,10 @@ from typing import Any, NamedTuple
 
 from lousho_sessions import FunctionProvider, ModelRequest, create_agent
 from lousho_sessions.sqlite import SqliteStore
+from lousho_sessions.stores import _lockfile
 
 PROCESSES = (1, 2, 4, 8)
-LAYOUTS = ("distinct", "shared")
+LAYOUTS = ("distinct", "shared", "relay")
 TURNS = 800
 WARMUP = 20
 REPEATS = 5
@@ -73,7 +81,7 @@ def worker(commands: Any, results: Any) -> None:
         command = commands.get()
         if command is None:
             return
-        path, session_id, warmup = command
+        path, session_id, warmup, relay = command
         with SqliteStore(path) as store:
             agent = create_agent(provider=FunctionProvider(instant), store=store)
             session = agent.session(session_id)
@@ -87,7 +95,14 @@ def worker(commands: Any, results: Any) -> None:
             first = time.monotonic()
             for n in range(sends):
                 start = time.monotonic()
-                session.send(f"turn {n}")
+                if relay is None:
+                    session.send(f"turn {n}")
+                else:  # the turn waits for its place in the relay's line, as on one id
+                    release = _lockfile.acquire(Path(relay), None)
+                    try:
+                        session.send(f"turn {n}")
+                    finally:
+                        release()
                 latencies.append(time.monotonic() - start)
             last = time.monotonic()
             after = resource.getrusage(resource.RUSAGE_SELF)
@@ -119,11 +134,17 @@ class Senders:
 
     def run(self, root: Path, layout: str, processes: int, turns: int, warmup: int) -> Run:
         """``processes`` senders sharing ``turns`` sends on a new database."""
-        path = str(root / f"{layout}-{processes}-{time.monotonic_ns()}.db")
-        SqliteStore(path).close()  # create and migrate before the race
+        run = f"{layout}-{processes}-{time.monotonic_ns()}"
+        paths = [
+            str(root / f"{run}{f'-{n}' if layout == 'relay' else ''}.db") for n in range(processes)
+        ]
+        for path in set(paths):
+            SqliteStore(path).close()  # create and migrate before the race
+        relay = str(root / f"{run}.lock") if layout == "relay" else None
         used = self.commands[:processes]
         for n, commands in enumerate(used):
-            commands.put((path, "shared" if layout == "shared" else f"p{n}", warmup))
+            session_id = "shared" if layout == "shared" else f"p{n}"
+            commands.put((paths[n], session_id, warmup, relay))
         for _ in used:
             if self.results.get(timeout=600) != "ready":
                 raise SystemExit("a sender process failed")
@@ -182,10 +203,15 @@ def main() -> None:
     # One process on one id is the same run in both layouts: each repeat's reference is the
     # mean of its two, and every ratio of that repeat is to it.
     alone = [r.rate for layout in LAYOUTS for r in runs[(layout, 1)]]
-    references = [
-        (a.rate + b.rate) / 2
-        for a, b in zip(runs[("distinct", 1)], runs[("shared", 1)], strict=True)
-    ]
+    references = {
+        layout: [
+            (a.rate + b.rate) / 2
+            for a, b in zip(runs[("distinct", 1)], runs[("shared", 1)], strict=True)
+        ]
+        for layout in ("distinct", "shared")
+    }
+    # the relay's turns each take one more lock: its rows are to its own 1-process runs
+    references["relay"] = [r.rate for r in runs[("relay", 1)]]
     print()
     print(
         f"reference, 1 process sending on one id ({len(alone)} runs of {turns} turns):"
@@ -200,7 +226,7 @@ def main() -> None:
         for processes in PROCESSES:
             rows = runs[(layout, processes)]
             cell = ratios[(layout, processes)] = [
-                row.rate / ref for row, ref in zip(rows, references, strict=True)
+                row.rate / ref for row, ref in zip(rows, references[layout], strict=True)
             ]
             print(
                 f"{layout:<8} | {processes:>9} | {median(r.rate for r in rows):>8.0f} |"
@@ -220,6 +246,13 @@ def main() -> None:
     )
     print(f"target p99 <= 10 x p50 (8 processes, one id): {fairness:.1f}: ", end="")
     print("met" if fairness <= 10 else "MISSED")
+    relay = statistics.median(ratios[("relay", 8)])
+    print(
+        f"relay, the floor of turns taken in turn by 8 processes sharing nothing (own database"
+        f" and id each, one FIFO lock file): {relay:.2f} x 1 process; one shared id reaches"
+        f" {ratio / relay:.2f} x the relay (below 1: what the store and reading the others'"
+        " turns add)"
+    )
     print(f"ended at {machine()}")
 
 
