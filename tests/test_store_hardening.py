@@ -593,12 +593,51 @@ def test_blocking_waiters_take_the_lock_in_the_order_they_came(tmp_path: Path) -
             thread.start()
             threads.append(thread)
             deadline = time.monotonic() + 10
-            while tickets() < n + 2 and time.monotonic() < deadline:  # the holder has ticket 0
+            # the holder found nobody in line and took no ticket: waiter n has ticket n
+            while tickets() < n + 1 and time.monotonic() < deadline:
                 threading.Event().wait(0.001)
-            assert tickets() == n + 2
+            assert tickets() == n + 1
     finally:
         release()
         for thread in threads:
             thread.join(10)
     assert order == [0, 1, 2, 3]
     assert _lockfile_mod.read_fence(path) == fence
+
+
+@pytest.mark.skipif(not _lockfile_mod._LINE, reason="the waiting line needs Linux OFD locks")
+def test_a_holder_that_comes_straight_back_queues_behind_a_waiter(tmp_path: Path) -> None:
+    """Taking a free lock at once is only for when nobody is in line: a turn that ends
+    and starts again at once must not take the lock from under a process waiting for it
+    (five rounds: a lock taken without looking at the line wins most of them)."""
+    path = tmp_path / "s.lock"
+
+    def tickets() -> int:
+        raw = path.read_bytes()[64:84].strip(b"\0 ")
+        return int(raw) if raw else 0
+
+    for round in range(5):
+        release = _lockfile_mod.acquire(path, None)
+        line = tickets()  # tickets handed out so far
+        order: list[str] = []
+        waiting = threading.Event()
+
+        def waiter(waiting: threading.Event, order: list[str]) -> None:
+            waiting.set()
+            done = _lockfile_mod.acquire(path, None)
+            order.append("waiter")
+            done()
+
+        thread = threading.Thread(target=waiter, args=(waiting, order), daemon=True)
+        thread.start()
+        assert waiting.wait(10)
+        deadline = time.monotonic() + 10
+        while tickets() < line + 1 and time.monotonic() < deadline:  # the waiter is in line
+            threading.Event().wait(0.001)
+        assert tickets() == line + 1
+        release()
+        again = _lockfile_mod.acquire(path, None)  # straight back: behind the waiter
+        order.append("holder again")
+        again()
+        thread.join(10)
+        assert order == ["waiter", "holder again"], f"round {round}"
