@@ -24,7 +24,8 @@ layout, seconds apart); printed are the medians over the repeats and the ratio's
 range. Turns/s is all sends ÷ (last end - first start). CPU is user + system time of
 the sending processes (all their threads, ``getrusage``) per turn: what a turn costs
 apart from waiting. The issue's targets for "shared": 8 processes ≥ 0.8 x one
-process's turns/s, p99 ≤ 10 x p50.
+process's turns/s, p99 ≤ 10 x p50; and, as docs/performance.md reads the first on a
+machine of few cores, ≥ 0.8 x the relay.
 
 Run: ``python benchmarks/multiprocess.py [--quick]`` (or ``make bench``).
 """
@@ -252,6 +253,10 @@ def main() -> None:
         f" and id each, one FIFO lock file): {relay:.2f} x 1 process; one shared id reaches"
         f" {ratio / relay:.2f} x the relay (below 1: what the store and reading the others'"
         " turns add)"
+    )
+    print(
+        f"target read against the relay (docs/performance.md): one id >= 0.8 x the relay:"
+        f" {ratio / relay:.2f}: {'met' if ratio / relay >= 0.8 else 'MISSED'}"
     )
     print(f"ended at {machine()}")
 
