@@ -12,6 +12,7 @@ from multiprocessing.queues import Queue
 from multiprocessing.synchronize import Barrier, Event
 from typing import Any
 
+import storekit
 from services_pg import postgres_url
 
 from lousho_sessions import (
@@ -128,24 +129,8 @@ def turn_until_killed(schema: str, ttl: float, log: Queue[Any]) -> None:
 
 
 def second_turn_until_killed(schema: str, ttl: float, log: Queue[Any]) -> None:
-    """Session "warm": one turn, then a second whose model call waits (then gets killed).
-
-    The second turn's session has read its transcript, so its lease is taken together
-    with the turn's first checkpoint (``turn_lock_saving``)."""
-    try:
-        store = open_store(schema, ttl=ttl)
-
-        def model(request: ModelRequest) -> Message:
-            if request.messages[-1].text == "second":
-                log.put(("inside", "model"))
-                threading.Event().wait(WAIT)  # nothing sets it: the test kills this process
-            return Message.assistant("first answer")
-
-        session = create_agent(provider=FunctionProvider(model), store=store).session("warm")
-        session.send("first")
-        session.send("second")
-    except BaseException:
-        log.put(("error", traceback.format_exc()))
+    """``storekit.second_turn_until_killed`` on a ``PostgresStore``."""
+    storekit.second_turn_until_killed(lambda: open_store(schema, ttl=ttl), log, WAIT)
 
 
 def resume_turn(schema: str, ttl: float, log: Queue[Any]) -> None:

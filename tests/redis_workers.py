@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import threading
 import traceback
 from collections.abc import Callable
 from multiprocessing.queues import Queue
 from multiprocessing.synchronize import Event
 from typing import Any
 
+import storekit
 from services_redis import redis_url
 from storekit import WAIT
 
@@ -70,20 +70,7 @@ def stalled_send(prefix: str, lease_ttl: float, out: Queue[Any], go: Event) -> N
 
 
 def second_turn_until_killed(prefix: str, lease_ttl: float, out: Queue[Any]) -> None:
-    """Session "warm": one turn, then a second whose model call waits (the test kills this
-    process there). The second turn's session has read its transcript, so its lease is
-    taken together with the turn's first checkpoint (``turn_lock_saving``)."""
-    try:
-        store = RedisStore(redis_url(), prefix=prefix, lease_ttl=lease_ttl)
-
-        def model(request: ModelRequest) -> Message:
-            if request.messages[-1].text == "second":
-                out.put(("inside", "model"))
-                threading.Event().wait(WAIT)  # nothing sets it: the test kills this process
-            return Message.assistant("first answer")
-
-        session = create_agent(provider=FunctionProvider(model), store=store).session("warm")
-        session.send("first")
-        session.send("second")
-    except BaseException:
-        out.put(("error", traceback.format_exc()))
+    """``storekit.second_turn_until_killed`` on a ``RedisStore``."""
+    storekit.second_turn_until_killed(
+        lambda: RedisStore(redis_url(), prefix=prefix, lease_ttl=lease_ttl), out, WAIT
+    )

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import threading
+import traceback
 from collections.abc import Callable
+from multiprocessing.queues import Queue
 from pathlib import Path
 from typing import Any
 
 import attrs
 
+from lousho_sessions import FunctionProvider, Message, create_agent
+from lousho_sessions.providers.base import ModelRequest
 from lousho_sessions.sqlite import SqliteStore
 from lousho_sessions.stores.base import ApprovalStore, CheckpointStore
 from lousho_sessions.stores.files import FileApprovalStore, FileCheckpointStore, FileSessionStore
@@ -69,3 +74,25 @@ def open_kit(kind: str, location: Path) -> Kit:
         store = RedisStore(redis_url(), prefix=prefix_for(location), lease_ttl=REDIS_LEASE_TTL)
         return Kit(kind, store.sessions, store.checkpoints, store.approvals, store.close)
     raise ValueError(f"unknown store kind {kind!r}")
+
+
+def second_turn_until_killed(open_store: Callable[[], Any], out: Queue[Any], wait: float) -> None:
+    """A worker process's body: on the store ``open_store()`` opens, session "warm" takes one
+    turn, then a second whose model call waits ``wait`` s (the test kills the process there,
+    once it reads ``("inside", "model")`` from ``out``). The second turn's session has read
+    its transcript, so its lease is taken together with the turn's first checkpoint
+    (``turn_lock_saving``). Errors go to ``out`` as ``("error", traceback)``."""
+    try:
+        store = open_store()
+
+        def model(request: ModelRequest) -> Message:
+            if request.messages[-1].text == "second":
+                out.put(("inside", "model"))
+                threading.Event().wait(wait)  # nothing sets it: the test kills this process
+            return Message.assistant("first answer")
+
+        session = create_agent(provider=FunctionProvider(model), store=store).session("warm")
+        session.send("first")
+        session.send("second")
+    except BaseException:
+        out.put(("error", traceback.format_exc()))

@@ -60,6 +60,20 @@ local function live(now)
   local l = redis.call('HMGET', LEASE, 'holder', 'until')
   return l[1] and l[1] ~= '' and tonumber(l[2] or '0') > now
 end
+-- the lease for holder ARGV[1] for ARGV[2] ms, with a new fence: -> fence, or nil and the
+-- µs the live lease has left (ACQUIRE and ACQUIRE_SAVING)
+local function take(now)
+  local l = redis.call('HMGET', LEASE, 'holder', 'until', 'fence')
+  if l[1] and l[1] ~= '' and tonumber(l[2] or '0') > now then
+    return nil, tonumber(l[2]) - now
+  end
+  local fence = now
+  local last = tonumber(l[3] or '0')
+  if fence <= last then fence = last + 1 end
+  redis.call('HSET', LEASE, 'fence', fmt(fence), 'holder', ARGV[1],
+    'until', fmt(now + tonumber(ARGV[2]) * 1000))
+  return fence
+end
 local function fence_ok(fence)
   if fence == '' then return true end
   local latest = redis.call('HGET', LEASE, 'fence')
@@ -93,15 +107,8 @@ def _script(body: str) -> str:
 #: -> {1, fence, revision or false, how many checkpoints the session has} or {0, µs left}.
 ACQUIRE = _script("""
 local now = now_us()
-local l = redis.call('HMGET', LEASE, 'holder', 'until', 'fence')
-if l[1] and l[1] ~= '' and tonumber(l[2] or '0') > now then
-  return {0, fmt(tonumber(l[2]) - now)}
-end
-local fence = now
-local last = tonumber(l[3] or '0')
-if fence <= last then fence = last + 1 end
-redis.call('HSET', LEASE, 'fence', fmt(fence), 'holder', ARGV[1],
-  'until', fmt(now + tonumber(ARGV[2]) * 1000))
+local fence, left = take(now)
+if not fence then return {0, fmt(left)} end
 settle(now, ARGV[3])
 return {1, fmt(fence), redis.call('HGET', META, 'revision'), redis.call('HLEN', CPS)}
 """)
@@ -113,15 +120,8 @@ return {1, fmt(fence), redis.call('HGET', META, 'revision'), redis.call('HLEN', 
 #: -> {1, fence, revision or false, checkpoints before, saved 1|0} or {0, µs left}.
 ACQUIRE_SAVING = _script("""
 local now = now_us()
-local l = redis.call('HMGET', LEASE, 'holder', 'until', 'fence')
-if l[1] and l[1] ~= '' and tonumber(l[2] or '0') > now then
-  return {0, fmt(tonumber(l[2]) - now)}
-end
-local fence = now
-local last = tonumber(l[3] or '0')
-if fence <= last then fence = last + 1 end
-redis.call('HSET', LEASE, 'fence', fmt(fence), 'holder', ARGV[1],
-  'until', fmt(now + tonumber(ARGV[2]) * 1000))
+local fence, left = take(now)
+if not fence then return {0, fmt(left)} end
 local revision = redis.call('HGET', META, 'revision')
 local checkpoints = redis.call('HLEN', CPS)
 local saved = 0
