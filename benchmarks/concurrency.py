@@ -199,15 +199,12 @@ def main() -> None:
         for count in COUNTS
         if args.only in f"{client}/{kind}/{count}"
     ]
-    rates: dict[tuple[str, str, int], list[float]] = {row: [] for row in rows}
-    ratios: dict[tuple[str, str], list[float]] = {}
+    rates: dict[tuple[str, str, int], list[float]] = {row: [] for row in rows}  # one a repeat
     with tempfile.TemporaryDirectory(prefix="lousho-bench-") as tmp:
         for repeat in range(repeats):
             shift = (repeat * 2) % max(len(rows), 1)  # rotate by a (client, store) pair
-            rate_now: dict[tuple[str, str, int], float] = {}
             for client, kind, count in rows[shift:] + rows[:shift]:
                 result = runners[client](kind, count, duration, ramp, Path(tmp))
-                rate_now[client, kind, count] = result.rate
                 rates[client, kind, count].append(result.rate)
                 print(
                     f"{repeat + 1:>6} | {client:<8} | {kind:<7} | {count:>8,} | {result.rate:>8.0f} |"
@@ -215,20 +212,18 @@ def main() -> None:
                     f" {result.percentile(0.99):>7.1f} | {os.getloadavg()[0]:.2f}",
                     flush=True,
                 )
-            low, high = COUNTS
-            for client in runners:
-                for kind in ("memory", "sqlite"):
-                    if (client, kind, high) in rate_now and (client, kind, low) in rate_now:
-                        ratios.setdefault((client, kind), []).append(
-                            rate_now[client, kind, high] / rate_now[client, kind, low]
-                        )
     print()
     low, high = COUNTS
     print(
         f"turns/s at {high:,} ÷ turns/s at {low:,} sessions, within each repeat (target ≥ 0.8):"
         " median (range); median turns/s"
     )
-    for (client, kind), found in ratios.items():
+    for client, kind, count in rows:
+        if count != low or (client, kind, high) not in rates:
+            continue
+        # the i-th rate of each row is from repeat i: a ratio within one repeat
+        pairs = zip(rates[client, kind, high], rates[client, kind, low], strict=True)
+        found = [h / n for h, n in pairs]
         spread = f"{min(found):.2f}-{max(found):.2f}" if len(found) > 1 else "one run"
         print(
             f"{client:<8} | {kind:<7} | {statistics.median(found):>5.2f} ({spread}) |"

@@ -569,6 +569,13 @@ def test_file_store_files_are_private(tmp_path: Path) -> None:
     assert set(modes(tmp_path).values()) == {0o600}, modes(tmp_path)
 
 
+def _tickets(path: Path) -> int:
+    """The tickets handed out so far on the lock file ``path`` (its ticket counter)."""
+    at, size = _lockfile_mod._TICKET_AT, _lockfile_mod._TICKET_SIZE
+    raw = path.read_bytes()[at : at + size].strip(b"\0 ")
+    return int(raw) if raw else 0
+
+
 @pytest.mark.skipif(not _lockfile_mod._LINE, reason="the waiting line needs Linux OFD locks")
 def test_blocking_waiters_take_the_lock_in_the_order_they_came(tmp_path: Path) -> None:
     """Waiters without a timeout are served first come, first served (a ticket line),
@@ -583,10 +590,6 @@ def test_blocking_waiters_take_the_lock_in_the_order_they_came(tmp_path: Path) -
         order.append(n)
         done()
 
-    def tickets() -> int:
-        raw = path.read_bytes()[64:84].strip(b"\0 ")
-        return int(raw) if raw else 0
-
     try:
         for n in range(4):
             thread = threading.Thread(target=waiter, args=(n,), daemon=True)
@@ -594,9 +597,9 @@ def test_blocking_waiters_take_the_lock_in_the_order_they_came(tmp_path: Path) -
             threads.append(thread)
             deadline = time.monotonic() + 10
             # the holder found nobody in line and took no ticket: waiter n has ticket n
-            while tickets() < n + 1 and time.monotonic() < deadline:
+            while _tickets(path) < n + 1 and time.monotonic() < deadline:
                 threading.Event().wait(0.001)
-            assert tickets() == n + 1
+            assert _tickets(path) == n + 1
     finally:
         release()
         for thread in threads:
@@ -612,29 +615,24 @@ def test_a_holder_that_comes_straight_back_queues_behind_a_waiter(tmp_path: Path
     (five rounds: a lock taken without looking at the line wins most of them)."""
     path = tmp_path / "s.lock"
 
-    def tickets() -> int:
-        raw = path.read_bytes()[64:84].strip(b"\0 ")
-        return int(raw) if raw else 0
+    def waiter(waiting: threading.Event, order: list[str]) -> None:
+        waiting.set()
+        done = _lockfile_mod.acquire(path, None)
+        order.append("waiter")
+        done()
 
     for round in range(5):
         release = _lockfile_mod.acquire(path, None)
-        line = tickets()  # tickets handed out so far
+        line = _tickets(path)  # tickets handed out so far
         order: list[str] = []
         waiting = threading.Event()
-
-        def waiter(waiting: threading.Event, order: list[str]) -> None:
-            waiting.set()
-            done = _lockfile_mod.acquire(path, None)
-            order.append("waiter")
-            done()
-
         thread = threading.Thread(target=waiter, args=(waiting, order), daemon=True)
         thread.start()
         assert waiting.wait(10)
         deadline = time.monotonic() + 10
-        while tickets() < line + 1 and time.monotonic() < deadline:  # the waiter is in line
+        while _tickets(path) < line + 1 and time.monotonic() < deadline:  # the waiter is in line
             threading.Event().wait(0.001)
-        assert tickets() == line + 1
+        assert _tickets(path) == line + 1
         release()
         again = _lockfile_mod.acquire(path, None)  # straight back: behind the waiter
         order.append("holder again")

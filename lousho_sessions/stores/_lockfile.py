@@ -67,6 +67,8 @@ _TICKET_GUARD = 48
 _TICKET_AT = 64
 _TICKET_SIZE = 20
 _LINE_AT = 1 << 40
+#: ``struct flock`` for ``F_OFD_*``: type, whence, start, length (0: to the end), pid (0)
+_FLOCK = struct.Struct("hhqqi4x")
 
 
 class LockTimeout(Exception):
@@ -127,15 +129,16 @@ def _open_or_make_parent(path: Path, mode: int, make_parent: Callable[[], None] 
 def _range(fd: int, kind: int, start: int, wait: bool) -> None:
     """Lock (``F_WRLCK``) or unlock (``F_UNLCK``) the byte ``start`` of ``fd``'s open file."""
     command = fcntl.F_OFD_SETLKW if wait else fcntl.F_OFD_SETLK
-    fcntl.fcntl(fd, command, struct.pack("hhqqi4x", kind, os.SEEK_SET, start, 1, 0))
+    fcntl.fcntl(fd, command, _FLOCK.pack(kind, os.SEEK_SET, start, 1, 0))
 
 
 def _line_empty(fd: int) -> bool:
     """Whether no open file (of any process, this one's other descriptors included) holds a
     ticket on ``fd``'s lock file: nobody is waiting in line, nor holds the lock by the line."""
-    asked = struct.pack("hhqqi4x", fcntl.F_WRLCK, os.SEEK_SET, _LINE_AT, 0, 0)  # 0: to the end
-    found = fcntl.fcntl(fd, fcntl.F_OFD_GETLK, asked)
-    return bool(struct.unpack("hhqqi4x", found)[0] == fcntl.F_UNLCK)
+    found = fcntl.fcntl(
+        fd, fcntl.F_OFD_GETLK, _FLOCK.pack(fcntl.F_WRLCK, os.SEEK_SET, _LINE_AT, 0, 0)
+    )
+    return bool(_FLOCK.unpack(found)[0] == fcntl.F_UNLCK)
 
 
 def _wait_in_line(fd: int) -> None:
