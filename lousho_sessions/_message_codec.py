@@ -11,15 +11,20 @@ per message matters: this is several times cheaper than the generic converter.
 
 Reading interns the role, keeps one shared empty tuple and mapping, and (given a
 ``LoadCache`` for the load) one ``Usage`` per distinct value and one content tuple per
-distinct single text, so a loaded transcript holds less per message.
+distinct single text, so a loaded transcript holds less per message. It builds each
+``Message`` from values it has already checked and converted, setting its slots
+directly (``_read_message``): ``Message.__init__`` would run its converters again,
+which is most of the cost of building one.
 """
 
 from __future__ import annotations
 
 import base64
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
+
+import attrs
 
 from .messages import EMPTY, FrozenMapping, ImagePart, Message, TextPart, ToolCall, Usage, thaw
 
@@ -224,6 +229,63 @@ def _single_text(data: Any, cache: LoadCache) -> tuple[TextPart] | None:
     return content
 
 
+_MESSAGE_FIELDS = (
+    "role",
+    "content",
+    "tool_calls",
+    "tool_call_id",
+    "is_error",
+    "usage",
+    "created_at",
+    "id",
+    "metadata",
+    "extra",
+)
+
+
+def _message_reader() -> Callable[..., Message]:
+    """A ``Message`` maker for values already in the form ``Message.__init__`` would convert
+    them to (a tuple of parts, a tuple of ``ToolCall``, a ``FrozenMapping``; ``extra`` empty):
+    it sets the slots through their descriptors, as ``__init__`` does after converting."""
+    names = tuple(a.name for a in attrs.fields(Message))
+    if names != _MESSAGE_FIELDS:  # a new field must be read here too: tests fail at import
+        raise RuntimeError(f"Message fields changed: {names}; update _message_codec")
+    slots = vars(Message)
+    new = object.__new__
+    s_role, s_content, s_calls, s_call_id, s_error, s_usage, s_created, s_id, s_meta, s_extra = (
+        slots[name].__set__ for name in names
+    )
+
+    def read(
+        role: str,
+        content: tuple[TextPart, ...],
+        calls: tuple[ToolCall, ...],
+        call_id: str | None,
+        is_error: bool,
+        usage: Usage | None,
+        created_at: datetime,
+        id: str,
+        metadata: FrozenMapping,
+    ) -> Message:
+        message: Message = new(Message)
+        s_role(message, role)
+        s_content(message, content)
+        s_calls(message, calls)
+        s_call_id(message, call_id)
+        s_error(message, is_error)
+        s_usage(message, usage)
+        s_created(message, created_at)
+        s_id(message, id)
+        s_meta(message, metadata)
+        s_extra(message, EMPTY)
+        return message
+
+    return read
+
+
+_read_message = _message_reader()
+
+
 def message_from_canonical(data: Any, cache: LoadCache | None = None) -> Message | None:
     """The message ``serde.message_from_dict`` reads from ``data`` when ``data`` has exactly the
     shape this release writes (no unknown fields, text parts only); else ``None``.
@@ -265,14 +327,6 @@ def message_from_canonical(data: Any, cache: LoadCache | None = None) -> Message
         created_at = datetime.fromisoformat(created)
     except ValueError:
         return None
-    return Message(
-        role,  # type: ignore[arg-type]  # one of the four roles (checked above)
-        content,
-        tuple(calls),
-        tool_call_id=call_id,
-        is_error=is_error,
-        usage=usage,
-        created_at=created_at,
-        id=id,
-        metadata=metadata,
+    return _read_message(
+        role, content, tuple(calls), call_id, is_error, usage, created_at, id, metadata
     )
