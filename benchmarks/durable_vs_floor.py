@@ -8,6 +8,19 @@ rows of message JSON, ``COMMIT`` — the least a durable turn could write. Both
 run with ``synchronous=NORMAL`` and ``FULL``, interleaved in blocks so that a
 change in machine load hits both; the ratio of the medians is the figure.
 
+Beside them, in the same blocks, two references that split the turn's cost:
+
+- *memory*: the same turn on ``memory_store()``: the engine with no database;
+- *bound*: what any turn built as this one is must do, done with nothing else: the
+  turn's own statements (the ones counted below, with the JSON a real turn wrote,
+  read back from its database beforehand) on a bare ``sqlite3`` connection to a
+  database of the store's schema, plus an ``open``/``flock``/``close`` of a lock
+  file, run on a worker thread the caller hands the turn to and waits for through a
+  ``Future`` (the SPEC's one worker thread per session). ``bound ÷ floor`` is the
+  least that turn could cost with no Python engine at all; what the turn costs
+  above the bound is the engine. The bound's two parts are timed too: the
+  statements and lock file alone on the caller's thread, and the hand-off alone.
+
 Per turn it also counts, rather than estimates:
 
 - transactions (``COMMIT`` statements, plus any write outside ``BEGIN``) and the
@@ -25,8 +38,10 @@ from __future__ import annotations
 
 import argparse
 import collections
+import fcntl
 import json
 import os
+import queue
 import re
 import shutil
 import sqlite3
@@ -34,8 +49,10 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -50,6 +67,7 @@ from lousho_sessions import (
     tool,
 )
 from lousho_sessions.sqlite import SqliteStore
+from lousho_sessions.stores.sqlite import _AT_START, _FENCE_AND_ROW
 
 ROUNDS = 400  # timed operations per configuration (turns, and as many floor transactions)
 BLOCK = 20  # floor and turn alternate in blocks of this many
@@ -134,6 +152,139 @@ class Turn:
             self.store.close()
 
 
+class Written:
+    """The JSON a real turn writes: its checkpoint(s), read while the model is called, and
+    its new messages, read after it."""
+
+    def __init__(self, root: Path, with_tool: bool) -> None:
+        path = Path(tempfile.mkdtemp(dir=root)) / "written.db"  # a new one each time
+        self.checkpoints: list[str] = []
+
+        def model(request: ModelRequest) -> Message:
+            with sqlite3.connect(path) as conn:
+                self.checkpoints = [
+                    row[0] for row in conn.execute("SELECT json FROM checkpoints ORDER BY turn_id")
+                ]
+            return (one_tool if with_tool else no_tool)(request)
+
+        store = SqliteStore(path)
+        agent = create_agent(
+            provider=FunctionProvider(model), tools=[lookup] if with_tool else [], store=store
+        )
+        try:
+            with agent.session("bench") as session:
+                session.send("weather?")
+        finally:
+            agent.close()
+            store.close()
+        with sqlite3.connect(path) as conn:
+            self.messages = [
+                row[0] for row in conn.execute("SELECT json FROM messages ORDER BY seq")
+            ]
+
+
+def _nothing() -> None:
+    pass
+
+
+class Bound:
+    """The turn's own work with no engine: its statements on a bare connection (a database
+    of the store's schema), a lock file's open/flock/close, on a worker thread the caller
+    waits for through a ``Future``."""
+
+    _UPSERT_LEASE = (
+        "INSERT INTO leases (session_id, fence) VALUES (?, ?) "
+        "ON CONFLICT (session_id) DO UPDATE SET fence = excluded.fence"
+    )
+    _SAVE = (
+        "INSERT INTO checkpoints (turn_id, json, updated_at) VALUES (?, ?, ?) "
+        "ON CONFLICT (turn_id) DO UPDATE SET json = excluded.json, updated_at = excluded.updated_at"
+    )
+    _TOUCH = (
+        "INSERT INTO sessions (id, length, revision, updated_at) VALUES (?, ?, ?, ?) "
+        "ON CONFLICT (id) DO UPDATE SET length = excluded.length, revision = excluded.revision, "
+        "updated_at = excluded.updated_at"
+    )
+
+    def __init__(self, path: Path, synchronous: str, written: Written, with_tool: bool) -> None:
+        SqliteStore(path).close()  # the schema, as the store makes it
+        self.conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        self.conn.execute("PRAGMA journal_mode = WAL")
+        self.conn.execute(f"PRAGMA synchronous = {synchronous}")
+        self.lock_path = str(path) + ".lock"
+        self.written, self.with_tool = written, with_tool
+        self.turns = 0
+        self.jobs: queue.SimpleQueue[tuple[Future[None], Callable[[], None]] | None] = (
+            queue.SimpleQueue()
+        )
+        self.worker = threading.Thread(target=self._work, daemon=True)
+        self.worker.start()
+
+    def _work(self) -> None:
+        while (job := self.jobs.get()) is not None:
+            future, work = job
+            work()
+            future.set_result(None)
+
+    def _turn(self) -> None:
+        conn, written, n = self.conn, self.written, self.turns
+        self.turns += 1
+        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            turn_id = f"bench.turn-{n}"
+            conn.execute(_AT_START, ("bench", "bench.", "bench/")).fetchone()
+            checkpoints = written.checkpoints
+            saves = [(turn_id, checkpoints[0])]
+            deletes = [turn_id]
+            if self.with_tool:  # the tool call's intent, then its result
+                results = f"{turn_id}-r1-1"
+                saves += [(turn_id, checkpoints[0]), (results, checkpoints[-1])]
+                deletes.insert(0, results)
+            for i, (key, text) in enumerate(saves):
+                conn.execute("BEGIN IMMEDIATE")
+                conn.execute("SELECT fence FROM leases WHERE session_id = ?", ("bench",)).fetchone()
+                if i == 0:  # the turn's new fence
+                    conn.execute(self._UPSERT_LEASE, ("bench", n + 1))
+                conn.execute(self._SAVE, (key, text, time.time()))
+                conn.execute("COMMIT")
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute(_FENCE_AND_ROW, ("bench",)).fetchone()
+            length = n * len(written.messages)
+            conn.executemany(
+                "INSERT INTO messages (session_id, seq, json) VALUES (?, ?, ?)",
+                [("bench", length + i, text) for i, text in enumerate(written.messages)],
+            )
+            conn.execute(self._TOUCH, ("bench", length + len(written.messages), n, time.time()))
+            for key in deletes:
+                conn.execute("DELETE FROM checkpoints WHERE turn_id = ?", (key,))
+            conn.execute("COMMIT")
+        finally:
+            os.close(fd)
+
+    def _handed(self, work: Callable[[], None]) -> None:
+        future: Future[None] = Future()
+        self.jobs.put((future, work))
+        future.result()
+
+    def write(self) -> None:
+        """The bound: the statements and lock file on the worker, the caller waiting."""
+        self._handed(self._turn)
+
+    def statements(self) -> None:
+        """Its parts: the statements and lock file alone, on the caller's thread..."""
+        self._turn()
+
+    def hand_off(self) -> None:
+        """...and the hand-off alone (the worker does nothing)."""
+        self._handed(_nothing)
+
+    def close(self) -> None:
+        self.jobs.put(None)
+        self.worker.join()
+        self.conn.close()
+
+
 class Statements:
     """Counts the statements a connection runs, by kind, from its trace callback."""
 
@@ -202,39 +353,59 @@ def counted_turns(root: Path, synchronous: str, with_tool: bool, turns: int) -> 
     return counts
 
 
-def timed(root: Path, synchronous: str, with_tool: bool, rounds: int) -> tuple[float, float, float]:
-    """Median µs of the floor transaction, of the same turn on ``memory_store()`` and of the
-    durable turn, measured interleaved."""
+def timed(root: Path, synchronous: str, with_tool: bool, rounds: int) -> dict[str, float]:
+    """Median µs of the floor transaction, the bound and its two parts, the same turn on
+    ``memory_store()`` and the durable turn, measured interleaved in blocks."""
     floor = Floor(root / f"floor-{synchronous}-{with_tool}.db", synchronous)
+    bound = Bound(
+        root / f"bound-{synchronous}-{with_tool}.db",
+        synchronous,
+        Written(root, with_tool),
+        with_tool,
+    )
     memory = Turn(None, synchronous, with_tool)
     turn = Turn(root / f"turn-{synchronous}-{with_tool}.db", synchronous, with_tool)
-    floor_samples: list[float] = []
-    memory_samples: list[float] = []
-    turn_samples: list[float] = []
-    operations = (
-        (floor.write, floor_samples),
-        (memory.write, memory_samples),
-        (turn.write, turn_samples),
-    )
+    operations: dict[str, tuple[Callable[[], None], list[float]]] = {
+        "floor": (floor.write, []),
+        "bound": (bound.write, []),
+        "statements": (bound.statements, []),
+        "hand-off": (bound.hand_off, []),
+        "memory": (memory.write, []),
+        "turn": (turn.write, []),
+    }
     try:
         for _ in range(WARMUP):
-            for operation, _samples in operations:
+            for operation, _samples in operations.values():
                 operation()
         for _ in range(max(rounds // BLOCK, 1)):
-            for operation, samples in operations:
+            for operation, samples in operations.values():
                 for _ in range(BLOCK):
                     start = time.perf_counter_ns()
                     operation()
                     samples.append((time.perf_counter_ns() - start) / 1_000)
     finally:
         floor.close()
+        bound.close()
         memory.close()
         turn.close()
-    return (
-        statistics.median(floor_samples),
-        statistics.median(memory_samples),
-        statistics.median(turn_samples),
+    return {name: statistics.median(samples) for name, (_op, samples) in operations.items()}
+
+
+def bound_statements(root: Path, with_tool: bool, turns: int) -> dict[str, float]:
+    """Statements by kind per turn of the bound (to set beside the turn's)."""
+    bound = Bound(
+        root / f"bound-count-{with_tool}.db", "NORMAL", Written(root, with_tool), with_tool
     )
+    statements = Statements()
+    try:
+        bound.write()
+        bound.conn.set_trace_callback(statements)
+        for _ in range(turns):
+            bound.write()
+        bound.conn.set_trace_callback(None)
+    finally:
+        bound.close()
+    return {kind: n / turns for kind, n in statements.kinds.items()}
 
 
 def fsync_child(root: Path, synchronous: str, with_tool: bool, turns: int) -> None:
@@ -333,32 +504,54 @@ def main() -> None:
     print(f"{rounds} timed turns per row (interleaved with the floor in blocks of {BLOCK})")
     print()
     print(
-        "floor: the raw transaction; memory: the same turn on memory_store() (the engine's own\n"
-        "cost: two thread hand-offs, the turn, its checkpoint, no database); turn: on SqliteStore"
+        "floor: the raw transaction; bound: the turn's own statements on a bare connection, a lock\n"
+        "file, one hand-off to a worker thread and back (no engine); memory: the same turn on\n"
+        "memory_store() (the engine with no database); turn: on SqliteStore"
     )
     print()
     header = (
-        f"{'sync':<6} | {'tool calls':>10} | {'floor µs':>8} | {'memory µs':>9} | {'turn µs':>8} |"
-        f" {'÷ floor':>7} | {'÷ memory':>8}"
+        f"{'sync':<6} | {'tool calls':>10} | {'floor µs':>8} | {'bound µs':>8} | {'memory µs':>9} |"
+        f" {'turn µs':>8} | {'bound ÷ floor':>13} | {'turn ÷ floor':>12} | {'turn - bound µs':>15}"
     )
     print(header)
     notes: list[str] = []
+    parts: list[str] = []
     counts: dict[tuple[str, bool], dict[str, float]] = {}
     syncs: dict[tuple[str, bool], tuple[dict[str, float], dict[str, float]] | str] = {}
     with tempfile.TemporaryDirectory(prefix="lousho-bench-") as tmp:
         root = Path(tmp)
         for synchronous in ("NORMAL", "FULL"):
             for with_tool in (False, True):
-                floor_us, memory_us, turn_us = timed(root, synchronous, with_tool, rounds)
+                us = timed(root, synchronous, with_tool, rounds)
+                floor_us, bound_us, memory_us, turn_us = (
+                    us["floor"],
+                    us["bound"],
+                    us["memory"],
+                    us["turn"],
+                )
+                parts.append(
+                    f"{synchronous:<6} {int(with_tool)} tool call(s): statements and lock file "
+                    f"{us['statements']:.0f} µs ({us['statements'] / floor_us:.1f}x the floor) on "
+                    f"the caller's thread; the hand-off alone {us['hand-off']:.0f} µs "
+                    f"({us['hand-off'] / floor_us:.1f}x)"
+                )
                 print(
-                    f"{synchronous:<6} | {int(with_tool):>10} | {floor_us:>8.0f} | {memory_us:>9.0f} |"
-                    f" {turn_us:>8.0f} | {turn_us / floor_us:>6.1f}x | {turn_us / memory_us:>7.2f}x"
+                    f"{synchronous:<6} | {int(with_tool):>10} | {floor_us:>8.0f} | {bound_us:>8.0f} |"
+                    f" {memory_us:>9.0f} | {turn_us:>8.0f} | {bound_us / floor_us:>12.1f}x |"
+                    f" {turn_us / floor_us:>11.1f}x | {turn_us - bound_us:>15.0f}"
                     f"   (load {os.getloadavg()[0]:.2f})"
                 )
                 counts[synchronous, with_tool] = counted_turns(
                     root, synchronous, with_tool, counted
                 )
                 syncs[synchronous, with_tool] = strace_fsyncs(root, synchronous, with_tool, counted)
+        bounds = {
+            with_tool: bound_statements(root, with_tool, counted) for with_tool in (False, True)
+        }
+    print()
+    print("the bound's parts, timed in the same blocks:")
+    for line in parts:
+        print(line)
     print()
     print(f"per turn, counted over {counted} turns (the floor: 1 transaction, 2 INSERTs)")
     for (synchronous, with_tool), row in counts.items():
@@ -371,6 +564,9 @@ def main() -> None:
             f"{synchronous:<6} {int(with_tool)} tool call(s): transactions {row['transactions']:.2f};"
             f" fsyncs from Python {row['python fsyncs']:.2f}; statements: {statements}"
         )
+        if synchronous == "NORMAL":
+            bound = ", ".join(f"{k} {v:.2f}" for k, v in sorted(bounds[with_tool].items()))
+            print(f"{'':<6}   the bound's statements: {bound}")
         found = syncs[synchronous, with_tool]
         if isinstance(found, str):
             notes.append(found)
