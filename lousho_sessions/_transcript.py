@@ -11,6 +11,7 @@ lease ``turn_lock()`` holds.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from types import TracebackType
 
@@ -23,6 +24,8 @@ from .stores.lease import Lease
 
 __all__ = ["Transcript"]
 
+log = logging.getLogger("lousho_sessions.session")
+
 
 class Transcript:
     """The messages of session ``id`` as last read from or written to ``store``."""
@@ -33,6 +36,8 @@ class Transcript:
         #: whether the store can save a turn's first checkpoint with its lease (else a
         #: session does not build the checkpoint before the lease just to offer it)
         self.saves_start = type(self.store).turn_lock_saving is not TurnStart.turn_lock_saving
+        #: whether the store calls back while a turn waits in line (``turn_lock_waiting``)
+        self.reads_ahead = type(self.store).turn_lock_waiting is not TurnStart.turn_lock_waiting
         self.messages: list[Message] = []
         #: what the transcript spent: usage, model calls, tool calls (for session limits)
         self.spent: tuple[Usage, int, int] = (Usage(), 0, 0)
@@ -70,6 +75,27 @@ class Transcript:
                 self._revision = revision
                 return
         self.set(self.store.load(self.id) or [], revision)
+
+    def read_ahead(self) -> None:
+        """While a turn waits in line for the lease: take in what the turns ahead of it
+        appended, so that the ``sync()`` under the lease reads only the last one's work.
+
+        A read of committed data, made without the lease: the revision is read first, so
+        the one kept is never newer than the messages held, and the ``sync()`` after
+        compares with it as usual. Any error is left for that ``sync()`` to meet."""
+        try:
+            if not self._loaded:
+                return
+            revision = self.store.revision(self.id)
+            if revision == self._revision:
+                return
+            added = self.store.load_since(self.id, len(self.messages), self._revision)
+        except Exception:
+            log.debug("session %r: reading ahead failed", self.id, exc_info=True)
+            return
+        if added is not None:
+            self._add(added)
+            self._revision = revision
 
     def reload(self) -> None:
         """Read the whole transcript now, whatever the revision says."""
@@ -159,6 +185,8 @@ class _TurnLock:
             lease = self.held
         elif self.start is not None:
             lease = t.store.turn_lock_saving(t.id, self.start)
+        elif t.reads_ahead and t.known is not None:
+            lease = t.store.turn_lock_waiting(t.id, t.read_ahead)
         else:
             lease = t.store.turn_lock(t.id)
         self.lease = lease

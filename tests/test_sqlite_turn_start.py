@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from lousho_sessions import FunctionProvider, ModelRequest, create_agent
 from lousho_sessions.messages import Message
 from lousho_sessions.sqlite import SqliteStore
+from lousho_sessions.stores import _lockfile
+
+WAIT = 30.0
 
 
 @pytest.mark.parametrize("where", ["file", ":memory:"])
@@ -31,3 +38,79 @@ def test_turn_lock_reads_the_revision_and_whether_a_turn_is_pending(
         with store.sessions.turn_lock("s") as lease:
             assert lease.start_no_checkpoints is None
             assert lease.start_revision == (store.sessions.revision("s"),)
+
+
+def _waiting(lock_file: Path) -> int:
+    """Tickets handed out so far on a session's lock file (its ticket counter)."""
+    at, size = _lockfile._TICKET_AT, _lockfile._TICKET_SIZE
+    raw = lock_file.read_bytes()[at : at + size].strip(b"\0 ") if lock_file.exists() else b""
+    return int(raw) if raw else 0
+
+
+def _until(done: Callable[[], bool]) -> bool:
+    """Wait for an observable state (up to ``WAIT`` s)."""
+    deadline = time.monotonic() + WAIT
+    while not done() and time.monotonic() < deadline:
+        threading.Event().wait(0.001)
+    return done()
+
+
+@pytest.mark.skipif(not _lockfile._LINE, reason="the waiting line needs Linux OFD locks")
+def test_a_session_waiting_in_line_reads_ahead_what_the_turns_before_it_wrote(
+    tmp_path: Path,
+) -> None:
+    """Three stores on one file (as three processes would be) send on one id at once.
+    The third in line takes in the first one's turn while the second still holds the
+    session, before its own lease; every model still sees every earlier message."""
+    path = tmp_path / "db.sqlite"
+    stores = [SqliteStore(path) for _ in range(3)]
+    gates = [threading.Event() for _ in range(3)]
+    calling = [threading.Event() for _ in range(3)]
+    seen: list[list[str]] = [[], [], []]
+
+    def model(n: int) -> Callable[[ModelRequest], Message]:
+        def call(request: ModelRequest) -> Message:
+            seen[n] = [m.text for m in request.messages]
+            calling[n].set()
+            assert gates[n].wait(WAIT)
+            return Message.assistant(f"a{n}")
+
+        return call
+
+    agents = [create_agent(provider=FunctionProvider(model(n)), store=stores[n]) for n in range(3)]
+    sessions = [agent.session("shared") for agent in agents]
+    stores[0].sessions.append("shared", [Message.user("q"), Message.assistant("a")], 0)
+    for session in sessions:  # each holds the transcript as of its revision
+        assert [m.text for m in session.load()] == ["q", "a"]
+    lock_file = Path(f"{path}.locks") / "shared.lock"
+    threads = [
+        threading.Thread(target=sessions[n].send, args=(f"q{n}",), daemon=True) for n in range(3)
+    ]
+    try:
+        threads[0].start()
+        assert calling[0].wait(WAIT)  # the first holds the session
+        line = _waiting(lock_file)
+        threads[1].start()
+        assert _until(lambda: _waiting(lock_file) == line + 1)
+        threads[2].start()
+        assert _until(lambda: _waiting(lock_file) == line + 2)
+        third = sessions[2]._transcript
+        assert len(third.messages) == 2
+        gates[0].set()  # the first commits; the second takes the session
+        assert calling[1].wait(WAIT)
+        assert _until(lambda: len(third.messages) == 4)  # read ahead, without the lease
+        assert [m.text for m in third.messages] == ["q", "a", "q0", "a0"]
+        assert not calling[2].is_set()
+    finally:
+        for gate in gates:
+            gate.set()
+        for thread in threads:
+            thread.join(WAIT)
+        for agent in agents:
+            agent.close()
+    first = ["q", "a", "q0"]
+    assert seen == [first, [*first, "a0", "q1"], [*first, "a0", "q1", "a1", "q2"]]
+    stored = stores[0].sessions.load("shared") or []
+    assert [m.text for m in stored] == [*first, "a0", "q1", "a1", "q2", "a2"]
+    for store in stores:
+        store.close()

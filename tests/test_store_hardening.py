@@ -609,6 +609,78 @@ def test_blocking_waiters_take_the_lock_in_the_order_they_came(tmp_path: Path) -
 
 
 @pytest.mark.skipif(not _lockfile_mod._LINE, reason="the waiting line needs Linux OFD locks")
+def test_a_waiter_is_called_back_once_the_turn_two_places_ahead_has_ended(tmp_path: Path) -> None:
+    """``while_waiting`` runs once, on the waiting thread, after the ticket two places
+    ahead has let go and before the one just ahead has: the moment a session reads ahead
+    what the turns before it wrote. Nobody ahead in line: it is not called."""
+    path = tmp_path / "s.lock"
+    events: list[str] = []
+    lock = threading.Lock()
+
+    def note(event: str) -> None:
+        with lock:
+            events.append(event)
+
+    def holder(name: str, locked: threading.Event, go: threading.Event) -> None:
+        release = _lockfile_mod.acquire(path, None)
+        note(f"{name} locked")
+        locked.set()
+        assert go.wait(10)
+        note(f"{name} released")
+        release()
+
+    def last(called: threading.Event, locked: threading.Event) -> None:
+        def read_ahead() -> None:
+            note("called back")
+            called.set()
+
+        release, _fence = _lockfile_mod.acquire_fenced(path, None, while_waiting=read_ahead)
+        note("last locked")
+        locked.set()
+        release()
+
+    first = _lockfile_mod.acquire(path, None)  # nobody in line: no ticket
+    line = _tickets(path)
+    flags = {name: (threading.Event(), threading.Event()) for name in ("w1", "w2")}
+    called, last_locked = threading.Event(), threading.Event()
+    threads = [
+        threading.Thread(target=holder, args=("w1", *flags["w1"]), daemon=True),
+        threading.Thread(target=holder, args=("w2", *flags["w2"]), daemon=True),
+        threading.Thread(target=last, args=(called, last_locked), daemon=True),
+    ]
+    try:
+        for n, thread in enumerate(threads, 1):
+            thread.start()
+            deadline = time.monotonic() + 10
+            while _tickets(path) < line + n and time.monotonic() < deadline:  # in line
+                threading.Event().wait(0.001)
+            assert _tickets(path) == line + n
+        first()
+        assert flags["w1"][0].wait(10)  # w1 holds the lock, w2 and the last wait
+        assert not called.is_set()  # two turns ahead: too early
+        flags["w1"][1].set()
+        assert called.wait(10)  # w1 ended: w2 is the last ahead
+        assert flags["w2"][0].wait(10)
+        assert not last_locked.is_set()
+        flags["w2"][1].set()
+        assert last_locked.wait(10)
+    finally:
+        for _locked, go in flags.values():
+            go.set()
+        for thread in threads:
+            thread.join(10)
+    assert events.count("called back") == 1
+    assert events.index("w1 released") < events.index("called back") < events.index("last locked")
+    assert events.index("w2 released") < events.index("last locked")
+    alone: list[str] = []
+    release, _fence = _lockfile_mod.acquire_fenced(
+        path, None, while_waiting=lambda: alone.append("called")
+    )
+    release()
+    assert alone == []
+
+
+@pytest.mark.skipif(not _lockfile_mod._LINE, reason="the waiting line needs Linux OFD locks")
 def test_a_holder_that_comes_straight_back_queues_behind_a_waiter(tmp_path: Path) -> None:
     """Taking a free lock at once is only for when nobody is in line: a turn that ends
     and starts again at once must not take the lock from under a process waiting for it

@@ -67,6 +67,8 @@ _TICKET_GUARD = 48
 _TICKET_AT = 64
 _TICKET_SIZE = 20
 _LINE_AT = 1 << 40
+#: the *queued* byte of ticket ``t`` is ``_QUEUED_AT + t`` (held until its holder has the lock)
+_QUEUED_AT = 1 << 41
 #: ``struct flock`` for ``F_OFD_*``: type, whence, start, length (0: to the end), pid (0)
 _FLOCK = struct.Struct("hhqqi4x")
 
@@ -141,12 +143,16 @@ def _line_empty(fd: int) -> bool:
     return bool(_FLOCK.unpack(found)[0] == fcntl.F_UNLCK)
 
 
-def _wait_in_line(fd: int) -> None:
-    """Take a ticket on ``fd``'s lock file and return once every earlier ticket holder
+def _wait_in_line(fd: int, while_waiting: Callable[[], None] | None = None) -> int:
+    """Take a ticket on ``fd``'s lock file and return it once every earlier ticket holder
     has let go of the file (holds its own ticket until ``fd`` is closed).
 
     Only the order is decided here: the ``flock`` taken next still excludes. A holder
     that dies frees its ticket with its descriptors, so the line never stalls on it.
+    A ticket's *queued* byte is held from the ticket's taking until its holder has the
+    lock (``_acquire`` frees it then): ``while_waiting`` is called once, when the one
+    just ahead in line holds the lock (so every turn before it has ended), before
+    waiting for that one to end.
     """
     _range(fd, fcntl.F_WRLCK, _TICKET_GUARD, True)
     try:
@@ -154,15 +160,26 @@ def _wait_in_line(fd: int) -> None:
         ticket = int(raw) if raw.isdigit() else 0
         os.pwrite(fd, str(ticket + 1).ljust(_TICKET_SIZE).encode("ascii"), _TICKET_AT)
         _range(fd, fcntl.F_WRLCK, _LINE_AT + ticket, False)
+        _range(fd, fcntl.F_WRLCK, _QUEUED_AT + ticket, False)
     finally:
         _range(fd, fcntl.F_UNLCK, _TICKET_GUARD, False)
-    if ticket > 0:  # wait for the one before (who waited for the one before it)
+    if ticket > 0:
+        if while_waiting is not None:  # once the one ahead holds the lock
+            _range(fd, fcntl.F_WRLCK, _QUEUED_AT + ticket - 1, True)
+            _range(fd, fcntl.F_UNLCK, _QUEUED_AT + ticket - 1, False)
+            while_waiting()
+        # wait for the one before (who waited for the one before it)
         _range(fd, fcntl.F_WRLCK, _LINE_AT + ticket - 1, True)
         _range(fd, fcntl.F_UNLCK, _LINE_AT + ticket - 1, False)
+    return ticket
 
 
 def _acquire(
-    path: Path, timeout: float | None, mode: int, make_parent: Callable[[], None] | None = None
+    path: Path,
+    timeout: float | None,
+    mode: int,
+    make_parent: Callable[[], None] | None = None,
+    while_waiting: Callable[[], None] | None = None,
 ) -> int:
     """An fd holding the lock on the file now at ``path``; ``LockTimeout`` after ``timeout``.
 
@@ -183,8 +200,10 @@ def _acquire(
                 if not _LINE:
                     fcntl.flock(fd, fcntl.LOCK_EX)
                 elif not (_line_empty(fd) and _try_lock(fd)):
-                    _wait_in_line(fd)
+                    ticket = _wait_in_line(fd, while_waiting)
+                    while_waiting = None  # once
                     fcntl.flock(fd, fcntl.LOCK_EX)
+                    _range(fd, fcntl.F_UNLCK, _QUEUED_AT + ticket, False)  # the next may read
                 locked = True
             else:
                 locked = _try_lock(fd)
@@ -234,11 +253,14 @@ def acquire_fenced(
     *,
     mode: int = LOCK_FILE_MODE,
     make_parent: Callable[[], None] | None = None,
+    while_waiting: Callable[[], None] | None = None,
 ) -> tuple[Callable[[], None], int]:
     """``acquire``, then write a fence newer than the one the file holds into it.
 
     Returns the release function and the fence. ``make_parent`` creates the lock
-    file's directory when opening finds it missing.
+    file's directory when opening finds it missing. ``while_waiting`` is called at most
+    once, on this thread, if the caller waits in line: when the one just ahead of it
+    holds the lock (``_wait_in_line``); never when the lock is taken at once.
     """
     if fcntl is None:  # pragma: no cover - Windows
         if make_parent is not None:
@@ -250,7 +272,7 @@ def acquire_fenced(
             release()
             raise
         return release, fence
-    fd = _acquire(path, timeout, mode, make_parent)
+    fd = _acquire(path, timeout, mode, make_parent, while_waiting)
     try:
         fence = next_fence(_parse_fence(path, os.pread(fd, _FENCE_WIDTH + 8, 0)))
         os.pwrite(fd, str(fence).ljust(_FENCE_WIDTH).encode("ascii"), 0)

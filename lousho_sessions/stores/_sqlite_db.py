@@ -14,6 +14,7 @@ import os
 import sqlite3
 import threading
 import weakref
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 
@@ -180,7 +181,13 @@ class SqliteDatabase:
             raise StoreClosedError(f"{self.path}: the SQLite store was closed")
         return self._conn
 
-    def turn_lock(self, id: str, *, timeout: float | None = None) -> Lease:
+    def turn_lock(
+        self,
+        id: str,
+        *,
+        timeout: float | None = None,
+        while_waiting: Callable[[], None] | None = None,
+    ) -> Lease:
         """Hold session ``id`` for a turn across threads and processes; see ``docs/stores.md``.
 
         A file database uses an OS file lock ``<db>.locks/<id>.lock`` (freed when
@@ -193,7 +200,7 @@ class SqliteDatabase:
         # and a close() racing it is caught by the turn's first statement
         if self.closed:
             raise StoreClosedError(f"{self.path}: the SQLite store was closed")
-        return self._turns.acquire(id, timeout)
+        return self._turns.acquire(id, timeout, while_waiting)
 
     def check_fence(self, conn: sqlite3.Connection, session_id: str, fence: int | None) -> None:
         """In a write transaction: ``LeaseLostError`` if ``fence`` is older than the session's

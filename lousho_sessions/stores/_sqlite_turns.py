@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from ..errors import SessionBusyError, StoreError
@@ -63,14 +64,17 @@ class SqliteTurns:
             path = self._paths[id] = self.lock_dir / f"{id}.lock"
         return path
 
-    def acquire(self, id: str, timeout: float | None) -> Lease:
-        """Hold ``id`` for a turn; ``SessionBusyError`` when not acquired within ``timeout`` s."""
+    def acquire(
+        self, id: str, timeout: float | None, while_waiting: Callable[[], None] | None = None
+    ) -> Lease:
+        """Hold ``id`` for a turn; ``SessionBusyError`` when not acquired within ``timeout`` s.
+        ``while_waiting``: see ``_lockfile.acquire_fenced``."""
         if self.memory is not None:
             return self.memory.acquire(id, timeout)
         lock_path = self.lock_path(id)
         try:
             close, fence = _lockfile.acquire_fenced(
-                lock_path, timeout, make_parent=self._make_lock_dir
+                lock_path, timeout, make_parent=self._make_lock_dir, while_waiting=while_waiting
             )
         except _lockfile.LockTimeout as exc:
             raise SessionBusyError(

@@ -1,4 +1,5 @@
-"""``turn_lock_saving``: a turn's lease taken together with the turn's first checkpoint.
+"""``turn_lock_saving``: a turn's lease taken together with the turn's first checkpoint;
+``turn_lock_waiting``: a call back while a turn waits for its lease.
 
 A part of the session store contract (``BaseSessionStore`` inherits it), kept in a
 module of its own. A durable turn's first write is its input checkpoint, made just
@@ -7,6 +8,11 @@ revision can build that checkpoint before it asks for the lease, and a store tha
 keeps checkpoints in the same database can then write both in one atomic step: one
 round trip fewer per turn. The default takes the lease and saves nothing; the
 caller then saves the checkpoint itself, as before.
+
+A turn that waits behind others for the lease must, once it has it, read what they
+appended. A store that serves waiters in order (SQLite's ticket line) knows when all
+but the last turn ahead have committed, and ``turn_lock_waiting`` calls the session
+back then: it reads those messages while the last one runs, not after.
 """
 
 from __future__ import annotations
@@ -56,7 +62,7 @@ def start_body(id: str, start: StartCheckpoint) -> str | None:
 
 
 class TurnStart:
-    """The ``turn_lock_saving`` of ``BaseSessionStore``."""
+    """The ``turn_lock_saving`` and ``turn_lock_waiting`` of ``BaseSessionStore``."""
 
     def turn_lock(self, id: str, *, timeout: float | None = None) -> Lease:
         raise NotImplementedError  # BaseSessionStore's
@@ -75,4 +81,21 @@ class TurnStart:
         ``save``. Otherwise it saves nothing (``start_saved`` false) and the caller
         saves the checkpoint itself. The default takes the lease and saves nothing.
         """
+        return self.turn_lock(id, timeout=timeout)
+
+    def turn_lock_waiting(
+        self,
+        id: str,
+        while_waiting: Callable[[], None] | None,
+        *,
+        timeout: float | None = None,
+    ) -> Lease:
+        """``turn_lock(id, timeout=)``, calling ``while_waiting()`` at most once while the
+        turn waits for the lease, at a point where the turns ahead of it have committed
+        all but the last one's work (a store that serves waiters in order knows it).
+
+        What a session does then is read ahead: it takes in the messages those turns
+        appended, so that its sync under the lease reads only what the last one added.
+        ``while_waiting`` runs on the waiting thread, without the lease; it must not
+        raise (a session's catches everything). The default never calls it."""
         return self.turn_lock(id, timeout=timeout)

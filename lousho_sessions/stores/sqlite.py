@@ -18,7 +18,7 @@ import os
 import secrets
 import sqlite3
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 
 from ..errors import StoreConflictError
@@ -275,7 +275,18 @@ class SqliteSessionStore(Part, BaseSessionStore):
         Once held, one statement reads the session's revision and whether a checkpoint of
         it is stored, for the turn's first look (``Lease.start_revision``,
         ``start_no_checkpoints``) instead of two reads after."""
-        lease = self.store.turn_lock(id, timeout=timeout)
+        return self.turn_lock_waiting(id, None, timeout=timeout)
+
+    def turn_lock_waiting(
+        self,
+        id: str,
+        while_waiting: Callable[[], None] | None,
+        *,
+        timeout: float | None = None,
+    ) -> Lease:
+        """``turn_lock``, calling ``while_waiting()`` once while the turn waits in line, when
+        the turn just ahead of it is the last (see ``TurnStart.turn_lock_waiting``)."""
+        lease = self.store.turn_lock(id, timeout=timeout, while_waiting=while_waiting)
         try:
             with self.store.connection() as conn:
                 revision, pending = conn.execute(_AT_START, (id, f"{id}.", f"{id}/")).fetchone()

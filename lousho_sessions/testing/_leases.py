@@ -228,6 +228,27 @@ class LeaseTests(KitBase):
                 assert not lease.start_saved
             assert cp.list("s1.") == []
 
+    def test_turn_lock_waiting_is_turn_lock(self, tmp_path: Path) -> None:
+        """``turn_lock_waiting`` takes the lease as ``turn_lock`` does (a new fence each
+        time, exclusive) and calls ``while_waiting`` at most once per lease taken."""
+        with self.store(tmp_path) as parts:
+            sessions = need_sessions(parts)
+            calls: list[str] = []
+            fences = []
+            for _ in range(2):
+                with sessions.turn_lock_waiting(
+                    "s1", lambda: calls.append("called"), timeout=WAIT
+                ) as lease:
+                    assert isinstance(lease.fence, int)
+                    assert not lease.lost
+                    fences.append(lease.fence)
+                    with raises(SessionBusyError):
+                        sessions.turn_lock("s1", timeout=0)
+            assert fences[1] > fences[0]
+            assert len(calls) <= 2
+            with sessions.turn_lock_waiting("s1", None, timeout=WAIT) as lease:
+                assert lease.fence > fences[1]
+
     def test_fences_are_per_session(self, tmp_path: Path) -> None:
         with self.store(tmp_path) as parts:
             sessions = need_sessions(parts)
