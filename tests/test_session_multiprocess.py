@@ -11,11 +11,17 @@ import store_workers
 from storekit import SHARED_KINDS, WAIT, open_kit
 
 CTX = multiprocessing.get_context("spawn")
-PROCESSES, TURNS = 6, 20
 
 
+@pytest.mark.parametrize(
+    ("processes", "turns"), [(6, 20), pytest.param(8, 150, marks=pytest.mark.slow)]
+)
 @pytest.mark.parametrize("kind", SHARED_KINDS)
-def test_sessions_in_processes_lose_no_turn(kind: str, tmp_path: Path) -> None:
+def test_sessions_in_processes_lose_no_turn(
+    kind: str, processes: int, turns: int, tmp_path: Path
+) -> None:
+    """Every turn is stored once, and every model saw every earlier message in order:
+    with processes waiting in line, the turns that read ahead (SQLite) included."""
     location = tmp_path / "store"
     open_kit(kind, location).close()
     go = CTX.Event()
@@ -23,9 +29,9 @@ def test_sessions_in_processes_lose_no_turn(kind: str, tmp_path: Path) -> None:
     workers = [
         CTX.Process(
             target=store_workers.send_turns,
-            args=(kind, str(location), "shared", n, TURNS, go, out),
+            args=(kind, str(location), "shared", n, turns, go, out),
         )
-        for n in range(PROCESSES)
+        for n in range(processes)
     ]
     for w in workers:
         w.start()
@@ -38,11 +44,11 @@ def test_sessions_in_processes_lose_no_turn(kind: str, tmp_path: Path) -> None:
     kit = open_kit(kind, location)
     messages = kit.sessions.load("shared") or []
     kit.close()
-    assert len(messages) == 2 * PROCESSES * TURNS
+    assert len(messages) == 2 * processes * turns
     tags = []
     for i, (user, assistant) in enumerate(zip(messages[::2], messages[1::2], strict=True)):
         assert (user.role, assistant.role) == ("user", "assistant")
         # the model of every turn saw every earlier message, in order: none missed or repeated
         assert assistant.text == f"{user.text}|{store_workers.seen(messages[: 2 * i + 1])}"
         tags.append(user.text)
-    assert sorted(tags) == sorted(f"w{w}-t{n}" for w in range(PROCESSES) for n in range(TURNS))
+    assert sorted(tags) == sorted(f"w{w}-t{n}" for w in range(processes) for n in range(turns))
