@@ -31,19 +31,21 @@ from .messages import EMPTY, FrozenMapping, ImagePart, Message, TextPart, ToolCa
 __all__ = ["LoadCache", "message_dict", "message_from_canonical"]
 
 _ROLES = {role: role for role in ("user", "assistant", "tool", "system")}
-_MESSAGE_KEYS = frozenset(
-    {
-        "role",
-        "content",
-        "tool_calls",
-        "tool_call_id",
-        "is_error",
-        "usage",
-        "created_at",
-        "id",
-        "metadata",
-    }
+#: ``Message``'s fields in order (``_message_reader`` checks them at import)
+_MESSAGE_FIELDS = (
+    "role",
+    "content",
+    "tool_calls",
+    "tool_call_id",
+    "is_error",
+    "usage",
+    "created_at",
+    "id",
+    "metadata",
+    "extra",
 )
+#: the keys of a message this release writes (``extra``'s own keys are merged in, when any)
+_MESSAGE_KEYS = frozenset(_MESSAGE_FIELDS) - {"extra"}
 _USAGE_KEYS = frozenset({"input_tokens", "output_tokens", "cost_usd"})
 _TOOL_CALL_KEYS = frozenset({"id", "name", "arguments", "raw_arguments"})
 
@@ -227,20 +229,6 @@ def _single_text(data: Any, cache: LoadCache) -> tuple[TextPart] | None:
         if len(contents) < LoadCache.SIZE:
             contents[text] = content
     return content
-
-
-_MESSAGE_FIELDS = (
-    "role",
-    "content",
-    "tool_calls",
-    "tool_call_id",
-    "is_error",
-    "usage",
-    "created_at",
-    "id",
-    "metadata",
-    "extra",
-)
 
 
 def _message_reader() -> Callable[..., Message]:
