@@ -12,7 +12,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any, Union
 
-from .messages import ImagePart, Message, Part, TextPart
+from .messages import EMPTY, ImagePart, Message, Part, TextPart
 
 __all__ = ["MAX_DEPTH", "Input", "check_json", "check_text", "to_messages"]
 
@@ -92,6 +92,8 @@ def check_text(text: object, what: str) -> None:
 def check_json(value: object, what: str) -> None:
     """Refuse what JSON cannot hold: NaN/infinity (``ValueError``), nesting deeper than
     ``MAX_DEPTH`` (``ValueError``), non-str keys and other types (``TypeError``), bad text."""
+    if value is EMPTY:  # the shared empty mapping: most metadata and many arguments
+        return
     stack: list[tuple[object, int, tuple[object, ...]]] = [(value, 0, ())]
     while stack:
         item, depth, path = stack.pop()

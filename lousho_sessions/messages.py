@@ -166,7 +166,7 @@ def _thaw_fast(value: Any, depth: int) -> Any:
         raise _TooDeep
     if type(value) is FrozenMapping:  # its dict's items, not the generic Mapping ones
         value = value._data
-    if isinstance(value, Mapping):
+    if type(value) is dict or isinstance(value, Mapping):  # a dict: no ABC check
         return {k: v if type(v) in _SCALARS else _thaw_fast(v, depth + 1) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [v if type(v) in _SCALARS else _thaw_fast(v, depth + 1) for v in value]

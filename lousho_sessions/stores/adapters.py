@@ -224,21 +224,27 @@ def _cached(inner: object, kind: type[_A]) -> _A:
 
 def adapt_sessions(store: object) -> BaseSessionStore:
     """``store`` if it subclasses ``BaseSessionStore``, else its (one) adapter."""
-    if isinstance(store, BaseSessionStore):
+    if BaseSessionStore in type(store).__mro__ or isinstance(
+        store, BaseSessionStore
+    ):  # no ABC check, mostly
         return store
     return _cached(store, SessionStoreAdapter)
 
 
 def adapt_checkpoints(store: object) -> BaseCheckpointStore:
     """``store`` if it subclasses ``BaseCheckpointStore``, else its (one) adapter."""
-    if isinstance(store, BaseCheckpointStore):
+    if BaseCheckpointStore in type(store).__mro__ or isinstance(
+        store, BaseCheckpointStore
+    ):  # no ABC check, mostly
         return store
     return _cached(store, CheckpointStoreAdapter)
 
 
 def adapt_approvals(store: object) -> BaseApprovalStore:
     """``store`` if it subclasses ``BaseApprovalStore``, else its (one) adapter."""
-    if isinstance(store, BaseApprovalStore):
+    if BaseApprovalStore in type(store).__mro__ or isinstance(
+        store, BaseApprovalStore
+    ):  # no ABC check, mostly
         return store
     return _cached(store, ApprovalStoreAdapter)
 
