@@ -13,7 +13,7 @@ import threading
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from ..messages import Message
 from .base import (
@@ -224,27 +224,27 @@ def _cached(inner: object, kind: type[_A]) -> _A:
 
 def adapt_sessions(store: object) -> BaseSessionStore:
     """``store`` if it subclasses ``BaseSessionStore``, else its (one) adapter."""
-    if BaseSessionStore in type(store).__mro__ or isinstance(
-        store, BaseSessionStore
-    ):  # no ABC check, mostly
+    if BaseSessionStore in type(store).__mro__:  # a subclass: no ABC machinery
+        return cast(BaseSessionStore, store)
+    if isinstance(store, BaseSessionStore):
         return store
     return _cached(store, SessionStoreAdapter)
 
 
 def adapt_checkpoints(store: object) -> BaseCheckpointStore:
     """``store`` if it subclasses ``BaseCheckpointStore``, else its (one) adapter."""
-    if BaseCheckpointStore in type(store).__mro__ or isinstance(
-        store, BaseCheckpointStore
-    ):  # no ABC check, mostly
+    if BaseCheckpointStore in type(store).__mro__:  # a subclass: no ABC machinery
+        return cast(BaseCheckpointStore, store)
+    if isinstance(store, BaseCheckpointStore):
         return store
     return _cached(store, CheckpointStoreAdapter)
 
 
 def adapt_approvals(store: object) -> BaseApprovalStore:
     """``store`` if it subclasses ``BaseApprovalStore``, else its (one) adapter."""
-    if BaseApprovalStore in type(store).__mro__ or isinstance(
-        store, BaseApprovalStore
-    ):  # no ABC check, mostly
+    if BaseApprovalStore in type(store).__mro__:  # a subclass: no ABC machinery
+        return cast(BaseApprovalStore, store)
+    if isinstance(store, BaseApprovalStore):
         return store
     return _cached(store, ApprovalStoreAdapter)
 
