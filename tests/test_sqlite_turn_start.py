@@ -1,7 +1,9 @@
-"""The one read that starts a turn on a SqliteStore session (``SqliteSessionStore.turn_lock``)."""
+"""The one read that starts a turn on a SqliteStore session (``SqliteSessionStore.turn_lock``),
+and the reading ahead a turn does while it waits in line for the lease."""
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -9,10 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from lousho_sessions import FunctionProvider, ModelRequest, create_agent
+from lousho_sessions import FunctionProvider, MemorySessionStore, ModelRequest, create_agent
+from lousho_sessions.errors import StoreError
 from lousho_sessions.messages import Message
 from lousho_sessions.sqlite import SqliteStore
 from lousho_sessions.stores import _lockfile
+from lousho_sessions.stores.lease import Lease
 
 WAIT = 30.0
 
@@ -114,3 +118,51 @@ def test_a_session_waiting_in_line_reads_ahead_what_the_turns_before_it_wrote(
     assert [m.text for m in stored] == [*first, "a0", "q1", "a1", "q2", "a2"]
     for store in stores:
         store.close()
+
+
+class _CallsBackAndFails(MemorySessionStore):
+    """A store that calls ``while_waiting`` on every lease and whose reads fail while the
+    session reads ahead: a read-ahead that raises must cost the turn nothing."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reading_ahead = False
+        self.calls = 0
+
+    def turn_lock_waiting(
+        self, id: str, while_waiting: Callable[[], None] | None, *, timeout: float | None = None
+    ) -> Lease:
+        if while_waiting is not None:
+            self.calls += 1
+            self.reading_ahead = True
+            try:
+                while_waiting()
+            finally:
+                self.reading_ahead = False
+        return self.turn_lock(id, timeout=timeout)
+
+    def revision(self, id: str) -> int | None:
+        if self.reading_ahead:
+            raise StoreError(f"session {id!r}: the store cannot be read now")
+        return super().revision(id)
+
+
+def test_a_read_ahead_that_fails_is_left_to_the_look_under_the_lease(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    sessions = _CallsBackAndFails()
+    agent = create_agent(
+        provider=FunctionProvider(lambda request: Message.assistant(f"{len(request.messages)}")),
+        store=sessions,
+    )
+    session = agent.session("s")
+    try:
+        session.load()
+        sessions.append("s", [Message.user("elsewhere"), Message.assistant("x")], 0)
+        with caplog.at_level(logging.DEBUG, logger="lousho_sessions.session"):
+            assert session.send("hi").text == "3"  # it saw the turn stored meanwhile
+        assert sessions.calls == 1
+        assert "reading ahead failed" in caplog.text
+        assert [m.text for m in session.load()] == ["elsewhere", "x", "hi", "3"]
+    finally:
+        agent.close()
