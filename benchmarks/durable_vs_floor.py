@@ -67,7 +67,9 @@ from lousho_sessions import (
     tool,
 )
 from lousho_sessions.sqlite import SqliteStore
-from lousho_sessions.stores.sqlite import _AT_START, _FENCE_AND_ROW
+from lousho_sessions.stores._sqlite_records import SAVE_CHECKPOINT
+from lousho_sessions.stores._sqlite_turns import RECORD_FENCE
+from lousho_sessions.stores.sqlite import _AT_START, _FENCE_AND_ROW, _TOUCH
 
 ROUNDS = 400  # timed operations per configuration (turns, and as many floor transactions)
 BLOCK = 20  # floor and turn alternate in blocks of this many
@@ -192,20 +194,6 @@ class Bound:
     of the store's schema), a lock file's open/flock/close, on a worker thread the caller
     waits for through a ``Future``."""
 
-    _UPSERT_LEASE = (
-        "INSERT INTO leases (session_id, fence) VALUES (?, ?) "
-        "ON CONFLICT (session_id) DO UPDATE SET fence = excluded.fence"
-    )
-    _SAVE = (
-        "INSERT INTO checkpoints (turn_id, json, updated_at) VALUES (?, ?, ?) "
-        "ON CONFLICT (turn_id) DO UPDATE SET json = excluded.json, updated_at = excluded.updated_at"
-    )
-    _TOUCH = (
-        "INSERT INTO sessions (id, length, revision, updated_at) VALUES (?, ?, ?, ?) "
-        "ON CONFLICT (id) DO UPDATE SET length = excluded.length, revision = excluded.revision, "
-        "updated_at = excluded.updated_at"
-    )
-
     def __init__(self, path: Path, synchronous: str, written: Written, with_tool: bool) -> None:
         SqliteStore(path).close()  # the schema, as the store makes it
         self.conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
@@ -245,8 +233,8 @@ class Bound:
                 conn.execute("BEGIN IMMEDIATE")
                 conn.execute("SELECT fence FROM leases WHERE session_id = ?", ("bench",)).fetchone()
                 if i == 0:  # the turn's new fence
-                    conn.execute(self._UPSERT_LEASE, ("bench", n + 1))
-                conn.execute(self._SAVE, (key, text, time.time()))
+                    conn.execute(RECORD_FENCE, ("bench", n + 1))
+                conn.execute(SAVE_CHECKPOINT, (key, text, time.time()))
                 conn.execute("COMMIT")
             conn.execute("BEGIN IMMEDIATE")
             conn.execute(_FENCE_AND_ROW, ("bench",)).fetchone()
@@ -255,7 +243,7 @@ class Bound:
                 "INSERT INTO messages (session_id, seq, json) VALUES (?, ?, ?)",
                 [("bench", length + i, text) for i, text in enumerate(written.messages)],
             )
-            conn.execute(self._TOUCH, ("bench", length + len(written.messages), n, time.time()))
+            conn.execute(_TOUCH, ("bench", length + len(written.messages), n, time.time()))
             for key in deletes:
                 conn.execute("DELETE FROM checkpoints WHERE turn_id = ?", (key,))
             conn.execute("COMMIT")

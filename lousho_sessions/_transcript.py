@@ -66,15 +66,19 @@ class Transcript:
         """Bring the transcript up to date if the store changed since this session last looked."""
         known, self._start_revision = self._start_revision, None
         revision = known[0] if known is not None else self.store.revision(self.id)
-        if self._loaded:
-            if revision == self._revision:
-                return
-            added = self.store.load_since(self.id, len(self.messages), self._revision)
-            if added is not None:
-                self._add(added)
-                self._revision = revision
-                return
+        if self._loaded and (revision == self._revision or self._take_since(revision)):
+            return
         self.set(self.store.load(self.id) or [], revision)
+
+    def _take_since(self, revision: object) -> bool:
+        """Add the messages appended since the revision held, now at ``revision``; False
+        when the store cannot tell them (``load_since`` says "load it all")."""
+        added = self.store.load_since(self.id, len(self.messages), self._revision)
+        if added is None:
+            return False
+        self._add(added)
+        self._revision = revision
+        return True
 
     def read_ahead(self) -> None:
         """While a turn waits in line for the lease: take in what the turns ahead of it
@@ -84,18 +88,11 @@ class Transcript:
         the one kept is never newer than the messages held, and the ``sync()`` after
         compares with it as usual. Any error is left for that ``sync()`` to meet."""
         try:
-            if not self._loaded:
-                return
             revision = self.store.revision(self.id)
-            if revision == self._revision:
-                return
-            added = self.store.load_since(self.id, len(self.messages), self._revision)
+            if revision != self._revision:
+                self._take_since(revision)
         except Exception:
             log.debug("session %r: reading ahead failed", self.id, exc_info=True)
-            return
-        if added is not None:
-            self._add(added)
-            self._revision = revision
 
     def reload(self) -> None:
         """Read the whole transcript now, whatever the revision says."""
@@ -185,7 +182,7 @@ class _TurnLock:
             lease = self.held
         elif self.start is not None:
             lease = t.store.turn_lock_saving(t.id, self.start)
-        elif t.reads_ahead and t.known is not None:
+        elif t.reads_ahead and t._loaded:  # a transcript held, to read ahead from
             lease = t.store.turn_lock_waiting(t.id, t.read_ahead)
         else:
             lease = t.store.turn_lock(t.id)

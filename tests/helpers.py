@@ -3,11 +3,31 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 from lousho_sessions import FunctionProvider, Message, ModelRequest, ToolCall, Usage
+from lousho_sessions.stores import _lockfile
 
 WAIT = 10.0  # seconds any Event wait may take before a test fails
+
+
+def until(condition: Callable[[], bool], what: str, timeout: float = WAIT) -> None:
+    """Poll ``condition`` (a state another thread or process brings about) until it
+    holds; fail naming ``what`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    pause = threading.Event()
+    while not condition():
+        assert time.monotonic() < deadline, f"not within {timeout} s: {what}"
+        pause.wait(0.001)
+
+
+def lock_tickets(path: Path) -> int:
+    """The tickets handed out so far on the turn lock file ``path`` (its ticket counter)."""
+    at, size = _lockfile._TICKET_AT, _lockfile._TICKET_SIZE
+    raw = path.read_bytes()[at : at + size].strip(b"\0 ") if path.exists() else b""
+    return int(raw) if raw else 0
 
 
 def echo(request: ModelRequest) -> str:

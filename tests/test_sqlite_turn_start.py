@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from helpers import lock_tickets, until
 
 from lousho_sessions import FunctionProvider, MemorySessionStore, ModelRequest, create_agent
 from lousho_sessions.errors import StoreError
@@ -42,21 +42,6 @@ def test_turn_lock_reads_the_revision_and_whether_a_turn_is_pending(
         with store.sessions.turn_lock("s") as lease:
             assert lease.start_no_checkpoints is None
             assert lease.start_revision == (store.sessions.revision("s"),)
-
-
-def _waiting(lock_file: Path) -> int:
-    """Tickets handed out so far on a session's lock file (its ticket counter)."""
-    at, size = _lockfile._TICKET_AT, _lockfile._TICKET_SIZE
-    raw = lock_file.read_bytes()[at : at + size].strip(b"\0 ") if lock_file.exists() else b""
-    return int(raw) if raw else 0
-
-
-def _until(done: Callable[[], bool]) -> bool:
-    """Wait for an observable state (up to ``WAIT`` s)."""
-    deadline = time.monotonic() + WAIT
-    while not done() and time.monotonic() < deadline:
-        threading.Event().wait(0.001)
-    return done()
 
 
 @pytest.mark.skipif(not _lockfile._LINE, reason="the waiting line needs Linux OFD locks")
@@ -93,16 +78,17 @@ def test_a_session_waiting_in_line_reads_ahead_what_the_turns_before_it_wrote(
     try:
         threads[0].start()
         assert calling[0].wait(WAIT)  # the first holds the session
-        line = _waiting(lock_file)
+        line = lock_tickets(lock_file)
         threads[1].start()
-        assert _until(lambda: _waiting(lock_file) == line + 1)
+        until(lambda: lock_tickets(lock_file) == line + 1, "the second in line", WAIT)
         threads[2].start()
-        assert _until(lambda: _waiting(lock_file) == line + 2)
+        until(lambda: lock_tickets(lock_file) == line + 2, "the third in line", WAIT)
         third = sessions[2]._transcript
         assert len(third.messages) == 2
         gates[0].set()  # the first commits; the second takes the session
         assert calling[1].wait(WAIT)
-        assert _until(lambda: len(third.messages) == 4)  # read ahead, without the lease
+        # read ahead, without the lease
+        until(lambda: len(third.messages) == 4, "the third reading ahead", WAIT)
         assert [m.text for m in third.messages] == ["q", "a", "q0", "a0"]
         assert not calling[2].is_set()
     finally:

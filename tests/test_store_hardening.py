@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import lock_tickets, until
 from storekit import WAIT, Kit, open_kit
 
 from lousho_sessions import FunctionProvider, create_agent
@@ -569,13 +570,6 @@ def test_file_store_files_are_private(tmp_path: Path) -> None:
     assert set(modes(tmp_path).values()) == {0o600}, modes(tmp_path)
 
 
-def _tickets(path: Path) -> int:
-    """The tickets handed out so far on the lock file ``path`` (its ticket counter)."""
-    at, size = _lockfile_mod._TICKET_AT, _lockfile_mod._TICKET_SIZE
-    raw = path.read_bytes()[at : at + size].strip(b"\0 ")
-    return int(raw) if raw else 0
-
-
 @pytest.mark.skipif(not _lockfile_mod._LINE, reason="the waiting line needs Linux OFD locks")
 def test_blocking_waiters_take_the_lock_in_the_order_they_came(tmp_path: Path) -> None:
     """Waiters without a timeout are served first come, first served (a ticket line),
@@ -595,11 +589,8 @@ def test_blocking_waiters_take_the_lock_in_the_order_they_came(tmp_path: Path) -
             thread = threading.Thread(target=waiter, args=(n,), daemon=True)
             thread.start()
             threads.append(thread)
-            deadline = time.monotonic() + 10
             # the holder found nobody in line and took no ticket: waiter n has ticket n
-            while _tickets(path) < n + 1 and time.monotonic() < deadline:
-                threading.Event().wait(0.001)
-            assert _tickets(path) == n + 1
+            until(lambda: lock_tickets(path) == n + 1, f"waiter {n} in line")  # noqa: B023 - now
     finally:
         release()
         for thread in threads:
@@ -640,7 +631,7 @@ def test_a_waiter_is_called_back_once_the_turn_two_places_ahead_has_ended(tmp_pa
         release()
 
     first = _lockfile_mod.acquire(path, None)  # nobody in line: no ticket
-    line = _tickets(path)
+    line = lock_tickets(path)
     flags = {name: (threading.Event(), threading.Event()) for name in ("w1", "w2")}
     called, last_locked = threading.Event(), threading.Event()
     threads = [
@@ -651,10 +642,7 @@ def test_a_waiter_is_called_back_once_the_turn_two_places_ahead_has_ended(tmp_pa
     try:
         for n, thread in enumerate(threads, 1):
             thread.start()
-            deadline = time.monotonic() + 10
-            while _tickets(path) < line + n and time.monotonic() < deadline:  # in line
-                threading.Event().wait(0.001)
-            assert _tickets(path) == line + n
+            until(lambda: lock_tickets(path) == line + n, f"waiter {n} in line")  # noqa: B023 - now
         first()
         assert flags["w1"][0].wait(10)  # w1 holds the lock, w2 and the last wait
         assert not called.is_set()  # two turns ahead: too early
@@ -695,16 +683,13 @@ def test_a_holder_that_comes_straight_back_queues_behind_a_waiter(tmp_path: Path
 
     for round in range(5):
         release = _lockfile_mod.acquire(path, None)
-        line = _tickets(path)  # tickets handed out so far
+        line = lock_tickets(path)  # tickets handed out so far
         order: list[str] = []
         waiting = threading.Event()
         thread = threading.Thread(target=waiter, args=(waiting, order), daemon=True)
         thread.start()
         assert waiting.wait(10)
-        deadline = time.monotonic() + 10
-        while _tickets(path) < line + 1 and time.monotonic() < deadline:  # the waiter is in line
-            threading.Event().wait(0.001)
-        assert _tickets(path) == line + 1
+        until(lambda: lock_tickets(path) == line + 1, "the waiter in line")  # noqa: B023 - now
         release()
         again = _lockfile_mod.acquire(path, None)  # straight back: behind the waiter
         order.append("holder again")

@@ -26,6 +26,7 @@ from .base import (
 from .lease import fence_session_id
 
 __all__ = [
+    "SAVE_CHECKPOINT",
     "Part",
     "SqliteApprovalStore",
     "SqliteCheckpointStore",
@@ -227,13 +228,15 @@ class SqliteApprovalStore(Part, BaseApprovalStore):
         return check_approval_record(decode_json_object(text, source=source), source=source)
 
 
+#: a checkpoint saved (or saved over) under its turn id
+SAVE_CHECKPOINT = (
+    "INSERT INTO checkpoints (turn_id, json, updated_at) VALUES (?, ?, ?) "
+    "ON CONFLICT (turn_id) DO UPDATE SET json = excluded.json, updated_at = excluded.updated_at"
+)
+
+
 def _upsert(conn: sqlite3.Connection, turn_id: str, text: str) -> None:
-    conn.execute(
-        "INSERT INTO checkpoints (turn_id, json, updated_at) VALUES (?, ?, ?) "
-        "ON CONFLICT (turn_id) DO UPDATE SET json = excluded.json, "
-        "updated_at = excluded.updated_at",
-        (turn_id, text, time.time()),
-    )
+    conn.execute(SAVE_CHECKPOINT, (turn_id, text, time.time()))
 
 
 def prune_sessions(conn: sqlite3.Connection, cutoff: float) -> int:

@@ -29,7 +29,7 @@ from ..errors import SessionBusyError, StoreError
 from . import _lockfile
 from .lease import Lease, LocalLeases, check_fence
 
-__all__ = ["UNREAD", "SqliteTurns"]
+__all__ = ["RECORD_FENCE", "UNREAD", "SqliteTurns"]
 
 
 class _Unread:
@@ -42,6 +42,13 @@ UNREAD = _Unread()
 MEMORY = ":memory:"
 #: Lock file paths remembered (by session id) before the memo starts again.
 _PATHS_KEPT = 1024
+
+
+#: a lease's fence recorded in the ``leases`` row (by its first write)
+RECORD_FENCE = (
+    "INSERT INTO leases (session_id, fence) VALUES (?, ?) "
+    "ON CONFLICT (session_id) DO UPDATE SET fence = excluded.fence"
+)
 
 
 class SqliteTurns:
@@ -125,11 +132,7 @@ class SqliteTurns:
             latest = _lockfile.read_fence(self.lock_path(session_id))
             check_fence(session_id, fence, latest, where=str(self.lock_path(session_id)))
         if stored is None or stored < fence:
-            conn.execute(
-                "INSERT INTO leases (session_id, fence) VALUES (?, ?) "
-                "ON CONFLICT (session_id) DO UPDATE SET fence = excluded.fence",
-                (session_id, fence),
-            )
+            conn.execute(RECORD_FENCE, (session_id, fence))
 
     def keep_fence(self, conn: sqlite3.Connection, session_id: str) -> None:
         """In a write transaction, before the lock file may be deleted: raise the ``leases``

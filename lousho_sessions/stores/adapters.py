@@ -222,30 +222,30 @@ def _cached(inner: object, kind: type[_A]) -> _A:
         return made
 
 
+def _subclass(store: object, base: type) -> bool:
+    """``isinstance(store, base)``, answered from the MRO for a subclass (the common case),
+    without the ABC machinery's check each turn."""
+    return base in type(store).__mro__ or isinstance(store, base)
+
+
 def adapt_sessions(store: object) -> BaseSessionStore:
     """``store`` if it subclasses ``BaseSessionStore``, else its (one) adapter."""
-    if BaseSessionStore in type(store).__mro__:  # a subclass: no ABC machinery
+    if _subclass(store, BaseSessionStore):
         return cast(BaseSessionStore, store)
-    if isinstance(store, BaseSessionStore):
-        return store
     return _cached(store, SessionStoreAdapter)
 
 
 def adapt_checkpoints(store: object) -> BaseCheckpointStore:
     """``store`` if it subclasses ``BaseCheckpointStore``, else its (one) adapter."""
-    if BaseCheckpointStore in type(store).__mro__:  # a subclass: no ABC machinery
+    if _subclass(store, BaseCheckpointStore):
         return cast(BaseCheckpointStore, store)
-    if isinstance(store, BaseCheckpointStore):
-        return store
     return _cached(store, CheckpointStoreAdapter)
 
 
 def adapt_approvals(store: object) -> BaseApprovalStore:
     """``store`` if it subclasses ``BaseApprovalStore``, else its (one) adapter."""
-    if BaseApprovalStore in type(store).__mro__:  # a subclass: no ABC machinery
+    if _subclass(store, BaseApprovalStore):
         return cast(BaseApprovalStore, store)
-    if isinstance(store, BaseApprovalStore):
-        return store
     return _cached(store, ApprovalStoreAdapter)
 
 

@@ -337,6 +337,14 @@ _FENCE_AND_ROW = (
 )
 
 
+#: the session row written with its new length and revision
+_TOUCH = (
+    "INSERT INTO sessions (id, length, revision, updated_at) VALUES (?, ?, ?, ?) "
+    "ON CONFLICT (id) DO UPDATE SET length = excluded.length, revision = excluded.revision, "
+    "updated_at = excluded.updated_at"
+)
+
+
 def _touch(conn: sqlite3.Connection, id: str, length: int, appended_to: int | None = None) -> int:
     """Write the session row with a new revision and return it.
 
@@ -350,10 +358,5 @@ def _touch(conn: sqlite3.Connection, id: str, length: int, appended_to: int | No
         revision = secrets.randbits(63)
     else:
         revision = (appended_to & ~_COUNTER_MASK) | ((appended_to + 1) & _COUNTER_MASK)
-    conn.execute(
-        "INSERT INTO sessions (id, length, revision, updated_at) VALUES (?, ?, ?, ?) "
-        "ON CONFLICT (id) DO UPDATE SET length = excluded.length, revision = excluded.revision, "
-        "updated_at = excluded.updated_at",
-        (id, length, revision, time.time()),
-    )
+    conn.execute(_TOUCH, (id, length, revision, time.time()))
     return revision
