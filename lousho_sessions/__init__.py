@@ -34,6 +34,7 @@ from .messages import ImagePart, Message, Part, TextPart, ToolCall, Usage
 from .pricing import Pricing, register_pricing
 from .providers.anthropic import AnthropicProvider
 from .providers.base import ModelEvent, ModelRequest, ModelResponse, Provider, ToolSpec
+from .providers.caching import CachePolicy
 from .providers.demo import DemoProvider
 from .providers.function import FunctionProvider, ScriptedProvider
 from .providers.openai import OpenAIProvider
@@ -80,6 +81,7 @@ __all__ = [
     "BaseApprovalStore",
     "BaseCheckpointStore",
     "BaseSessionStore",
+    "CachePolicy",
     "CheckpointStore",
     "Compaction",
     "CompactionResult",

@@ -188,6 +188,7 @@ class Turn:
             tools=tuple(t.spec for t in config.tools.values()),
             settings=config.settings,
             signal=controller.signal,
+            session_id=state.session_id,
         )
         chat = config.trace.chat(request.messages) if config.trace is not None else None
         response: ModelResponse | None = None

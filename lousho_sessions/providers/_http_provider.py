@@ -35,6 +35,7 @@ from .base import (
     ModelToolCallDelta,
     ProviderBase,
 )
+from .caching import CachePolicy, cache_policy
 
 __all__ = ["HttpOptions", "HttpProvider", "Reply"]
 
@@ -50,6 +51,7 @@ class HttpOptions(TypedDict, total=False):
     name: str | None
     max_duration: float | None
     max_event_size: int | None
+    cache: bool | CachePolicy
 
 
 @attrs.define
@@ -195,7 +197,9 @@ class HttpProvider(ProviderBase):
     table used for ``Usage.cost_usd``. ``headers`` are extra HTTP headers.
     ``max_duration`` (seconds; default ``None``, no limit) bounds a whole
     call, retries and stream included; ``max_event_size`` (characters, 16 MiB
-    by default) bounds one line or event of the stream.
+    by default) bounds one line or event of the stream. ``cache`` (default
+    ``True``) asks for the service's prompt cache; ``False`` turns that off and
+    a ``CachePolicy`` tunes it (see ``CachePolicy``).
 
     Failures raise ``ProviderError``, scrubbed of the key; an aborted signal
     ends the call at once (it raises the SDK's internal abort error, which the
@@ -227,8 +231,11 @@ class HttpProvider(ProviderBase):
         name: str | None = None,
         max_duration: float | None = None,
         max_event_size: int | None = DEFAULT_MAX_EVENT_SIZE,
+        cache: bool | CachePolicy = True,
     ) -> None:
         self.model = model
+        #: the prompt-cache policy ``cache=`` stands for; ``None``: no cache hints are sent
+        self.cache: CachePolicy | None = cache_policy(cache)
         self.name = name or f"{self.KIND}/{model}"
         self.base_url = (base_url or env(self.BASE_URL_ENV) or self.DEFAULT_BASE_URL).rstrip("/")
         self.pricing = dict(pricing or {})

@@ -7,6 +7,7 @@ from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..messages import ImagePart, Message, TextPart
+from ._breakpoints import mark_breakpoints
 from ._http_provider import HttpOptions, HttpProvider, Reply
 from ._redact import Secret
 from ._sse import ServerSentEvent
@@ -103,14 +104,15 @@ class AnthropicProvider(HttpProvider):
         system = [request.system] if request.system else []
         # system messages inside the transcript join the top-level system text
         system += [m.text for m in request.messages if m.role == "system" and m.text]
+        messages, ends = _messages(request.messages)
         body: dict[str, Any] = {
             "model": self.model,
             "max_tokens": self.max_tokens,
-            "messages": _messages(request.messages),
+            "messages": messages,
             "stream": True,
         }
         if system:
-            body["system"] = "\n\n".join(system)
+            body["system"] = [{"type": "text", "text": "\n\n".join(system)}]
         if request.tools:
             body["tools"] = [
                 {
@@ -121,6 +123,8 @@ class AnthropicProvider(HttpProvider):
                 for spec in request.tools
             ]
         body.update(pick_settings(request.settings, SETTINGS, {"stop": "stop_sequences"}))
+        if self.cache is not None:
+            mark_breakpoints(body, request.messages, ends, self.cache)
         return body
 
     def _read(self, events: Iterator[ServerSentEvent], reply: Reply) -> Iterator[ModelEvent]:
@@ -205,14 +209,18 @@ def _delta(
     # thinking, signature and citation deltas are not part of the transcript
 
 
-def _messages(messages: tuple[Message, ...]) -> list[dict[str, Any]]:
-    """The transcript as Messages API turns; tool results go in user turns.
+def _messages(
+    messages: tuple[Message, ...],
+) -> tuple[list[dict[str, Any]], dict[int, tuple[int, int]]]:
+    """The transcript as Messages API turns (tool results go in user turns), and where
+    each message ended: message index -> (turn index, block index) of its last block.
 
     Consecutive user-side messages (tool results, then maybe user text) merge
     into one user turn with the tool results first, as the API requires.
     """
     out: list[dict[str, Any]] = []
-    for message in messages:
+    ends: dict[int, tuple[int, int]] = {}
+    for index, message in enumerate(messages):
         if message.role == "system":
             continue  # sent as the top-level system text
         if message.role == "assistant":
@@ -244,7 +252,8 @@ def _messages(messages: tuple[Message, ...]) -> list[dict[str, Any]]:
             out[-1]["content"].extend(content)
         else:
             out.append({"role": role, "content": content})
-    return out
+        ends[index] = (len(out) - 1, len(out[-1]["content"]) - 1)
+    return out, ends
 
 
 def _content(parts: tuple[TextPart | ImagePart, ...]) -> list[dict[str, Any]]:

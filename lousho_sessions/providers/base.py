@@ -47,13 +47,18 @@ class ToolSpec:
 
 @attrs.frozen
 class ModelRequest:
-    """One model call: the system text, the whole conversation the model sees, the tools."""
+    """One model call: the system text, the whole conversation the model sees, the tools.
+
+    ``session_id`` is the session the call is made for (``None`` outside one); it is
+    not shown to the model — providers use it to route the call to a prompt cache.
+    """
 
     system: str | None
     messages: tuple[Message, ...]
     tools: tuple[ToolSpec, ...] = ()
     settings: Mapping[str, Any] = attrs.field(factory=dict)
     signal: AbortSignal = attrs.field(factory=AbortSignal, repr=False, eq=False)
+    session_id: str | None = attrs.field(default=None, kw_only=True)
 
 
 @attrs.frozen

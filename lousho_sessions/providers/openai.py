@@ -92,6 +92,13 @@ class OpenAIProvider(HttpProvider):
                 for spec in request.tools
             ]
         body.update(pick_settings(request.settings, SETTINGS))
+        policy = self.cache
+        if policy is not None:  # OpenAI caches prefixes itself: the key only routes the call
+            key = policy.key or request.session_id
+            if key:
+                body["prompt_cache_key"] = key
+            if policy.retention:
+                body["prompt_cache_retention"] = policy.retention
         return body
 
     def _read(self, events: Iterator[ServerSentEvent], reply: Reply) -> Iterator[ModelEvent]:
