@@ -119,6 +119,22 @@ class _Handler(BaseHTTPRequestHandler):
         self._chunk(events[-1])
         self._chunk(b"")
 
+    def do_GET(self) -> None:
+        """``/served``: what was served, as JSON (for a client in another process);
+        ``/clear``: forget the cache and what was served."""
+        owner = self.server.owner
+        if self.path == "/clear":
+            owner.clear()
+            data = b"{}"
+        else:
+            with owner._lock:
+                data = json.dumps([vars(s) for s in owner.served]).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
     def _chunk(self, data: bytes) -> None:
         self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
         self.wfile.flush()
@@ -300,6 +316,20 @@ class CacheServer:
         yield b"data: [DONE]\n\n"
 
 
+def main() -> None:
+    """Serve until stdin closes, after printing the base URL (a server in a process of its
+    own, so that timing a client is not timing the two sharing one interpreter lock)."""
+    import sys
+
+    with CacheServer() as server:
+        print(server.url, flush=True)
+        sys.stdin.read()
+
+
 def _sse(event: str | None, data: Any) -> bytes:
     head = f"event: {event}\n" if event else ""
     return f"{head}data: {json.dumps(data)}\n\n".encode()
+
+
+if __name__ == "__main__":
+    main()
