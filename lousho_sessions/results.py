@@ -37,7 +37,8 @@ class ExecutionResult(Generic[OutputT]):
 
     ``messages`` are the turn's new messages (the user input included); ``usage``
     sums the turn's model calls; ``limit`` names the limit that stopped it when
-    ``finish_reason == "limit"``.
+    ``finish_reason == "limit"``. ``text`` is the final answer's text; ``output`` that
+    answer parsed as the turn's ``output_type`` (docs/output.md).
     """
 
     text: str

@@ -123,11 +123,15 @@ def openai_reply(text: str) -> SSEReply:
     """Chat Completions streaming ``text`` as the assistant's content."""
     base = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "model": "test-model"}
     events = [
-        _sse(None, {**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]})
+        _sse(
+            None, {**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}
+        )
     ]
     for piece in pieces(text):
         events.append(_sse(None, {**base, "choices": [{"index": 0, "delta": {"content": piece}}]}))
-    events.append(_sse(None, {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}))
+    events.append(
+        _sse(None, {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+    )
     usage = {"prompt_tokens": 20, "completion_tokens": 10, "total_tokens": 30}
     events.append(_sse(None, {**base, "choices": [], "usage": usage}))
     events.append(_sse(None, "[DONE]"))
@@ -151,7 +155,10 @@ def anthropic_reply(text: str) -> SSEReply:
     block = {"type": "tool_use", "id": "toolu_1", "name": "final_output", "input": {}}
     events = [
         _sse("message_start", start),
-        _sse("content_block_start", {"type": "content_block_start", "index": 0, "content_block": block}),
+        _sse(
+            "content_block_start",
+            {"type": "content_block_start", "index": 0, "content_block": block},
+        ),
     ]
     for piece in pieces(text):
         delta = {"type": "input_json_delta", "partial_json": piece}
@@ -159,7 +166,11 @@ def anthropic_reply(text: str) -> SSEReply:
             _sse("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": delta})
         )
     events.append(_sse("content_block_stop", {"type": "content_block_stop", "index": 0}))
-    stop = {"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 9}}
+    stop = {
+        "type": "message_delta",
+        "delta": {"stop_reason": "tool_use"},
+        "usage": {"output_tokens": 9},
+    }
     events.append(_sse("message_delta", stop))
     events.append(_sse("message_stop", {"type": "message_stop"}))
     return SSEReply(events)

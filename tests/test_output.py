@@ -20,18 +20,20 @@ from output_cases import (
     BAD_PROBLEM,
     CASES,
     GOOD_BILL,
-    Contact,
     REPLIES,
     Bill,
     Case,
+    Contact,
     Item,
     scripted,
 )
 from provider_server import ProviderServer
 from provider_wires import WIRES, provider_factory
+from typing_extensions import assert_type
 
 from lousho_sessions import (
     Agent,
+    AgentRun,
     ExecutionResult,
     ModelRequest,
     OutputValidationError,
@@ -218,9 +220,11 @@ def test_anthropic_refuses_a_tool_named_like_the_output_tool(server: ProviderSer
         """Clashes."""
         return x
 
-    with agent_on("anthropic", server, tools=[final_output]) as (agent, _):
-        with pytest.raises(ProviderError, match="final_output"):
-            agent.session().send("n", output_type=int)
+    with (
+        agent_on("anthropic", server, tools=[final_output]) as (agent, _),
+        pytest.raises(ProviderError, match="final_output"),
+    ):
+        agent.session().send("n", output_type=int)
     assert server.requests == []
 
 
@@ -256,7 +260,12 @@ def test_a_bad_reply_gets_a_repair_round(wire: str, mode: str, server: ProviderS
     assert result.steps == 2
     # the repair is part of the transcript: input, bad answer, repair, good answer
     roles = [(m.role, m.text[:20]) for m in result.messages]
-    assert roles == [("user", "bill"), ("assistant", bad[:20]), ("user", roles[2][1]), ("assistant", good[:20])]
+    assert roles == [
+        ("user", "bill"),
+        ("assistant", bad[:20]),
+        ("user", roles[2][1]),
+        ("assistant", good[:20]),
+    ]
     repair = result.messages[2]
     assert BAD_PROBLEM in repair.text and repair.metadata == {"output_repair": True}
     assert [m.id for m in stored] == [m.id for m in result.messages]
@@ -286,9 +295,11 @@ def test_a_reply_that_never_fits_fails_naming_the_path(
 
 def test_the_final_failure_names_the_failing_path() -> None:
     bad = json.dumps(BAD_BILL)
-    with create_agent(provider=scripted(bad, bad), output_retries=1) as agent:
-        with pytest.raises(OutputValidationError) as caught:
-            agent.session().send("bill", output_type=Bill)
+    with (
+        create_agent(provider=scripted(bad, bad), output_retries=1) as agent,
+        pytest.raises(OutputValidationError) as caught,
+    ):
+        agent.session().send("bill", output_type=Bill)
     assert caught.value.path == "$.items[2].price"
     assert caught.value.problems == (BAD_PROBLEM,)
     assert BAD_PROBLEM in str(caught.value)
@@ -299,9 +310,11 @@ def test_output_retries_bounds_the_repair_rounds(retries: int) -> None:
     bad = json.dumps(BAD_BILL)
     seen: list[ModelRequest] = []
     provider = scripted(*[bad] * (retries + 1), seen=seen)
-    with create_agent(provider=provider, output_retries=retries) as agent:
-        with pytest.raises(OutputValidationError):
-            agent.session().send("bill", output_type=Bill)
+    with (
+        create_agent(provider=provider, output_retries=retries) as agent,
+        pytest.raises(OutputValidationError),
+    ):
+        agent.session().send("bill", output_type=Bill)
     assert len(seen) == retries + 1
 
 
@@ -319,9 +332,11 @@ def test_a_fenced_answer_is_read() -> None:
 
 def test_unknown_fields_and_wrong_types_are_each_named() -> None:
     reply = '{"name": 3, "price": 1, "colour": "red"}'
-    with create_agent(provider=scripted(reply), output_retries=0) as agent:
-        with pytest.raises(OutputValidationError) as caught:
-            agent.session().send("n", output_type=Item)
+    with (
+        create_agent(provider=scripted(reply), output_retries=0) as agent,
+        pytest.raises(OutputValidationError) as caught,
+    ):
+        agent.session().send("n", output_type=Item)
     assert "$.name: expected string, got integer 3" in caught.value.problems
     assert any("unknown fields: colour" in p for p in caught.value.problems)
 
@@ -363,8 +378,11 @@ def test_a_resolved_approval_continues_with_its_output_type(mode: str) -> None:
         """Charge the card."""
         return "charged"
 
-    answers = iter(
-        [Message.assistant("", tool_calls=[ToolCall("c1", "charge", {"amount": 2})]), json.dumps(GOOD_BILL)]
+    answers: Iterator[Message | str] = iter(
+        [
+            Message.assistant("", tool_calls=[ToolCall("c1", "charge", {"amount": 2})]),
+            json.dumps(GOOD_BILL),
+        ]
     )
     from lousho_sessions import FunctionProvider
 
@@ -377,7 +395,9 @@ def test_a_resolved_approval_continues_with_its_output_type(mode: str) -> None:
         if mode == "sync":
             result = agent.approvals.resolve(approval, approved=True, output_type=Bill)
         elif mode == "sync-stream":
-            result = agent.approvals.resolve_stream(approval, approved=True, output_type=Bill).result()
+            result = agent.approvals.resolve_stream(
+                approval, approved=True, output_type=Bill
+            ).result()
         else:
 
             async def main() -> ExecutionResult | None:
@@ -392,9 +412,11 @@ def test_a_resolved_approval_continues_with_its_output_type(mode: str) -> None:
 
 
 def test_a_type_without_a_schema_is_refused_before_anything_runs() -> None:
-    with create_agent(provider=scripted()) as agent:
-        with pytest.raises(ToolDefinitionError, match="output_type"):
-            agent.session().send("x", output_type=object)
+    with (
+        create_agent(provider=scripted()) as agent,
+        pytest.raises(ToolDefinitionError, match="output_type"),
+    ):
+        agent.session().send("x", output_type=object)
         with pytest.raises(ToolDefinitionError):
             agent.approvals.resolve("appr-none", approved=True, output_type=object)
     with pytest.raises(ToolDefinitionError):
@@ -410,3 +432,15 @@ def test_the_demo_provider_answers_a_schema() -> None:
     with create_agent(model="demo", output_type=Contact) as agent:
         result = agent.session().send("My name is Ali. My age is 31.")
     assert result.output == {"name": "Ali", "age": 31}
+
+
+def test_the_output_is_typed_for_type_checkers() -> None:
+    # checked by mypy (tests are type-checked): the overloads carry the type through
+    with create_agent(provider=scripted('{"name": "a", "price": 1}', '{"value": 2}')) as agent:
+        session = agent.session()
+        result = session.send("x", output_type=Item)
+        assert_type(result, ExecutionResult[Item])
+        assert_type(result.output, Item | None)
+        run = session.stream("y", output_type=int)
+        assert_type(run, AgentRun[int])
+        assert run.result().output == 2
