@@ -15,6 +15,7 @@ from .errors import (
     InvalidSessionIdError,
     LeaseLostError,
     LoushoError,
+    OutputValidationError,
     PropagatingToolError,
     ProviderConfigError,
     ProviderError,
@@ -33,7 +34,14 @@ from .inputs import Input
 from .messages import ImagePart, Message, Part, TextPart, ToolCall, Usage
 from .pricing import Pricing, register_pricing
 from .providers.anthropic import AnthropicProvider
-from .providers.base import ModelEvent, ModelRequest, ModelResponse, Provider, ToolSpec
+from .providers.base import (
+    ModelEvent,
+    ModelRequest,
+    ModelResponse,
+    OutputSchema,
+    Provider,
+    ToolSpec,
+)
 from .providers.caching import CachePolicy
 from .providers.demo import DemoProvider
 from .providers.function import FunctionProvider, ScriptedProvider
@@ -107,6 +115,8 @@ __all__ = [
     "ModelRequest",
     "ModelResponse",
     "OpenAIProvider",
+    "OutputSchema",
+    "OutputValidationError",
     "Part",
     "PendingTurn",
     "Pricing",

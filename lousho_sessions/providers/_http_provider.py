@@ -82,6 +82,8 @@ class Reply:
     model: str | None = None
     stop: str | None = None
     done: bool = False
+    #: the tool whose input is the structured answer (``HttpProvider.output_tool``)
+    output_tool: str | None = None
 
     def add_text(self, text: object) -> Iterator[ModelTextDelta]:
         """Keep ``text`` (when it is a non-empty string) and give its delta."""
@@ -283,7 +285,7 @@ class HttpProvider(ProviderBase):
             )
         body = self.build_body(request)
         with self._http.stream(self.PATH, body, signal) as stream:
-            reply = Reply(self.name, stream.request_id)
+            reply = Reply(self.name, stream.request_id, output_tool=self.output_tool(request))
             yield from self._read(stream.events(), reply)
             if reply.done:
                 stream.drain()
@@ -327,3 +329,8 @@ class HttpProvider(ProviderBase):
     def _read(self, events: Iterator[ServerSentEvent], reply: Reply) -> Iterator[ModelEvent]:
         """Turn events into deltas while filling ``reply``; return once ``reply.done``."""
         raise NotImplementedError
+
+    def output_tool(self, request: ModelRequest) -> str | None:
+        """The tool a wire forces for ``request.output_schema``, whose input is the answer
+        (its ``_read`` gives that input as the message's text); None: no such tool."""
+        return None
