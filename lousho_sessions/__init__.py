@@ -32,7 +32,7 @@ from .errors import (
 from .events import Event
 from .inputs import Input
 from .messages import ImagePart, Message, Part, TextPart, ToolCall, Usage
-from .pricing import Pricing
+from .pricing import Pricing, register_pricing
 from .providers.anthropic import AnthropicProvider
 from .providers.base import (
     ModelEvent,
@@ -42,6 +42,7 @@ from .providers.base import (
     Provider,
     ToolSpec,
 )
+from .providers.caching import CachePolicy
 from .providers.demo import DemoProvider
 from .providers.function import FunctionProvider, ScriptedProvider
 from .providers.openai import OpenAIProvider
@@ -88,6 +89,7 @@ __all__ = [
     "BaseApprovalStore",
     "BaseCheckpointStore",
     "BaseSessionStore",
+    "CachePolicy",
     "CheckpointStore",
     "Compaction",
     "CompactionResult",
@@ -145,5 +147,6 @@ __all__ = [
     "file_store",
     "memory_store",
     "open_store",
+    "register_pricing",
     "tool",
 ]

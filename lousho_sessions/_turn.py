@@ -190,6 +190,7 @@ class Turn:
             settings=config.settings,
             signal=controller.signal,
             output_schema=config.output.schema if config.output is not None else None,
+            session_id=state.session_id,
         )
         chat = config.trace.chat(request.messages) if config.trace is not None else None
         response: ModelResponse | None = None

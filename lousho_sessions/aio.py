@@ -29,7 +29,7 @@ from .agent import create_agent as _create_agent
 from .approvals import ApprovalRequest, Approvals
 from .events import Event, RunDone, SessionEvent
 from .inputs import Input
-from .messages import Message
+from .messages import Message, Usage
 from .results import CompactionResult, ExecutionResult, OutputT, PendingTurn
 from .run import AgentRun
 from .session import Session
@@ -259,6 +259,10 @@ class AsyncSession:
         self, *, keep_last: int = 4, instructions: str | None = None
     ) -> CompactionResult:
         return await _wait(self.sync._compact_future(keep_last, instructions))
+
+    async def usage(self) -> Usage:
+        """``Session.usage()``: the usage totals of the saved transcript."""
+        return await _wait(self.sync._usage_future())
 
     async def clear(self) -> None:
         await _wait(self.sync._clear_future())

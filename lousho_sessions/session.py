@@ -38,7 +38,7 @@ from .events import (
     SessionEvent,
 )
 from .inputs import Input, to_messages
-from .messages import Message
+from .messages import Message, Usage
 from .results import CompactionResult, ExecutionResult, Limits, PendingTurn
 from .results import OutputT as _T
 from .run import AgentRun
@@ -389,6 +389,14 @@ class Session:
             return tuple(self._transcript.messages)
 
         return self._run_job(work, "load")
+
+    def usage(self) -> Usage:
+        """Totals of every ``Usage`` field over the saved transcript (with what compaction
+        summaries carry), summed by the store; ``Usage()`` when nothing is saved."""
+        return self._usage_future().result()
+
+    def _usage_future(self) -> Future[Usage]:
+        return self._run_job(lambda job: self._transcript.store.usage(self.id) or Usage(), "usage")
 
     def clear(self) -> None:
         """Empty the transcript and save it empty; deletes a pending turn's checkpoint."""

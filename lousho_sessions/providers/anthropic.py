@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import ProviderError
 from ..messages import ImagePart, Message, TextPart
+from ._breakpoints import mark_breakpoints
 from ._http_provider import HttpOptions, HttpProvider, Reply
 from ._redact import Secret
 from ._sse import ServerSentEvent
@@ -68,8 +69,9 @@ class AnthropicProvider(HttpProvider):
     ``max_tokens`` caps each reply (the API requires a cap;
     ``settings["max_tokens"]`` overrides it per call). The other options are
     those of every HTTP provider: see :class:`~._http_provider.HttpProvider`.
-    Token usage counts cache reads and writes as input tokens, priced at the
-    plain input price.
+    ``Usage.input_tokens`` is the API's ``input_tokens`` plus its cache reads
+    and writes, which are also reported apart (``cache_read_tokens``,
+    ``cache_write_tokens``) and priced at their own rates.
 
     A structured answer (``ModelRequest.output_schema``) is asked for with a tool,
     ``final_output``, whose input schema is the answer's and which the model must call
@@ -111,14 +113,15 @@ class AnthropicProvider(HttpProvider):
         system = [request.system] if request.system else []
         # system messages inside the transcript join the top-level system text
         system += [m.text for m in request.messages if m.role == "system" and m.text]
+        messages, ends = _messages(request.messages)
         body: dict[str, Any] = {
             "model": self.model,
             "max_tokens": self.max_tokens,
-            "messages": _messages(request.messages),
+            "messages": messages,
             "stream": True,
         }
         if system:
-            body["system"] = "\n\n".join(system)
+            body["system"] = [{"type": "text", "text": "\n\n".join(system)}]
         if request.tools:
             body["tools"] = [
                 {
@@ -131,6 +134,8 @@ class AnthropicProvider(HttpProvider):
         if request.output_schema is not None:
             self._ask_output(body, request)
         body.update(pick_settings(request.settings, SETTINGS, {"stop": "stop_sequences"}))
+        if self.cache is not None:
+            mark_breakpoints(body, request.messages, ends, self.cache)
         return body
 
     def _ask_output(self, body: dict[str, Any], request: ModelRequest) -> None:
@@ -197,16 +202,24 @@ class AnthropicProvider(HttpProvider):
 
 
 def _usage(reply: Reply, usage: Mapping[str, Any]) -> None:
-    # message_delta counts are cumulative: the last value seen wins
+    # message_delta counts are cumulative: the last value seen wins. The API counts
+    # input_tokens apart from cache reads and writes; Usage.input_tokens holds all three.
     if "input_tokens" in usage:
-        reply.input_tokens = sum(
-            int(usage.get(key) or 0)
-            for key in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
-        )
-        reply.cache_read_tokens = int(usage.get("cache_read_input_tokens") or 0)
-        reply.cache_creation_tokens = int(usage.get("cache_creation_input_tokens") or 0)
+        read = _count(usage.get("cache_read_input_tokens"))
+        write = _count(usage.get("cache_creation_input_tokens"))
+        reply.input_tokens = _count(usage.get("input_tokens")) + read + write
+        reply.cache_read_tokens = read
+        reply.cache_write_tokens = write
+        split = usage.get("cache_creation")
+        if isinstance(split, Mapping):
+            reply.cache_write_1h_tokens = min(_count(split.get("ephemeral_1h_input_tokens")), write)
     if "output_tokens" in usage:
-        reply.output_tokens = int(usage.get("output_tokens") or 0)
+        reply.output_tokens = _count(usage.get("output_tokens"))
+
+
+def _count(value: object) -> int:
+    """A token count from the wire; anything else (``null``, a string) counts 0."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
 def _start(
@@ -248,14 +261,18 @@ def _delta(
     # thinking, signature and citation deltas are not part of the transcript
 
 
-def _messages(messages: tuple[Message, ...]) -> list[dict[str, Any]]:
-    """The transcript as Messages API turns; tool results go in user turns.
+def _messages(
+    messages: tuple[Message, ...],
+) -> tuple[list[dict[str, Any]], dict[int, tuple[int, int]]]:
+    """The transcript as Messages API turns (tool results go in user turns), and where
+    each message ended: message index -> (turn index, block index) of its last block.
 
     Consecutive user-side messages (tool results, then maybe user text) merge
     into one user turn with the tool results first, as the API requires.
     """
     out: list[dict[str, Any]] = []
-    for message in messages:
+    ends: dict[int, tuple[int, int]] = {}
+    for index, message in enumerate(messages):
         if message.role == "system":
             continue  # sent as the top-level system text
         if message.role == "assistant":
@@ -287,7 +304,8 @@ def _messages(messages: tuple[Message, ...]) -> list[dict[str, Any]]:
             out[-1]["content"].extend(content)
         else:
             out.append({"role": role, "content": content})
-    return out
+        ends[index] = (len(out) - 1, len(out[-1]["content"]) - 1)
+    return out, ends
 
 
 def _content(parts: tuple[TextPart | ImagePart, ...]) -> list[dict[str, Any]]:

@@ -70,6 +70,8 @@ class ModelRequest:
 
     ``output_schema``: the final answer must be JSON of that schema (``output_type=``);
     ``None`` for free text.
+    ``session_id`` is the session the call is made for (``None`` outside one); it is
+    not shown to the model — providers use it to route the call to a prompt cache.
     """
 
     system: str | None
@@ -78,6 +80,7 @@ class ModelRequest:
     settings: Mapping[str, Any] = attrs.field(factory=dict)
     signal: AbortSignal = attrs.field(factory=AbortSignal, repr=False, eq=False)
     output_schema: OutputSchema | None = None
+    session_id: str | None = attrs.field(default=None, kw_only=True)
 
 
 @attrs.frozen

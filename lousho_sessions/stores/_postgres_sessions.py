@@ -13,8 +13,9 @@ from collections.abc import Sequence
 from datetime import timedelta
 
 from ..errors import StoreConflictError
-from ..messages import Message
+from ..messages import Message, Usage
 from ..serde import messages_from_json
+from ..usage_totals import postgres_usage_sql, usage_from_row
 from ._postgres_core import FENCED, PgCore, PgPart
 from ._postgres_lease import PostgresLease
 from ._postgres_records import PostgresCheckpointStore
@@ -32,6 +33,9 @@ from .base import (
 from .lease import Lease
 
 __all__ = ["PostgresSessionStore"]
+
+#: the sums of ``usage``'s fields over a session's messages ``m`` (``PostgresSessionStore.usage``)
+_USAGE_SUMS = postgres_usage_sql("m.body")
 
 
 class PostgresSessionStore(PgPart, BaseSessionStore):
@@ -211,6 +215,16 @@ class PostgresSessionStore(PgPart, BaseSessionStore):
             {"id": id},
         )
         return None if not rows else SessionInfo(id, int(rows[0][0]), float(rows[0][1]))
+
+    def usage(self, id: str) -> Usage | None:
+        """The stored transcript's usage totals, summed by PostgreSQL over the message JSON."""
+        validate_session_id(id)
+        rows = self.store.fetch(
+            f"SELECT s.id, {_USAGE_SUMS} FROM {{s}}.sessions s "
+            "LEFT JOIN {s}.messages m ON m.session_id = s.id WHERE s.id = %(id)s GROUP BY s.id",
+            {"id": id},
+        )
+        return None if not rows else usage_from_row(rows[0][1:])
 
     def turn_lock(self, id: str, *, timeout: float | None = None) -> Lease:
         """Lease session ``id`` for a turn; see ``PostgresStore.turn_lock``."""

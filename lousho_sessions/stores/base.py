@@ -29,6 +29,8 @@ do more subclass the base classes (``BaseSessionStore``, ``BaseCheckpointStore``
 * ``prune(older_than)``: delete what was not updated for that long.
 * ``BaseSessionStore.list_ids()`` and ``info(id)``: the stored session ids, and a
   session's length and last write without loading it (the admin command's listing).
+* ``BaseSessionStore.usage(id)``: the totals of the stored transcript's usage
+  (``usage_totals.transcript_usage``); a database sums them in one query.
 """
 
 from __future__ import annotations
@@ -46,8 +48,9 @@ from typing import Any, Literal, Protocol, runtime_checkable
 import attrs
 
 from ..errors import SessionBusyError, StoreConflictError, StoreCorruptError
-from ..messages import Message
+from ..messages import Message, Usage
 from ..serde import decode_json_object, encode_json_object, message_json
+from ..usage_totals import transcript_usage
 from ._approval_records import approval_sort_key, check_approval_record, resolved_approval, shown
 from ._checks import (
     APPROVAL_ID_PATTERN,
@@ -369,6 +372,15 @@ class BaseSessionStore(_Closeable, TurnCommit, TurnStart, ABC):
         """
         messages = self.load(id)
         return None if messages is None else SessionInfo(id, len(messages))
+
+    def usage(self, id: str) -> Usage | None:
+        """The totals of every ``Usage`` field over the stored transcript of ``id`` (its
+        assistant messages and what compaction summaries carry); ``None`` if not stored.
+
+        The default loads the transcript (``usage_totals.transcript_usage``).
+        """
+        messages = self.load(id)
+        return None if messages is None else transcript_usage(messages)
 
     def _local_leases(self) -> LocalLeases:
         # Created on first use, so a subclass need not call ``super().__init__()``.

@@ -22,8 +22,9 @@ from collections.abc import Callable, Sequence
 from datetime import timedelta
 
 from ..errors import StoreConflictError
-from ..messages import Message
+from ..messages import Message, Usage
 from ..serde import messages_from_json_texts
+from ..usage_totals import sqlite_usage_sql, usage_from_row
 from ._sqlite_db import MIGRATIONS, SCHEMA_VERSION, SqliteDatabase
 from ._sqlite_records import (
     Part,
@@ -58,6 +59,8 @@ __all__ = [
 log = logging.getLogger("lousho_sessions.stores.sqlite")
 
 _MEMORY = ":memory:"
+#: the sums of ``usage``'s fields over a session's messages ``m`` (``SqliteSessionStore.usage``)
+_USAGE_SUMS = sqlite_usage_sql("m.json")
 
 
 class SqliteStore(SqliteDatabase):
@@ -268,6 +271,17 @@ class SqliteSessionStore(Part, BaseSessionStore):
                 "SELECT length, updated_at FROM sessions WHERE id = ?", (id,)
             ).fetchone()
         return None if row is None else SessionInfo(id, int(row[0]), float(row[1]))
+
+    def usage(self, id: str) -> Usage | None:
+        """The stored transcript's usage totals, summed by SQLite over the message JSON."""
+        validate_session_id(id)
+        with self.store.connection() as conn:
+            row = conn.execute(
+                f"SELECT s.id, {_USAGE_SUMS} FROM sessions s "
+                "LEFT JOIN messages m ON m.session_id = s.id WHERE s.id = ? GROUP BY s.id",
+                (id,),
+            ).fetchone()
+        return None if row is None else usage_from_row(row[1:])
 
     def turn_lock(self, id: str, *, timeout: float | None = None) -> Lease:
         """Hold session ``id`` for a turn; see ``SqliteStore.turn_lock``.
