@@ -262,9 +262,13 @@ def _listed(
     found: list[StaleTurn] = []
     for turn_id, data in checkpoints.pending_fields(_FIELDS):
         status = data.get("status", "running")
-        if status == "awaiting-approval" and "running" in statuses:
-            if approvals is not None and decided(approvals, data.get("approval_id")):
-                status = "running"  # decided, not yet applied: its holder finishes it
+        if (
+            status == "awaiting-approval"
+            and "running" in statuses
+            and approvals is not None
+            and decided(approvals, data.get("approval_id"))
+        ):
+            status = "running"  # decided, not yet applied: whoever claims it applies it
         if status not in statuses:
             continue
         updated_at = _time(data.get("updated_at"))
