@@ -27,6 +27,7 @@ __all__ = [
     "CHECKPOINT_PRUNE",
     "CHECKPOINT_SAVE",
     "INDEX_FORGET",
+    "LEASE_PRUNE",
     "LOAD",
     "RELEASE",
     "RENEW",
@@ -226,6 +227,19 @@ redis.call('DEL', META, MESSAGES, LEASE)
 return 1
 """)
 
+#: ARGV: cutoff (µs). Deletes the lease (the last fence) of a session that is gone: no
+#: transcript, checkpoint or approval, not held, and released or expired before the cutoff
+#: (a holder paused past its lease may still write: its fence refuses it until then). -> 1|0
+LEASE_PRUNE = _script("""
+local now = now_us()
+if live(now) then return 0 end
+if redis.call('EXISTS', META) == 1 or redis.call('HLEN', CPS) > 0 or redis.call('HLEN', APS) > 0
+then return 0 end
+local l = redis.call('HMGET', LEASE, 'holder', 'until')
+if l[1] and l[1] ~= '' and tonumber(l[2] or '0') >= tonumber(ARGV[1]) then return 0 end
+return redis.call('DEL', LEASE)
+""")
+
 #: ARGV: turn id, JSON, fence or '', session ttl. -> {'ok'} | {'lease-lost', latest}
 CHECKPOINT_SAVE = _script("""
 local now = now_us()
@@ -247,6 +261,7 @@ return {'ok'}
 
 #: ARGV: cutoff (µs), session ttl. -> how many checkpoints were deleted
 CHECKPOINT_PRUNE = _script("""
+if live(now_us()) then return 0 end
 local times = redis.call('HGETALL', CP_TIMES)
 local deleted = 0
 for i = 1, #times, 2 do

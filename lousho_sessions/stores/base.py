@@ -102,13 +102,16 @@ _PENDING_TURN = re.compile(r"[A-Za-z0-9_-]{1,128}\.(turn-[0-9]+|send)")
 @attrs.frozen
 class PruneResult:
     """How many sessions, checkpoints and resolved approvals a ``prune`` deleted, and how
-    many leftover lock files and temp files of dead writers it removed."""
+    many leftover lock files, temp files of dead writers and lease records of sessions that
+    no longer exist it removed. A session (or checkpoint) whose turn holds its lease right
+    now is never pruned, however old."""
 
     sessions: int
     checkpoints: int
     approvals: int
     lock_files: int = 0
     temp_files: int = 0
+    leases: int = 0
 
     def __add__(self, other: PruneResult) -> PruneResult:
         if not isinstance(other, PruneResult):

@@ -407,11 +407,16 @@ class RedisSessionStore(BaseSessionStore):
         return self.prune_before(cutoff)
 
     def prune_before(self, cutoff_us: int) -> PruneResult:
-        deleted = 0
+        """Delete the sessions written before ``cutoff_us`` (unless held), then the leases
+        of sessions that are gone (``LEASE_PRUNE``)."""
+        deleted = leases = 0
         for key in set(self.store.scan(f"{self.store.prefix}:{{*}}:meta")):
             id = self.store.session_of(key)
             deleted += int(self.store.run("SESSION_PRUNE", id, str(cutoff_us), what="prune"))
-        return PruneResult(sessions=deleted, checkpoints=0, approvals=0)
+        for key in set(self.store.scan(f"{self.store.prefix}:{{*}}:lease")):
+            id = self.store.session_of(key)
+            leases += int(self.store.run("LEASE_PRUNE", id, str(cutoff_us), what="prune"))
+        return PruneResult(sessions=deleted, checkpoints=0, approvals=0, leases=leases)
 
 
 def _rows(id: str, messages: Sequence[Message]) -> list[str]:

@@ -31,6 +31,7 @@ from ._sqlite_records import (
     SqliteCheckpointStore,
     prune_approvals,
     prune_checkpoints,
+    prune_leases,
     prune_sessions,
 )
 from .base import (
@@ -104,20 +105,23 @@ class SqliteStore(SqliteDatabase):
         """Delete sessions and checkpoints not updated within ``older_than`` (seconds or a
         ``timedelta``) and approvals resolved that long ago; pending approvals are kept."""
         cutoff = time.time() - older_than_seconds(older_than)
+        held = self._turns.held  # a running turn's session, checkpoints and fence stay
         with self.transaction() as conn:
-            sessions = prune_sessions(conn, cutoff)
-            checkpoints = prune_checkpoints(conn, cutoff)
+            sessions = prune_sessions(conn, cutoff, held)
+            checkpoints = prune_checkpoints(conn, cutoff, held)
             approvals = prune_approvals(conn, cutoff)
+            leases = prune_leases(conn, held)
         lock_files = self._prune_lock_files()
         log.info(
-            "%s: pruned %d sessions, %d checkpoints, %d approvals, %d lock files",
+            "%s: pruned %d sessions, %d checkpoints, %d approvals, %d lock files, %d leases",
             self.path,
             sessions,
             checkpoints,
             approvals,
             lock_files,
+            leases,
         )
-        return PruneResult(sessions, checkpoints, approvals, lock_files=lock_files)
+        return PruneResult(sessions, checkpoints, approvals, lock_files=lock_files, leases=leases)
 
 
 class SqliteSessionStore(Part, BaseSessionStore):
@@ -305,8 +309,11 @@ class SqliteSessionStore(Part, BaseSessionStore):
     def prune(self, older_than: timedelta | float) -> PruneResult:
         """Delete the sessions not updated within ``older_than`` (seconds or a ``timedelta``)."""
         cutoff = time.time() - older_than_seconds(older_than)
+        held = self.store._turns.held
         with self.store.transaction() as conn:
-            return PruneResult(sessions=prune_sessions(conn, cutoff), checkpoints=0, approvals=0)
+            sessions = prune_sessions(conn, cutoff, held)
+            leases = prune_leases(conn, held)
+        return PruneResult(sessions=sessions, checkpoints=0, approvals=0, leases=leases)
 
 
 def _rows(id: str, messages: Sequence[Message], start: int) -> list[tuple[str, int, str]]:
