@@ -80,7 +80,10 @@ def test_a_resolver_killed_in_the_approved_tool_leaves_a_turn_sweep_finishes(
         agent = make_agent(store, str(log))
         paused = agent.session("u1").send("pay bob")
         assert paused.finish_reason == "awaiting-approval" and paused.approval_id
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]),
+        }
         victim = subprocess.Popen(
             [sys.executable, str(TESTS / "approved_child.py"), url, str(log), paused.approval_id],
             env=env,

@@ -35,6 +35,7 @@ __all__ = [
     "SESSION_DELETE",
     "SESSION_PARTS",
     "SESSION_PRUNE",
+    "TAKE_OVER",
 ]
 
 #: The parts of one session's key ``<prefix>:{<id>}:<part>``, in the order scripts get them.
@@ -235,9 +236,19 @@ local now = now_us()
 if live(now) then return 0 end
 if redis.call('EXISTS', META) == 1 or redis.call('HLEN', CPS) > 0 or redis.call('HLEN', APS) > 0
 then return 0 end
-local l = redis.call('HMGET', LEASE, 'holder', 'until')
-if l[1] and l[1] ~= '' and tonumber(l[2] or '0') >= tonumber(ARGV[1]) then return 0 end
+if tonumber(redis.call('HGET', LEASE, 'until') or '0') >= tonumber(ARGV[1]) then return 0 end
 return redis.call('DEL', LEASE)
+""")
+
+#: No ARGV. A fence newer than the holder's, the lease expired at once (an operator's
+#: takeover: the holder's renewals and writes are refused). -> the fence
+TAKE_OVER = _script("""
+local now = now_us()
+local fence = now
+local last = tonumber(redis.call('HGET', LEASE, 'fence') or '0')
+if fence <= last then fence = last + 1 end
+redis.call('HSET', LEASE, 'fence', fmt(fence), 'holder', '', 'until', fmt(now))
+return fmt(fence)
 """)
 
 #: ARGV: turn id, JSON, fence or '', session ttl. -> {'ok'} | {'lease-lost', latest}

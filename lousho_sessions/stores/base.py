@@ -324,6 +324,14 @@ class BaseSessionStore(_Closeable, TurnCommit, TurnStart, ABC):
         validate_session_id(id)
         return self._local_leases().acquire(id, timeout)
 
+    def take_over(self, id: str) -> int:
+        """Take session ``id`` from whoever holds it, without waiting: a fence newer than
+        every fence handed out for it, recorded so that writes carrying an older one (a turn
+        still running) are refused from now on. For an operator deleting a session under a
+        running turn (``lousho sessions rm --force``): pass it to the deletes. The default
+        knows the leases of this process (``LocalLeases``)."""
+        return self._local_leases().issue(validate_session_id(id))
+
     def claim_stale(self, ids: Sequence[str]) -> dict[str, Lease]:
         """Take, without waiting, the turn locks of those of ``ids`` that no live turn holds:
         a lease (with a new fence) for each one taken, by id; the others are left out.

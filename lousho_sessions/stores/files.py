@@ -330,6 +330,10 @@ class FileSessionStore(BaseSessionStore):
             raise
         return Lease(id, fence, release)
 
+    def take_over(self, id: str) -> int:
+        """A fence newer than the holder's, written to ``<dir>/<id>.fence`` at once."""
+        return bump_fence_file(self._fence_path(validate_session_id(id)))
+
     def turn_held(self, id: str) -> bool:
         """Whether a live process holds ``<dir>/<id>.lock`` now (a dead one holds nothing)."""
         return _lockfile.is_held(self._dir.path / f"{validate_session_id(id)}.lock")

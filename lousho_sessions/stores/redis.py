@@ -375,6 +375,13 @@ class RedisSessionStore(BaseSessionStore):
         """The lease and the turn's first checkpoint; see ``RedisStore.turn_lock_saving``."""
         return self.store.turn_lock_saving(id, start, timeout=timeout)
 
+    def take_over(self, id: str) -> int:
+        """A new fence in the session's ``lease`` hash, expired at once (``TAKE_OVER``): the
+        holder's renewals and writes are refused from now on."""
+        validate_session_id(id)
+        fence = self.store.run("TAKE_OVER", id, what=f"take over {id!r}")
+        return int(text(fence, source="fence"))
+
     def turn_held(self, id: str) -> bool:
         """Whether a lease on ``id`` is unexpired now (its holder still heartbeats)."""
         validate_session_id(id)

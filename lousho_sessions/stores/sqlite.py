@@ -45,7 +45,9 @@ from .base import (
     validate_session_id,
     validate_turn_id,
 )
-from .lease import Lease
+from . import _lockfile
+from ._sqlite_turns import RECORD_FENCE
+from .lease import Lease, next_fence
 
 __all__ = [
     "MIGRATIONS",
@@ -301,6 +303,21 @@ class SqliteSessionStore(Part, BaseSessionStore):
         if not pending:
             lease.start_no_checkpoints = self._checkpoints
         return lease
+
+    def take_over(self, id: str) -> int:
+        """A fence newer than the holder's, recorded in the ``leases`` row (the holder's
+        writes compare with it in their own transactions)."""
+        validate_session_id(id)
+        turns = self.store._turns
+        if turns.memory is not None:
+            return turns.memory.issue(id)
+        with self.store.transaction() as conn:
+            row = conn.execute("SELECT fence FROM leases WHERE session_id = ?", (id,)).fetchone()
+            known = [int(row[0])] if row is not None else []
+            latest = _lockfile.read_fence(turns.lock_path(id))
+            fence = next_fence(max([*known, *([] if latest is None else [latest])], default=None))
+            conn.execute(RECORD_FENCE, (id, fence))
+        return fence
 
     def turn_held(self, id: str) -> bool:
         """Whether a live turn holds ``id`` now; see ``SqliteStore.turn_lock``."""
