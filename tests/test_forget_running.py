@@ -59,7 +59,7 @@ def test_rm_force_during_a_turn_leaves_nothing_of_the_session(url: str, first: b
             return Message.assistant("", tool_calls=[ToolCall("l2", "lookup", {"q": "y"})])
         return Message.assistant(f"ok: {last.text}")
 
-    store = open_store(url)
+    store: Any = open_store(url)
     try:
         agent = create_agent(provider=FunctionProvider(model), tools=[lookup], store=store)
         session = agent.session("user-1")

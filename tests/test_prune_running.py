@@ -25,16 +25,14 @@ WAIT = 30.0
 
 @pytest.fixture(params=KINDS)
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
-    if request.param == "memory":
-        url, drop = "memory:", lambda: None
-    else:
-        url, drop = new_url(request.param, tmp_path)
+    url, drop = ("memory:", None) if request.param == "memory" else new_url(request.param, tmp_path)
     opened = open_store(url)
     try:
         yield opened
     finally:
         opened.close()
-        drop()
+        if drop is not None:
+            drop()
 
 
 def test_a_turn_running_while_prune_runs_keeps_its_session_and_commits(store: Any) -> None:

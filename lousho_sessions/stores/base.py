@@ -21,14 +21,11 @@ do more subclass the base classes (``BaseSessionStore``, ``BaseCheckpointStore``
   it and delete its checkpoints, in one transaction when both share a database.
 * ``BaseCheckpointStore.save_and_delete(turn_id, checkpoint, delete, fence=)``:
   save a checkpoint and delete the records it replaces, in one transaction where it can.
-* ``claim_stale(ids)``: take the turn locks of those no live turn holds, without waiting (a
-  sweep's claim). ``turn_held(id)``: whether a live turn holds ``id`` now, without taking it
-  (``None``: the store cannot tell), ``held_sessions(ids)`` the same for many at once;
-  ``BaseCheckpointStore.pending_turns()``: the ids of durable turns' checkpoints, which
-  ``lousho_sessions.recovery`` sweeps (``pending_fields(fields)``: their fields it reads).
-* ``prune(older_than)``: delete what was not updated for that long.
-* ``BaseSessionStore.list_ids()`` and ``info(id)``: the stored session ids, and a
-  session's length and last write without loading it (the admin command's listing).
+* ``claim_stale(ids)``: a sweep's claim of the unheld; ``turn_held(id)``/``held_sessions``:
+  whether a live turn holds them (``None``: cannot tell); ``take_over(id)``: a new fence, not
+  waiting for the holder; ``pending_turns()``/``pending_fields()``: what recovery sweeps.
+* ``prune(older_than)``: delete what was not updated for that long (never a held session).
+* ``list_ids()``, ``info(id)``: the session ids, a session's length and last write.
 """
 
 from __future__ import annotations
@@ -101,10 +98,8 @@ _PENDING_TURN = re.compile(r"[A-Za-z0-9_-]{1,128}\.(turn-[0-9]+|send)")
 
 @attrs.frozen
 class PruneResult:
-    """How many sessions, checkpoints and resolved approvals a ``prune`` deleted, and how
-    many leftover lock files, temp files of dead writers and lease records of sessions that
-    no longer exist it removed. A session (or checkpoint) whose turn holds its lease right
-    now is never pruned, however old."""
+    """What a ``prune`` deleted: sessions, checkpoints, resolved approvals, leftover lock and
+    temp files, lease records of sessions gone. A held session's turn is never pruned."""
 
     sessions: int
     checkpoints: int
@@ -147,10 +142,8 @@ class SessionStore(Protocol):
 
 @runtime_checkable
 class CheckpointStore(Protocol):
-    """Keeps the checkpoints of unfinished durable turns, keyed by turn id.
-
-    Checkpoints are opaque JSON objects: store what you are given, unchanged.
-    """
+    """Keeps the checkpoints of unfinished durable turns (opaque JSON objects, stored
+    unchanged), keyed by turn id."""
 
     def load(self, turn_id: str) -> dict[str, Any] | None: ...
 
@@ -163,13 +156,10 @@ class CheckpointStore(Protocol):
 
 @runtime_checkable
 class ApprovalStore(Protocol):
-    """Keeps approval records (JSON objects with at least ``id``, ``session_id``,
-    ``status`` — ``"pending"``, ``"approved"`` or ``"denied"``).
-
-    ``resolve`` is an atomic compare-and-set from ``"pending"``: exactly one caller
-    wins; the others get ``ApprovalAlreadyResolvedError``. An unknown id raises
-    ``ApprovalNotFoundError``.
-    """
+    """Keeps approval records (JSON objects with at least ``id``, ``session_id``, ``status``:
+    ``"pending"``, ``"approved"`` or ``"denied"``). ``resolve`` is an atomic compare-and-set
+    from ``"pending"``: one caller wins, the others get ``ApprovalAlreadyResolvedError``; an
+    unknown id raises ``ApprovalNotFoundError``."""
 
     def create(self, record: Mapping[str, Any]) -> None: ...
 
@@ -325,11 +315,8 @@ class BaseSessionStore(_Closeable, TurnCommit, TurnStart, ABC):
         return self._local_leases().acquire(id, timeout)
 
     def take_over(self, id: str) -> int:
-        """Take session ``id`` from whoever holds it, without waiting: a fence newer than
-        every fence handed out for it, recorded so that writes carrying an older one (a turn
-        still running) are refused from now on. For an operator deleting a session under a
-        running turn (``lousho sessions rm --force``): pass it to the deletes. The default
-        knows the leases of this process (``LocalLeases``)."""
+        """A fence newer than any handed out for ``id``, recorded at once without waiting for
+        the holder, whose writes are refused from then on (``lousho sessions rm --force``)."""
         return self._local_leases().issue(validate_session_id(id))
 
     def claim_stale(self, ids: Sequence[str]) -> dict[str, Lease]:

@@ -24,6 +24,7 @@ from datetime import timedelta
 from ..errors import StoreConflictError
 from ..messages import Message
 from ..serde import messages_from_json_texts
+from . import _lockfile
 from ._sqlite_db import MIGRATIONS, SCHEMA_VERSION, SqliteDatabase
 from ._sqlite_records import (
     Part,
@@ -34,6 +35,7 @@ from ._sqlite_records import (
     prune_leases,
     prune_sessions,
 )
+from ._sqlite_turns import RECORD_FENCE
 from .base import (
     BaseCheckpointStore,
     BaseSessionStore,
@@ -45,8 +47,6 @@ from .base import (
     validate_session_id,
     validate_turn_id,
 )
-from . import _lockfile
-from ._sqlite_turns import RECORD_FENCE
 from .lease import Lease, next_fence
 
 __all__ = [
