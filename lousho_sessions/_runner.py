@@ -188,10 +188,15 @@ class TurnRunner:
             state.status = "running"
         if state.status != "awaiting-approval":
             return
-        record = self.config.approvals.get(state.approval_id or "")
-        if record is None or record.get("status") == "pending":
+        if not self.decided(state):
             raise waiting(state.approval_id)
         state.status, state.approval_id = "running", None
+
+    def decided(self, state: TurnState) -> bool:
+        """Whether the approval the paused ``state`` waits on is decided (its record there,
+        not pending): the turn may go on and apply the decision."""
+        record = self.config.approvals.get(state.approval_id or "")
+        return record is not None and record.get("status") != "pending"
 
     def load(
         self, checkpoints: TurnCheckpoints, turn: TurnKey, history: Sequence[Message] = ()

@@ -226,16 +226,21 @@ def remove_sessions(ctx: Context) -> int:
         if id not in known:
             results.append({"id": id, "outcome": "missing"})
             continue
+        lease = None
         try:
-            lease = None if ctx.args.force else parts.sessions.turn_lock(id, timeout=0)
+            if ctx.args.force:  # a running turn's writes are refused from now on
+                fence = parts.sessions.take_over(id)
+            else:
+                lease = parts.sessions.turn_lock(id, timeout=0)
+                fence = lease.fence
         except SessionBusyError:
             results.append({"id": id, "outcome": "busy"})
             continue
         try:
+            for turn_id in parts.checkpoints.list(f"{id}."):
+                parts.checkpoints.delete(turn_id, fence=fence)
             for record in parts.approvals.list(session_id=id, status=None):
                 parts.approvals.delete(str(record["id"]))
-            for turn_id in parts.checkpoints.list(f"{id}."):
-                parts.checkpoints.delete(turn_id, fence=None if lease is None else lease.fence)
             parts.sessions.delete(id)
         finally:
             if lease is not None:

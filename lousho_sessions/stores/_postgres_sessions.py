@@ -240,6 +240,20 @@ class PostgresSessionStore(PgPart, BaseSessionStore):
         """Lease those of ``ids`` no live turn holds; see ``PostgresStore.claim_stale``."""
         return self.store.claim_stale(ids)
 
+    def take_over(self, id: str) -> int:
+        """A new fence in the session's ``leases`` row, expired at once: the holder's
+        renewals and writes are refused from now on; the row stays (refusing them) until a
+        ``prune`` older than now removes it once the session is gone."""
+        validate_session_id(id)
+        rows = self.store.fetch(
+            "INSERT INTO {s}.leases AS l (session_id, fence, holder, expires_at) "
+            "VALUES (%(id)s, nextval('{s}.fences'), NULL, now()) ON CONFLICT (session_id) "
+            "DO UPDATE SET fence = excluded.fence, holder = NULL, expires_at = now() "
+            "RETURNING l.fence",
+            {"id": id},
+        )
+        return int(rows[0][0])
+
     def turn_held(self, id: str) -> bool:
         """Whether a lease on ``id`` is unexpired now (its holder still heartbeats)."""
         validate_session_id(id)
