@@ -251,6 +251,10 @@ class Session:
                     approve=self._approve,
                     context=tj.context,
                 )
+                if earlier is not None and earlier.finish_reason == "aborted":
+                    # aborted while finishing the pending turn, which stays pending: this
+                    # input was not taken
+                    return self._skip_turn(tj, earlier.pending)
                 if earlier is not None and earlier.finish_reason == "awaiting-approval":
                     # it went on and paused again: this input waits for that approval
                     raise self._turns.awaiting(
@@ -277,9 +281,12 @@ class Session:
             emit(RunDone(tj.run_id, result.finish_reason, result))
         return result
 
-    def _skip_turn(self, tj: TurnJob) -> ExecutionResult:
-        """End a turn aborted before it started: nothing ran, nothing is saved."""
-        result = ExecutionResult("", finish_reason="aborted", run_id=tj.run_id, session_id=self.id)
+    def _skip_turn(self, tj: TurnJob, pending: PendingTurn | None = None) -> ExecutionResult:
+        """End a turn aborted before it started: its input was not taken, nothing is saved
+        (``pending``: the earlier turn it was finishing first, kept pending)."""
+        result = ExecutionResult(
+            "", finish_reason="aborted", run_id=tj.run_id, session_id=self.id, pending=pending
+        )
         settle(tj.inbox, result, None, self._requeue)
         emit_to(tj.emit, RunDone(tj.run_id, "aborted", result))
         return result
