@@ -12,6 +12,7 @@ from .compaction import Compaction
 from .errors import (
     ApprovalAlreadyResolvedError,
     ApprovalNotFoundError,
+    CommitUnknownError,
     InvalidSessionIdError,
     LeaseLostError,
     LoushoError,
@@ -89,6 +90,7 @@ __all__ = [
     "BaseCheckpointStore",
     "BaseSessionStore",
     "CheckpointStore",
+    "CommitUnknownError",
     "Compaction",
     "CompactionResult",
     "DemoProvider",
