@@ -107,7 +107,9 @@ class Session:
 
         Aborted (``signal``, ``timeout`` or Ctrl-C): the transcript is left as it was and
         ``finish_reason == "aborted"`` returned (Ctrl-C raises ``KeyboardInterrupt``
-        instead), unless the turn was saved first: then its result is returned.
+        instead), unless the turn was saved first: then its result is returned. A turn whose
+        tools ran (with a checkpoint store), or a pending turn this call finishes first, is
+        kept pending instead of dropped: the result's ``pending`` names it.
         ``context`` is given to tools as ``ToolContext.context``; the caller's context
         variables are seen by the turn's tools too. ``output_type`` (else the agent's):
         the answer is parsed into ``result.output`` (docs/output.md).
@@ -169,7 +171,8 @@ class Session:
 
         ``context`` is what its tools see as ``ToolContext.context`` and ``output_type``
         what its answer is parsed into (else the agent's); neither is saved with the turn.
-        Aborted (``signal``, Ctrl-C), the turn is dropped as any aborted turn is.
+        Aborted (``signal``, Ctrl-C), the turn stays pending with what finished recorded
+        (``result.pending``).
         """
         future, controller = self._resume_future(signal, context, output_type)
         result: ExecutionResult | None = wait(future, controller.abort, None)
