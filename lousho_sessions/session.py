@@ -108,8 +108,7 @@ class Session:
         Aborted (``signal``, ``timeout`` or Ctrl-C): the transcript is left as it was and
         ``finish_reason == "aborted"`` returned (Ctrl-C raises ``KeyboardInterrupt``
         instead), unless the turn was saved first: then its result is returned. A turn whose
-        tools ran (with a checkpoint store), or a pending turn this call finishes first, is
-        kept pending instead of dropped: the result's ``pending`` names it.
+        tools ran, or a pending turn finished first, is kept pending (``result.pending``).
         ``context`` is given to tools as ``ToolContext.context``; the caller's context
         variables are seen by the turn's tools too. ``output_type`` (else the agent's):
         the answer is parsed into ``result.output`` (docs/output.md).
@@ -255,9 +254,7 @@ class Session:
                     context=tj.context,
                 )
                 if earlier is not None and earlier.finish_reason == "aborted":
-                    # aborted while finishing the pending turn, which stays pending: this
-                    # input was not taken
-                    return self._skip_turn(tj, earlier.pending)
+                    return self._skip_turn(tj, earlier.pending)  # kept; this input not taken
                 if earlier is not None and earlier.finish_reason == "awaiting-approval":
                     # it went on and paused again: this input waits for that approval
                     raise self._turns.awaiting(
