@@ -12,6 +12,7 @@ from .compaction import Compaction
 from .errors import (
     ApprovalAlreadyResolvedError,
     ApprovalNotFoundError,
+    CommitUnknownError,
     InvalidSessionIdError,
     LeaseLostError,
     LoushoError,
@@ -91,6 +92,7 @@ __all__ = [
     "BaseSessionStore",
     "CachePolicy",
     "CheckpointStore",
+    "CommitUnknownError",
     "Compaction",
     "CompactionResult",
     "DemoProvider",

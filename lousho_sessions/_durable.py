@@ -14,6 +14,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from ._checkpoint_codec import turn_checkpoint
 from ._checkpoints import TurnCheckpoints
 from ._config import Approve
 from ._inbox import Inbox, Ticket
@@ -27,7 +28,6 @@ from .errors import SessionAwaitingApprovalError, SessionBusyError, StoreCorrupt
 from .events import Event
 from .messages import Message, _new_id
 from .results import ExecutionResult, Limits
-from .serde import turn_checkpoint
 from .stores._start import StartCheckpoint
 from .stores.adapters import adapt_checkpoints
 from .stores.base import BaseCheckpointStore, CheckpointStore

@@ -20,6 +20,9 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
+import attrs
+
+from ._checkpoint_codec import turn_state_from_checkpoint
 from ._checkpoints import TurnCheckpoints
 from ._config import AgentConfig, Approve
 from ._inbox import Inbox, Ticket
@@ -33,8 +36,8 @@ from .errors import LeaseLostError, StoreCorruptError
 from .events import Event
 from .failures import is_permanent
 from .messages import Message, Usage
-from .results import ExecutionResult, Limits
-from .serde import message_to_dict, turn_state_from_checkpoint
+from .results import ExecutionResult, Limits, PendingTurn
+from .serde import message_to_dict
 from .stores.adapters import adapt_approvals
 from .stores.base import ApprovalStore, BaseCheckpointStore
 
@@ -172,7 +175,10 @@ class TurnRunner:
             )  # fmt: skip
         if trace is not None:
             trace.end(result)
-        if kept and reason != "awaiting-approval":
+        if reason == "aborted" and (resumed or (checkpoints.durable and state.tool_calls)):
+            # what ran is never dropped: the turn stays pending with what finished recorded
+            result = _keep_aborted(checkpoints, state, result)
+        elif kept and reason != "awaiting-approval":
             checkpoints.forget(state)
         settle(inbox, result, None, requeue)
         return result
@@ -226,6 +232,22 @@ class TurnRunner:
                 f"checkpoint {turn_id!r}: cannot read checkpoint: {exc!r}"
             ) from exc
         return state
+
+
+def _keep_aborted(
+    checkpoints: TurnCheckpoints, state: TurnState, result: ExecutionResult
+) -> ExecutionResult:
+    """Keep an aborted turn that was resumed or whose tools ran pending, saved whole with what
+    finished (a failed save is logged: its earlier checkpoint and result records stay)."""
+    log.info(
+        "turn %s was aborted after %d tool calls (resumed or its tools ran): kept pending",
+        state.turn_id, state.tool_calls,
+    )  # fmt: skip
+    try:
+        checkpoints.keep(state)
+    except Exception:
+        log.warning("could not save the aborted turn %s", state.turn_id, exc_info=True)
+    return attrs.evolve(result, pending=PendingTurn("running", state.turn_id or ""))
 
 
 def _forget_quietly(checkpoints: TurnCheckpoints, state: TurnState) -> None:

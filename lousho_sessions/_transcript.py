@@ -206,4 +206,14 @@ class _TurnLock:
         t._start_saved = False
         t._lease = None
         t.last_write = False
-        self.lease.__exit__(kind, exc, tb)
+        if exc is None:
+            self.lease.__exit__(kind, exc, tb)
+            return
+        try:
+            self.lease.__exit__(kind, exc, tb)
+        except Exception:  # the turn's own error is the one to raise; the lease runs out
+            log.warning(
+                "session %r: could not release the lease after a failed turn (%s): it runs "
+                "out by itself",
+                t.id, exc, exc_info=True,
+            )  # fmt: skip

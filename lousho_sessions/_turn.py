@@ -7,10 +7,10 @@ emitting events, queued input — comes in through ``TurnConfig`` (``_turn_confi
 and the ``Inbox``, so the loop can be driven and tested step by step. The checks
 on the tool calls a model sends are ``_tool_calls``'.
 
-The state is the checkpoint: ``serde.turn_checkpoint(state)`` is saved after the
+The state is the checkpoint: ``_checkpoint_codec.turn_checkpoint(state)`` is saved after the
 input is taken, after each model response that asks for tools and after each tool
 result (a final answer is recorded by the commit that ends the turn), and
-``serde.turn_state_from_checkpoint()`` resumes it without asking the model again
+``_checkpoint_codec.turn_state_from_checkpoint()`` resumes it without asking the model again
 for a recorded response or running a recorded tool again.
 """
 

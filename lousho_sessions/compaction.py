@@ -10,14 +10,16 @@ text plus the transcript.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
 
 from .abort import AbortSignal
+from .events import CompactionDone, CompactionStart
 from .messages import ImagePart, Message, TextPart, Usage, thaw
 from .providers.base import ModelRequest, Provider, complete
+from .results import CompactionResult
 from .usage_totals import SUMMARY_KEY
 
 if TYPE_CHECKING:
@@ -26,6 +28,7 @@ if TYPE_CHECKING:
 __all__ = [
     "SUMMARY_KEY",
     "Compaction",
+    "compact_transcript",
     "estimate_tokens",
     "split_point",
     "summarise",
@@ -168,3 +171,38 @@ def spent_by(messages: Sequence[Message]) -> tuple[Usage, int, int]:
                 steps += int(prior.get("steps", 0))
                 calls += int(prior.get("tool_calls", 0))
     return usage, steps, calls
+
+
+class _Saving(Protocol):
+    """What ``compact_transcript`` needs of a session's transcript."""
+
+    @property
+    def messages(self) -> Sequence[Message]: ...
+
+    def save(self, messages: list[Message]) -> None: ...
+
+
+def compact_transcript(
+    transcript: _Saving,
+    provider: Provider,
+    model_name: str | None,
+    telemetry: Telemetry | None,
+    session_id: str,
+    keep_last: int,
+    instructions: str | None,
+    notify: Callable[[Any], None],
+) -> CompactionResult:
+    """Summarise all but the last ``keep_last`` messages of ``transcript`` and save it,
+    telling ``notify`` when it starts and ends (a session's compaction, under its lock)."""
+    before = list(transcript.messages)
+    cut = split_point(before, keep_last)
+    if cut == 0:
+        return CompactionResult("", len(before), len(before), compacted=False)
+    notify(CompactionStart(session_id))
+    text, usage = summarise(provider, before[:cut], instructions, telemetry, model_name)
+    summary = summary_message(text, before[:cut], usage)
+    after = [summary, *before[cut:]]
+    transcript.save(after)
+    result = CompactionResult(text, len(before), len(after), usage)
+    notify(CompactionDone(session_id, result))
+    return result

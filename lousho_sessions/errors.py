@@ -11,7 +11,8 @@
     │   ├── SchemaVersionError
     │   ├── StoreCorruptError (ValueError)
     │   ├── StoreConflictError
-    │   └── LeaseLostError                code LOUSHO_LEASE_LOST
+    │   ├── LeaseLostError                code LOUSHO_LEASE_LOST
+    │   └── CommitUnknownError            code LOUSHO_COMMIT_UNKNOWN
     ├── PropagatingToolError
     ├── ToolDefinitionError (TypeError, ValueError)  a @tool that cannot be described
     ├── ToolArgumentsError (TypeError)     a model's arguments that do not fit a tool
@@ -26,9 +27,12 @@ Foreign errors are wrapped where they cross into the SDK, with ``raise … from 
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = [
     "ApprovalAlreadyResolvedError",
     "ApprovalNotFoundError",
+    "CommitUnknownError",
     "InvalidSessionIdError",
     "LeaseLostError",
     "LoushoError",
@@ -111,6 +115,33 @@ class LeaseLostError(StoreError):
     lease was released, expired or taken over, so the write was refused and nothing changed."""
 
     code = "LOUSHO_LEASE_LOST"
+
+
+class CommitUnknownError(StoreError):
+    """A turn's commit was sent but its reply was lost, and the store could not be read again
+    to tell whether it landed: the turn **may be saved**. Do not send it again blindly.
+
+    Once the store answers again: ``session.pending()`` is not ``None`` when the turn was
+    not saved (``resume()`` or the next ``send()`` finishes it without running its recorded
+    tools again); otherwise it was saved, and ``session.load()`` holds its messages
+    (``message_ids``, in order).
+    """
+
+    code = "LOUSHO_COMMIT_UNKNOWN"
+
+    def __init__(self, message: str, *, session_id: str, message_ids: tuple[str, ...]) -> None:
+        super().__init__(message)
+        self.session_id = session_id
+        self.message_ids = message_ids
+
+    def __reduce__(self) -> Any:
+        return (_commit_unknown, (str(self), self.session_id, self.message_ids))
+
+
+def _commit_unknown(
+    message: str, session_id: str, message_ids: tuple[str, ...]
+) -> CommitUnknownError:
+    return CommitUnknownError(message, session_id=session_id, message_ids=message_ids)
 
 
 class PropagatingToolError(LoushoError):

@@ -38,7 +38,10 @@ class ExecutionResult(Generic[OutputT]):
     ``messages`` are the turn's new messages (the user input included); ``usage``
     sums the turn's model calls; ``limit`` names the limit that stopped it when
     ``finish_reason == "limit"``. ``text`` is the final answer's text; ``output`` that
-    answer parsed as the turn's ``output_type`` (docs/output.md).
+    answer parsed as the turn's ``output_type`` (docs/output.md). ``pending`` is set on
+    an aborted turn that was kept instead of dropped because it was resumed or its tools
+    ran: ``Session.pending()`` shows it, and ``resume()`` or the session's next ``send()``
+    finishes it without running its recorded tools again.
     """
 
     text: str
@@ -53,6 +56,7 @@ class ExecutionResult(Generic[OutputT]):
     #: the final answer as the turn's ``output_type``; None without one, or when the
     #: turn did not end with an answer (aborted, paused, a limit)
     output: OutputT | None = None
+    pending: PendingTurn | None = None
 
 
 @attrs.frozen

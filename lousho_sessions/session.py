@@ -26,11 +26,9 @@ from ._runner import TurnRunner, settle
 from ._transcript import Transcript
 from ._worker import Job, inside
 from .abort import AbortController, AbortSignal
-from .compaction import estimate_tokens, split_point, summarise, summary_message
+from .compaction import compact_transcript, estimate_tokens
 from .errors import SessionBusyError
 from .events import (
-    CompactionDone,
-    CompactionStart,
     ContextCleared,
     ErrorEvent,
     Event,
@@ -107,7 +105,8 @@ class Session:
 
         Aborted (``signal``, ``timeout`` or Ctrl-C): the transcript is left as it was and
         ``finish_reason == "aborted"`` returned (Ctrl-C raises ``KeyboardInterrupt``
-        instead), unless the turn was saved first: then its result is returned.
+        instead), unless the turn was saved first: then its result is returned. A turn whose
+        tools ran, or a pending turn finished first, is kept pending (``result.pending``).
         ``context`` is given to tools as ``ToolContext.context``; the caller's context
         variables are seen by the turn's tools too. ``output_type`` (else the agent's):
         the answer is parsed into ``result.output`` (docs/output.md).
@@ -169,7 +168,8 @@ class Session:
 
         ``context`` is what its tools see as ``ToolContext.context`` and ``output_type``
         what its answer is parsed into (else the agent's); neither is saved with the turn.
-        Aborted (``signal``, Ctrl-C), the turn is dropped as any aborted turn is.
+        Aborted (``signal``, Ctrl-C), the turn stays pending with what finished recorded
+        (``result.pending``).
         """
         future, controller = self._resume_future(signal, context, output_type)
         result: ExecutionResult | None = wait(future, controller.abort, None)
@@ -251,6 +251,8 @@ class Session:
                     approve=self._approve,
                     context=tj.context,
                 )
+                if earlier is not None and earlier.finish_reason == "aborted":
+                    return self._skip_turn(tj, earlier.pending)  # kept; this input not taken
                 if earlier is not None and earlier.finish_reason == "awaiting-approval":
                     # it went on and paused again: this input waits for that approval
                     raise self._turns.awaiting(
@@ -277,9 +279,12 @@ class Session:
             emit(RunDone(tj.run_id, result.finish_reason, result))
         return result
 
-    def _skip_turn(self, tj: TurnJob) -> ExecutionResult:
-        """End a turn aborted before it started: nothing ran, nothing is saved."""
-        result = ExecutionResult("", finish_reason="aborted", run_id=tj.run_id, session_id=self.id)
+    def _skip_turn(self, tj: TurnJob, pending: PendingTurn | None = None) -> ExecutionResult:
+        """End a turn aborted before it started: its input was not taken, nothing is saved
+        (``pending``: the earlier turn it was finishing first, kept pending)."""
+        result = ExecutionResult(
+            "", finish_reason="aborted", run_id=tj.run_id, session_id=self.id, pending=pending
+        )
         settle(tj.inbox, result, None, self._requeue)
         emit_to(tj.emit, RunDone(tj.run_id, "aborted", result))
         return result
@@ -434,19 +439,11 @@ class Session:
         return self._run_job(work, "compact")
 
     def _compact(self, keep_last: int, instructions: str | None) -> CompactionResult:
-        before = list(self._transcript.messages)
-        cut = split_point(before, keep_last)
-        if cut == 0:
-            return CompactionResult("", len(before), len(before), compacted=False)
-        self._notify(CompactionStart(self.id))
-        c, telemetry = self._runner.config, self._runner.telemetry
-        text, usage = summarise(c.provider, before[:cut], instructions, telemetry, c.model_name)
-        summary = summary_message(text, before[:cut], usage)
-        after = [summary, *before[cut:]]
-        self._transcript.save(after)
-        result = CompactionResult(text, len(before), len(after), usage)
-        self._notify(CompactionDone(self.id, result))
-        return result
+        c = self._runner.config
+        return compact_transcript(
+            self._transcript, c.provider, c.model_name, self._runner.telemetry,
+            self.id, keep_last, instructions, self._notify,
+        )  # fmt: skip
 
     def _maybe_compact(self) -> None:
         config = self._runner.config

@@ -30,6 +30,7 @@ ENGINE = {
     "_limits",
     "_tool_calls",
     "_inbox",
+    "_checkpoint_codec",
 }
 #: The threads an agent owns.
 RUNTIME = {"_runtime", "_worker", "_tool_loop", "_calls"}

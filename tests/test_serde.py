@@ -17,7 +17,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from storekit import KINDS, open_kit
 
-from lousho_sessions import FunctionProvider, create_agent, memory_store, serde, tool
+from lousho_sessions import (
+    FunctionProvider,
+    _checkpoint_codec,
+    create_agent,
+    memory_store,
+    tool,
+)
+from lousho_sessions._checkpoint_codec import turn_checkpoint, turn_state_from_checkpoint
 from lousho_sessions._message_codec import message_dict, message_from_canonical
 from lousho_sessions._turn_state import TurnState
 from lousho_sessions.errors import SchemaVersionError, StoreCorruptError
@@ -38,8 +45,6 @@ from lousho_sessions.serde import (
     messages_from_json,
     messages_from_json_texts,
     messages_to_json,
-    turn_checkpoint,
-    turn_state_from_checkpoint,
 )
 
 TEXT = st.text(max_size=12)
@@ -472,9 +477,11 @@ def test_the_written_out_checkpoint_fields_are_the_converters(
 ) -> None:
     if plain:  # the written-out path: no decisions, no queued input
         state.decisions, state.queued = {}, []
-    fields = serde._turn_fields(state)
-    assert fields == serde._turn_fields_unstructure(state)
-    assert list(fields) == list(serde._turn_fields_unstructure(state))  # the same key order
+    fields = _checkpoint_codec._turn_fields(state)
+    assert fields == _checkpoint_codec._turn_fields_unstructure(state)
+    assert list(fields) == list(
+        _checkpoint_codec._turn_fields_unstructure(state)
+    )  # the same key order
 
 
 @settings(max_examples=200, deadline=None)

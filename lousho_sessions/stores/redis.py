@@ -26,9 +26,16 @@ from datetime import timedelta
 
 import redis
 
-from ..errors import SessionBusyError, StoreConflictError, StoreCorruptError, StoreError
+from ..errors import (
+    SessionBusyError,
+    StoreClosedError,
+    StoreConflictError,
+    StoreCorruptError,
+    StoreError,
+)
 from ..messages import Message
 from ..serde import messages_from_json
+from ._commit_check import commit_unknown, log_landed
 from ._heartbeat import Heartbeat
 from ._redis_base import RedisConnection, text
 from ._redis_lease import RedisLease
@@ -310,20 +317,36 @@ class RedisSessionStore(BaseSessionStore):
         validate_session_id(id)
         rows = _rows(id, messages)
         revision = secrets.token_hex(8)
-        reply = self.store.run(
-            "APPEND",
-            id,
-            str(int(expected_length)),
-            "" if fence is None else str(int(fence)),
-            revision,
-            self.store.ttl_arg(id),
-            release,
-            str(len(delete)),
-            *delete,
-            *rows,
-            what=f"append to {id!r}",
-        )
+        try:
+            reply = self.store.run(
+                "APPEND",
+                id,
+                str(int(expected_length)),
+                "" if fence is None else str(int(fence)),
+                revision,
+                self.store.ttl_arg(id),
+                release,
+                str(len(delete)),
+                *delete,
+                *rows,
+                what=f"append to {id!r}",
+            )
+        except StoreError as exc:
+            if not isinstance(exc.__cause__, (redis.ConnectionError, redis.TimeoutError)):
+                raise
+            # the reply was lost: the script may have run
+            if not self._landed(id, messages, rows, expected_length, exc):
+                raise
+            log_landed(self.store.where, id, expected_length, exc)
+            return revision
         outcome = text(reply[0], source="append")
+        if outcome in ("lease-lost", "conflict") and self._landed(
+            id, messages, rows, expected_length, None
+        ):
+            # the client sent the script again after a lost reply (redis-py retries on a
+            # dropped connection): the first run landed, the second found it there
+            log_landed(self.store.where, id, expected_length, StoreError(f"reply {outcome!r}"))
+            return revision
         if outcome == "lease-lost":
             raise self.store.lease_lost(id, fence, reply[1])
         if outcome == "conflict":
@@ -337,6 +360,33 @@ class RedisSessionStore(BaseSessionStore):
                 "messages disagree; nothing was written"
             )
         return revision
+
+    def _landed(
+        self,
+        id: str,
+        messages: Sequence[Message],
+        rows: list[str],
+        expected_length: int,
+        lost: StoreError | None,
+    ) -> bool:
+        """Whether the append of ``rows`` at ``expected_length`` landed (``_commit_check``):
+        the messages there are these. ``lost``: the error that lost the script's reply
+        (``None``: the reply came, a refusal after a retry); when the session cannot be
+        read, ``CommitUnknownError`` for a lost reply, else ``lost`` is raised as it was."""
+        try:
+            with self.store.call(f"look again at {id!r}") as client:
+                stored = client.lrange(
+                    self.store.key(id, "messages"),
+                    expected_length,
+                    expected_length + len(rows) - 1,
+                )
+        except StoreClosedError:
+            raise
+        except StoreError as exc:
+            if lost is None:
+                return False  # the refusal is raised as the script gave it
+            raise commit_unknown(self.store.where, id, messages, lost, exc) from lost
+        return [text(row, source=f"session {id!r}") for row in stored] == rows
 
     def delete(self, id: str) -> None:
         """Delete the transcript; the session's last fence is kept (fences keep growing)."""
