@@ -134,6 +134,7 @@ def test_a_pending_turn_holding_u0000_is_listed_swept_and_read_back_beside_the_o
             ("bad", "finished"),
             ("good", "finished"),
         ]
+        assert store.sessions is not None
         bad = store.sessions.load("bad")
         assert bad is not None and bad[0].text == NUL  # the character came back as sent
         assert stale_turns(store) == []
@@ -148,6 +149,7 @@ def test_u0000_in_user_input_and_tool_output_is_stored_and_read_back(url: str) -
         agent.close()
         assert result.text == f"done\x00{NUL}|tool\x00out"
     with open_url(url) as store:
+        assert store.sessions is not None
         messages = store.sessions.load("s")
         assert messages is not None
         assert [m.role for m in messages] == ["user", "assistant", "tool", "assistant"]

@@ -143,10 +143,23 @@ class ReleaseListener:
                 if entry.users == 0 and self._interests.get(session_id) is entry:
                     del self._interests[session_id]
 
-    def wait(self, entry: _Interest, seen: int, timeout: float) -> None:
-        """Wait until a release newer than ``seen`` is announced, or ``timeout`` seconds."""
+    def wait(self, entry: _Interest, seen: int, timeout: float, signal: Any = None) -> None:
+        """Wait until a release newer than ``seen`` is announced, ``signal`` (an
+        ``AbortSignal``, woken by ``poke()``) is aborted, or ``timeout`` seconds."""
         with self._cond:
-            self._cond.wait_for(lambda: entry.generation != seen or self._stop.is_set(), timeout)
+            self._cond.wait_for(
+                lambda: (
+                    entry.generation != seen
+                    or self._stop.is_set()
+                    or (signal is not None and signal.aborted)
+                ),
+                timeout,
+            )
+
+    def poke(self) -> None:
+        """Wake the waiting threads to look at their signals."""
+        with self._cond:
+            self._cond.notify_all()
 
     def start(self, timeout: float) -> bool:
         """Start listening (once); whether ``LISTEN`` is in place within ``timeout`` seconds."""

@@ -10,13 +10,14 @@ lease is a row with a fence and an expiry kept by the database's clock
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
 import threading
 import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -45,6 +46,7 @@ from ._postgres_schema import (
 )
 from ._postgres_sessions import PostgresSessionStore
 from ._start import StartCheckpoint, start_body
+from ._waiting import call_signal, lease_wait_stopped, until_text
 from .base import (
     PruneResult,
     validate_session_id,
@@ -261,9 +263,12 @@ class PostgresStore(PgCore):
         validate_session_id(id)
         if self._closed:
             raise StoreClosedError(f"{self.where}: the PostgreSQL store was closed")
-        deadline = None if timeout is None else time.monotonic() + max(timeout, 0.0)
+        began = time.monotonic()
+        deadline = None if timeout is None else began + max(timeout, 0.0)
         poll = _POLL_FIRST
-        with self._listener.interest(id) as interest:
+        signal = call_signal()
+        logged = None
+        with self._listener.interest(id) as interest, self._woken_by(signal):
             while True:
                 seen = interest.generation
                 fence, holder, remaining, revision, checkpoints, saved = self._try_acquire(
@@ -278,6 +283,20 @@ class PostgresStore(PgCore):
                     lease.start_saved = saved
                     return lease
                 now = time.monotonic()
+                if signal is not None and signal.aborted:
+                    raise lease_wait_stopped(
+                        id, holder, remaining, now - began, signal.reason, self.where
+                    )
+                if holder != logged and (deadline is None or deadline > now):
+                    logged = holder
+                    log.info(
+                        "session %r: waiting for the lease held by %s until %s, unless it "
+                        "is released or renewed first (%s)",
+                        id,
+                        holder or "an unknown holder",
+                        until_text(remaining),
+                        self.where,
+                    )
                 if deadline is not None and now >= deadline:
                     raise SessionBusyError(
                         f"session {id!r} is held by another turn ({holder or 'unknown holder'}, "
@@ -293,7 +312,19 @@ class PostgresStore(PgCore):
                     wait, poll = min(wait, poll), min(poll * 2, _POLL_MAX)
                 if deadline is not None:
                     wait = min(wait, max(deadline - time.monotonic(), 0.0))
-                self._listener.wait(interest, seen, wait)
+                self._listener.wait(interest, seen, wait, signal)
+
+    @contextlib.contextmanager
+    def _woken_by(self, signal: Any) -> Iterator[None]:
+        """While the block runs, aborting ``signal`` wakes the threads waiting for a release."""
+        if signal is None:
+            yield
+            return
+        remove = signal.add_callback(lambda s: self._listener.poke())
+        try:
+            yield
+        finally:
+            remove()
 
     def claim_stale(self, ids: Sequence[str]) -> dict[str, Lease]:
         """Lease, in one statement, those of sessions ``ids`` whose lease expired or was
