@@ -15,6 +15,7 @@ from .errors import (
     InvalidSessionIdError,
     LeaseLostError,
     LoushoError,
+    OutputValidationError,
     PropagatingToolError,
     ProviderConfigError,
     ProviderError,
@@ -31,9 +32,17 @@ from .errors import (
 from .events import Event
 from .inputs import Input
 from .messages import ImagePart, Message, Part, TextPart, ToolCall, Usage
-from .pricing import Pricing
+from .pricing import Pricing, register_pricing
 from .providers.anthropic import AnthropicProvider
-from .providers.base import ModelEvent, ModelRequest, ModelResponse, Provider, ToolSpec
+from .providers.base import (
+    ModelEvent,
+    ModelRequest,
+    ModelResponse,
+    OutputSchema,
+    Provider,
+    ToolSpec,
+)
+from .providers.caching import CachePolicy
 from .providers.demo import DemoProvider
 from .providers.function import FunctionProvider, ScriptedProvider
 from .providers.openai import OpenAIProvider
@@ -80,6 +89,7 @@ __all__ = [
     "BaseApprovalStore",
     "BaseCheckpointStore",
     "BaseSessionStore",
+    "CachePolicy",
     "CheckpointStore",
     "Compaction",
     "CompactionResult",
@@ -105,6 +115,8 @@ __all__ = [
     "ModelRequest",
     "ModelResponse",
     "OpenAIProvider",
+    "OutputSchema",
+    "OutputValidationError",
     "Part",
     "PendingTurn",
     "Pricing",
@@ -135,5 +147,6 @@ __all__ = [
     "file_store",
     "memory_store",
     "open_store",
+    "register_pricing",
     "tool",
 ]

@@ -23,6 +23,7 @@ from typing import Any, Protocol
 from ._checkpoints import TurnCheckpoints
 from ._config import AgentConfig, Approve
 from ._inbox import Inbox, Ticket
+from ._output import OutputSpec
 from ._runtime import Runtime
 from ._telemetry import Telemetry
 from ._turn import Turn, TurnConfig, TurnState
@@ -84,12 +85,14 @@ class TurnRunner:
         requeue: Callable[[Ticket], None] | None = None,
         approvals: ApprovalStore | None = None,
         context: Any = None,
+        output: OutputSpec | None = None,
     ) -> ExecutionResult:
         """Run ``state`` to an end and settle it; raises the turn's error.
 
         ``commit`` saves a finished turn's messages (a session's transcript) and deletes
         its checkpoint in one go. ``requeue`` runs input the turn never took as the next turn.
-        ``context`` is the caller's object for tools (``ToolContext.context``).
+        ``context`` is the caller's object for tools (``ToolContext.context``); ``output``
+        the type the answer is parsed into (None: the agent's).
         """
         c = self.config
         if resumed:
@@ -117,6 +120,7 @@ class TurnRunner:
             inbox=inbox,
             turn=turn,
             context=context,
+            output=output if output is not None else c.output,
         )
         kept = checkpoints.durable or resumed  # a checkpoint may exist
         trace = None  # started last: nothing between it and the try can leave it open
@@ -184,10 +188,15 @@ class TurnRunner:
             state.status = "running"
         if state.status != "awaiting-approval":
             return
-        record = self.config.approvals.get(state.approval_id or "")
-        if record is None or record.get("status") == "pending":
+        if not self.decided(state):
             raise waiting(state.approval_id)
         state.status, state.approval_id = "running", None
+
+    def decided(self, state: TurnState) -> bool:
+        """Whether the approval the paused ``state`` waits on is decided (its record there,
+        not pending): the turn may go on and apply the decision."""
+        record = self.config.approvals.get(state.approval_id or "")
+        return record is not None and record.get("status") != "pending"
 
     def load(
         self, checkpoints: TurnCheckpoints, turn: TurnKey, history: Sequence[Message] = ()

@@ -88,6 +88,7 @@ class Turn:
         self.state = state
         self.config = config
         self._emitted = False
+        self.output: Any = None  # the final answer parsed (config.output)
 
     # -- public -------------------------------------------------------------
 
@@ -109,7 +110,7 @@ class Turn:
                     self._tool_step(last)
                     continue
                 if last is not None and last.role == "assistant":
-                    if self._apply_queued(final=True):
+                    if self._apply_queued(final=True) or self._repairing():
                         continue
                     raise _Finish("stop")
                 self._apply_queued(final=False)
@@ -188,6 +189,8 @@ class Turn:
             tools=tuple(t.spec for t in config.tools.values()),
             settings=config.settings,
             signal=controller.signal,
+            output_schema=config.output.schema if config.output is not None else None,
+            session_id=state.session_id,
         )
         chat = config.trace.chat(request.messages) if config.trace is not None else None
         response: ModelResponse | None = None
@@ -452,6 +455,14 @@ class Turn:
             self._checkpoint()
         return bool(applied)
 
+    def _repairing(self) -> bool:
+        """Parse the final answer into ``output``; True if it did not fit and the model is
+        asked again (``OutputValidationError`` once the repair rounds are used up)."""
+        if self.config.output is None:
+            return False
+        self.output, repairing = self.config.output.settle(self.state.new)
+        return repairing
+
     # -- helpers ------------------------------------------------------------
 
     def _check_abort(self) -> None:
@@ -483,4 +494,5 @@ class Turn:
             run_id=state.run_id,
             session_id=state.session_id,
             steps=state.steps,
+            output=self.output if reason == "stop" else None,
         )

@@ -18,13 +18,19 @@ import attrs
 from .abort import AbortSignal
 from .messages import ImagePart, Message, TextPart, Usage, thaw
 from .providers.base import ModelRequest, Provider, complete
+from .usage_totals import SUMMARY_KEY
 
 if TYPE_CHECKING:
     from ._telemetry import Telemetry
 
-__all__ = ["Compaction", "estimate_tokens", "split_point", "summarise"]
+__all__ = [
+    "SUMMARY_KEY",
+    "Compaction",
+    "estimate_tokens",
+    "split_point",
+    "summarise",
+]
 
-SUMMARY_KEY = "lousho.summary"
 
 DEFAULT_INSTRUCTIONS = (
     "Summarise the conversation below for the assistant who will continue it. Keep every "

@@ -15,6 +15,7 @@
     ├── PropagatingToolError
     ├── ToolDefinitionError (TypeError, ValueError)  a @tool that cannot be described
     ├── ToolArgumentsError (TypeError)     a model's arguments that do not fit a tool
+    ├── OutputValidationError (ValueError) a final answer that does not fit ``output_type``
     ├── ProviderError                     .status .retryable .request_id .retry_after
     │   └── ProviderConfigError (ValueError)
     ├── ApprovalNotFoundError (LookupError)
@@ -31,6 +32,7 @@ __all__ = [
     "InvalidSessionIdError",
     "LeaseLostError",
     "LoushoError",
+    "OutputValidationError",
     "PropagatingToolError",
     "ProviderConfigError",
     "ProviderError",
@@ -183,3 +185,22 @@ class ApprovalAlreadyResolvedError(LoushoError):
     """The approval was resolved before (here or in another process)."""
 
     code = "LOUSHO_APPROVAL_ALREADY_RESOLVED"
+
+
+class OutputValidationError(LoushoError, ValueError):
+    """The model's final answer did not fit the turn's ``output_type``, repair rounds included.
+
+    ``problems`` names each failure with its JSON path in the reply
+    (``$.items[2].price: expected number, got string "ten"``); ``path`` is the first
+    one's path; ``text`` is the reply that failed.
+    """
+
+    code = "LOUSHO_OUTPUT_INVALID"
+
+    def __init__(
+        self, message: str, *, problems: tuple[str, ...] = (), path: str = "$", text: str = ""
+    ) -> None:
+        super().__init__(message)
+        self.problems = problems
+        self.path = path
+        self.text = text

@@ -23,6 +23,7 @@ __all__ = [
     "ModelResponse",
     "ModelTextDelta",
     "ModelToolCallDelta",
+    "OutputSchema",
     "Provider",
     "ProviderBase",
     "ToolSpec",
@@ -46,14 +47,40 @@ class ToolSpec:
 
 
 @attrs.frozen
+class OutputSchema:
+    """The shape a turn's final answer must have (``output_type=``), for the model.
+
+    ``schema`` is the JSON schema of the JSON text the answer must be: always an
+    object (a type that is not one is wrapped as ``{"value": ...}``). A provider with
+    a native structured-output mode uses it (OpenAI ``response_format`` with
+    ``strict`` when ``strict`` is true, Anthropic a forced ``name`` tool, Gemini
+    ``responseSchema``) and returns the answer as the message's text. ``name`` fits
+    ``^[A-Za-z0-9_-]{1,64}$``.
+    """
+
+    name: str
+    schema: Mapping[str, Any]
+    description: str = ""
+    strict: bool = True
+
+
+@attrs.frozen
 class ModelRequest:
-    """One model call: the system text, the whole conversation the model sees, the tools."""
+    """One model call: the system text, the whole conversation the model sees, the tools.
+
+    ``output_schema``: the final answer must be JSON of that schema (``output_type=``);
+    ``None`` for free text.
+    ``session_id`` is the session the call is made for (``None`` outside one); it is
+    not shown to the model — providers use it to route the call to a prompt cache.
+    """
 
     system: str | None
     messages: tuple[Message, ...]
     tools: tuple[ToolSpec, ...] = ()
     settings: Mapping[str, Any] = attrs.field(factory=dict)
     signal: AbortSignal = attrs.field(factory=AbortSignal, repr=False, eq=False)
+    output_schema: OutputSchema | None = None
+    session_id: str | None = attrs.field(default=None, kw_only=True)
 
 
 @attrs.frozen

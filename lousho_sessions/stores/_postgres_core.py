@@ -232,21 +232,37 @@ class PgCore:
         """``prune`` limited to some parts, in one transaction."""
         params = {"age": older_than_seconds(older_than)}
         cutoff = "now() - make_interval(secs => %(age)s)"
-        counts = [0, 0, 0]
+        counts = [0, 0, 0, 0, 0, 0]
+        # a session whose lease is live (its turn runs now) is kept, with its checkpoints
+        live = "SELECT 1 FROM {s}.leases l WHERE l.session_id = %s AND l.expires_at > now()"
+        live_session, live_turn = live % "s.id", live % "split_part(c.turn_id, '.', 1)"
         with self.transaction() as conn:
             if sessions:
                 counts[0] = self.run(
                     conn,
-                    f"WITH old AS (DELETE FROM {{s}}.sessions WHERE updated_at <= {cutoff} "
-                    "RETURNING id), m AS (DELETE FROM {s}.messages WHERE session_id IN "
-                    "(SELECT id FROM old)), l AS (DELETE FROM {s}.leases WHERE session_id IN "
-                    "(SELECT id FROM old) AND (expires_at IS NULL OR expires_at < now())) "
+                    f"WITH old AS (DELETE FROM {{s}}.sessions s WHERE updated_at <= {cutoff} "
+                    f"AND NOT EXISTS ({live_session}) RETURNING id), "
+                    "m AS (DELETE FROM {s}.messages WHERE session_id IN (SELECT id FROM old)) "
                     "SELECT count(*) FROM old",
                     params,
                 ).fetchone()[0]
             if checkpoints:
                 counts[1] = self.run(
-                    conn, f"DELETE FROM {{s}}.checkpoints WHERE updated_at <= {cutoff}", params
+                    conn,
+                    f"DELETE FROM {{s}}.checkpoints c WHERE updated_at <= {cutoff} "
+                    f"AND NOT EXISTS ({live_turn})",
+                    params,
+                ).rowcount
+            if sessions:
+                # the fences of sessions gone: released, or expired that long ago (a holder
+                # paused past its lease may still write; its fence must refuse it)
+                counts[5] = self.run(
+                    conn,
+                    "DELETE FROM {s}.leases l WHERE (l.expires_at IS NULL OR "
+                    f"l.expires_at <= {cutoff}) AND NOT EXISTS (SELECT 1 FROM {{s}}.sessions s "
+                    "WHERE s.id = l.session_id) AND NOT EXISTS (SELECT 1 FROM {s}.checkpoints c "
+                    "WHERE starts_with(c.turn_id, l.session_id || '.'))",
+                    params,
                 ).rowcount
             if approvals:
                 counts[2] = self.run(

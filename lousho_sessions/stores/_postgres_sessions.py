@@ -13,8 +13,9 @@ from collections.abc import Sequence
 from datetime import timedelta
 
 from ..errors import StoreConflictError
-from ..messages import Message
+from ..messages import Message, Usage
 from ..serde import messages_from_json
+from ..usage_totals import postgres_usage_sql, usage_from_row
 from ._postgres_core import FENCED, PgCore, PgPart
 from ._postgres_lease import PostgresLease
 from ._postgres_records import PostgresCheckpointStore
@@ -32,6 +33,9 @@ from .base import (
 from .lease import Lease
 
 __all__ = ["PostgresSessionStore"]
+
+#: the sums of ``usage``'s fields over a session's messages ``m`` (``PostgresSessionStore.usage``)
+_USAGE_SUMS = postgres_usage_sql("m.body")
 
 
 class PostgresSessionStore(PgPart, BaseSessionStore):
@@ -212,6 +216,16 @@ class PostgresSessionStore(PgPart, BaseSessionStore):
         )
         return None if not rows else SessionInfo(id, int(rows[0][0]), float(rows[0][1]))
 
+    def usage(self, id: str) -> Usage | None:
+        """The stored transcript's usage totals, summed by PostgreSQL over the message JSON."""
+        validate_session_id(id)
+        rows = self.store.fetch(
+            f"SELECT s.id, {_USAGE_SUMS} FROM {{s}}.sessions s "
+            "LEFT JOIN {s}.messages m ON m.session_id = s.id WHERE s.id = %(id)s GROUP BY s.id",
+            {"id": id},
+        )
+        return None if not rows else usage_from_row(rows[0][1:])
+
     def turn_lock(self, id: str, *, timeout: float | None = None) -> Lease:
         """Lease session ``id`` for a turn; see ``PostgresStore.turn_lock``."""
         return self.store.turn_lock(id, timeout=timeout)
@@ -225,6 +239,20 @@ class PostgresSessionStore(PgPart, BaseSessionStore):
     def claim_stale(self, ids: Sequence[str]) -> dict[str, Lease]:
         """Lease those of ``ids`` no live turn holds; see ``PostgresStore.claim_stale``."""
         return self.store.claim_stale(ids)
+
+    def take_over(self, id: str) -> int:
+        """A new fence in the session's ``leases`` row, expired at once: the holder's
+        renewals and writes are refused from now on; the row stays (refusing them) until a
+        ``prune`` older than now removes it once the session is gone."""
+        validate_session_id(id)
+        rows = self.store.fetch(
+            "INSERT INTO {s}.leases AS l (session_id, fence, holder, expires_at) "
+            "VALUES (%(id)s, nextval('{s}.fences'), NULL, now()) ON CONFLICT (session_id) "
+            "DO UPDATE SET fence = excluded.fence, holder = NULL, expires_at = now() "
+            "RETURNING l.fence",
+            {"id": id},
+        )
+        return int(rows[0][0])
 
     def turn_held(self, id: str) -> bool:
         """Whether a lease on ``id`` is unexpired now (its holder still heartbeats)."""

@@ -400,6 +400,13 @@ class RedisSessionStore(BaseSessionStore):
         """The lease and the turn's first checkpoint; see ``RedisStore.turn_lock_saving``."""
         return self.store.turn_lock_saving(id, start, timeout=timeout)
 
+    def take_over(self, id: str) -> int:
+        """A new fence in the session's ``lease`` hash, expired at once (``TAKE_OVER``): the
+        holder's renewals and writes are refused from now on."""
+        validate_session_id(id)
+        fence = self.store.run("TAKE_OVER", id, what=f"take over {id!r}")
+        return int(text(fence, source="fence"))
+
     def turn_held(self, id: str) -> bool:
         """Whether a lease on ``id`` is unexpired now (its holder still heartbeats)."""
         validate_session_id(id)
@@ -432,11 +439,16 @@ class RedisSessionStore(BaseSessionStore):
         return self.prune_before(cutoff)
 
     def prune_before(self, cutoff_us: int) -> PruneResult:
-        deleted = 0
+        """Delete the sessions written before ``cutoff_us`` (unless held), then the leases
+        of sessions that are gone (``LEASE_PRUNE``)."""
+        deleted = leases = 0
         for key in set(self.store.scan(f"{self.store.prefix}:{{*}}:meta")):
             id = self.store.session_of(key)
             deleted += int(self.store.run("SESSION_PRUNE", id, str(cutoff_us), what="prune"))
-        return PruneResult(sessions=deleted, checkpoints=0, approvals=0)
+        for key in set(self.store.scan(f"{self.store.prefix}:{{*}}:lease")):
+            id = self.store.session_of(key)
+            leases += int(self.store.run("LEASE_PRUNE", id, str(cutoff_us), what="prune"))
+        return PruneResult(sessions=deleted, checkpoints=0, approvals=0, leases=leases)
 
 
 def _rows(id: str, messages: Sequence[Message]) -> list[str]:

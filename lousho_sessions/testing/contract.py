@@ -6,11 +6,12 @@ from ._leases import LeaseTests
 from ._records import ApprovalTests, CheckpointTests
 from ._sessions import SessionTests
 from ._support import WAIT
+from ._usage import UsageTests
 
 __all__ = ["WAIT", "StoreContractTests"]
 
 
-class StoreContractTests(SessionTests, LeaseTests, CheckpointTests, ApprovalTests):
+class StoreContractTests(SessionTests, UsageTests, LeaseTests, CheckpointTests, ApprovalTests):
     """The store contract as tests. Subclass it as ``Test…`` and define ``make_store``.
 
     ``make_store(self, tmp_path)`` returns a new, empty store (anything
