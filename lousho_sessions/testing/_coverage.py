@@ -31,7 +31,11 @@ _S, _C, _A = "BaseSessionStore", "BaseCheckpointStore", "BaseApprovalStore"
 #: ``"<Base>.<method>"`` -> the kit tests that exercise it, the most direct first.
 EXERCISED: dict[str, tuple[str, ...]] = {
     f"{_S}.load": ("test_save_load_round_trip", "test_unknown_id_loads_none"),
-    f"{_S}.save": ("test_save_load_round_trip", "test_save_replaces", "test_save_rejects_non_messages"),
+    f"{_S}.save": (
+        "test_save_load_round_trip",
+        "test_save_replaces",
+        "test_save_rejects_non_messages",
+    ),
     f"{_S}.delete": ("test_delete", "test_append_after_save_and_delete"),
     f"{_S}.append": (
         "test_append",
@@ -96,7 +100,10 @@ EXERCISED: dict[str, tuple[str, ...]] = {
     f"{_C}.pending_fields": ("test_checkpoints",),
     f"{_C}.prune": ("test_prune_checkpoints",),
     f"{_C}.close": ("test_reopened_store_keeps_checkpoints",),
-    f"{_A}.create": ("test_approvals_create_get_list", "test_stale_fence_approval_create_changes_nothing"),
+    f"{_A}.create": (
+        "test_approvals_create_get_list",
+        "test_stale_fence_approval_create_changes_nothing",
+    ),
     f"{_A}.get": ("test_approvals_create_get_list",),
     f"{_A}.resolve": (
         "test_approval_resolve",

@@ -138,7 +138,9 @@ class EndToEndTests(KitBase):
                     assert cp.list("e2e-tool.") == [], "a finished turn left its checkpoints"
                     assert session.pending() is None
                 assert runs == ["x1", "x2"]
-            assert roles(sessions.load("e2e-tool")) == ["user", "assistant", "tool", "assistant"] * 2
+            assert (
+                roles(sessions.load("e2e-tool")) == ["user", "assistant", "tool", "assistant"] * 2
+            )
 
     def test_end_to_end_turn_killed_in_another_process_is_resumed(self, tmp_path: Path) -> None:
         """A process is killed (``SIGKILL``) in a durable turn after its tool's result was

@@ -7,7 +7,7 @@ store that overrides one of them wrongly fails here, not only in a long conversa
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
@@ -46,6 +46,10 @@ def check_since(
         f"{len(held)} messages held that makes {texts([*held, *added])}, but the store "
         f"holds {texts(stored)}"
     )
+
+
+def _returning(body: dict[str, Any]) -> Callable[[], dict[str, Any]]:
+    return lambda: body
 
 
 class FastPathTests(KitBase):
@@ -198,7 +202,14 @@ class FastPathTests(KitBase):
             before = sessions.revision("s1")
             with raises(LeaseLostError):
                 commit(
-                    sessions, how, "s1", turn(2), 2, checkpoints=cp, delete=["s1.turn-2"], fence=stale
+                    sessions,
+                    how,
+                    "s1",
+                    turn(2),
+                    2,
+                    checkpoints=cp,
+                    delete=["s1.turn-2"],
+                    fence=stale,
                 )
             assert texts(sessions.load("s1")) == ["q1", "a1"], "a commit with a stale fence wrote"
             if tracks_revisions(sessions):
@@ -282,7 +293,7 @@ class FastPathTests(KitBase):
                 (cp, "s1.turn-2", {}),
             ]
             for store, turn_id, body in offers:
-                start = StartCheckpoint(store, turn_id, built, lambda body=body: body)
+                start = StartCheckpoint(store, turn_id, built, _returning(body))
                 with sessions.turn_lock_saving("s1", start, timeout=WAIT) as lease:
                     assert not lease.start_saved, (store, turn_id, body)
             assert foreign.list() == [] and cp.list() == []
