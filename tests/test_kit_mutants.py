@@ -452,3 +452,19 @@ def test_the_three_broken_stores_of_the_issue_fail_the_kit(tmp_path: Path) -> No
         "test_commit_turn_refuses_a_conflict",
         "test_revision_moves_with_commits_and_stays_otherwise",
     } <= failed.get("TestIgnoresLength", set()), result.stdout
+
+
+def test_the_docs_contract_table_lists_every_method() -> None:
+    """docs/stores.md's table of the contract has a row for every method of the three bases,
+    saying whether it is required (abstract) and its default."""
+    doc = (Path(__file__).parent.parent / "docs" / "stores.md").read_text(encoding="utf-8")
+    rows = {
+        found[1]: found[2]
+        for found in re.finditer(r"^\| `([\w.]+)\(.*?\)` \| (yes|no) \|", doc, flags=re.M)
+    }
+    for base in CONTRACT.values():
+        for method in contract_methods(base):
+            key = method if base.__name__ == "BaseSessionStore" else f"{base.__name__}.{method}"
+            assert key in rows, f"docs/stores.md: no row for {key}"
+            required = method in getattr(base, "__abstractmethods__", ())
+            assert rows[key] == ("yes" if required else "no"), key
