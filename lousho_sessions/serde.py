@@ -226,9 +226,8 @@ def _with_extra(cls: type[Any], omit_none: tuple[str, ...] = ()) -> None:
 
 
 # in this order: a class's hooks are built from those of the classes it holds
-_with_extra(TextPart)
-_with_extra(ImagePart)
-_with_extra(ReasoningPart)
+for _part in (TextPart, ImagePart, ReasoningPart):
+    _with_extra(_part)
 _with_extra(ToolCall, omit_none=("raw_arguments",))
 _with_extra(Usage)
 _with_extra(Message)
@@ -251,11 +250,9 @@ converter.register_unstructure_hook_func(
 )
 
 
-def _structure_parts(data: Iterable[Mapping[str, Any]], _: Any) -> tuple[Part, ...]:
-    return tuple(_structure_part(d, None) for d in data)
-
-
-converter.register_structure_hook_func(lambda t: t == tuple[Part, ...], _structure_parts)
+converter.register_structure_hook_func(
+    lambda t: t == tuple[Part, ...], lambda data, _: tuple(_structure_part(d, None) for d in data)
+)
 
 
 def message_to_dict(message: Message) -> dict[str, Any]:
