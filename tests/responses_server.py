@@ -27,6 +27,7 @@ import hashlib
 import itertools
 import json
 import threading
+import typing
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -85,6 +86,12 @@ def _adapter(name: str) -> Any:
             list[ResponseCreateParamsStreaming], config=ConfigDict(extra="forbid")
         )
         _ADAPTERS["event"] = TypeAdapter(ResponseStreamEvent)
+        (union, *_) = typing.get_args(ResponseStreamEvent)
+        _ADAPTERS["events"] = {
+            kind: member
+            for member in typing.get_args(union)
+            for kind in typing.get_args(member.model_fields["type"].annotation)
+        }
     return _ADAPTERS[name]
 
 
@@ -104,8 +111,9 @@ def check_request(body: Any) -> None:
 
 
 def check_stream_event(event: Mapping[str, Any]) -> None:
-    """Raise unless ``event`` is one of the SDK's ``ResponseStreamEvent`` shapes."""
-    _adapter("event").validate_python(event)
+    """Raise unless ``event`` is the SDK's ``ResponseStreamEvent`` of its ``type``."""
+    _adapter("event")
+    _ADAPTERS["events"][event["type"]].model_validate(event)
 
 
 def _error(status: int, message: str, *, param: str | None = None, code: str | None = None) -> JSONReply:
@@ -332,7 +340,10 @@ def _response(
     if usage is not None:
         response["usage"] = {
             "input_tokens": usage.get("input", 0),
-            "input_tokens_details": {"cached_tokens": usage.get("cached", 0)},
+            "input_tokens_details": {
+                "cached_tokens": usage.get("cached", 0),
+                "cache_write_tokens": usage.get("cache_write", 0),
+            },
             "output_tokens": usage.get("output", 0),
             "output_tokens_details": {"reasoning_tokens": usage.get("reasoning", 0)},
             "total_tokens": usage.get("input", 0) + usage.get("output", 0),
