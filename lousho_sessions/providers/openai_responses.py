@@ -76,7 +76,6 @@ class _Output:
     reasoning: dict[int, Any] = attrs.field(factory=dict)  # output index -> reasoning block
     texted: set[int] = attrs.field(factory=set)  # output indexes whose text streamed
     response_id: str | None = None
-    reasoning_tokens: int = 0
 
 
 class OpenAIResponsesProvider(HttpProvider):
@@ -219,10 +218,6 @@ class OpenAIResponsesProvider(HttpProvider):
     def _finish(self, request: ModelRequest, reply: Reply, output: _Output) -> ModelResponse:
         response = self._response(reply)
         message = response.message
-        if output.reasoning_tokens:
-            usage = attrs.evolve(response.usage, reasoning_tokens=output.reasoning_tokens)
-            message = attrs.evolve(message, usage=usage)
-            response = attrs.evolve(response, usage=usage)
         if self.store and output.response_id:
             seen = input_items((*request.messages, message), store=True)
             extra = {**message.extra, RESPONSE_ID: output.response_id, CONTEXT: context_digest(seen)}
@@ -332,6 +327,7 @@ def _facts(reply: Reply, output: _Output, response: Mapping[str, Any]) -> None:
         reply.output_tokens = int(usage.get("output_tokens") or 0)
         details = usage.get("input_tokens_details") or {}
         reply.cache_read_tokens = int(details.get("cached_tokens") or 0)
-        reply.cache_creation_tokens = int(details.get("cache_write_tokens") or 0)
+        reply.cache_write_tokens = int(details.get("cache_write_tokens") or 0)
+        # input_tokens includes the cached ones, output_tokens the reasoning ones, as Usage does
         out_details = usage.get("output_tokens_details") or {}
-        output.reasoning_tokens = int(out_details.get("reasoning_tokens") or 0)
+        reply.reasoning_tokens = int(out_details.get("reasoning_tokens") or 0)
