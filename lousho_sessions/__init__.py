@@ -37,6 +37,7 @@ from .providers.base import ModelEvent, ModelRequest, ModelResponse, Provider, T
 from .providers.demo import DemoProvider
 from .providers.function import FunctionProvider, ScriptedProvider
 from .providers.openai import OpenAIProvider
+from .providers.openai_responses import OpenAIResponsesProvider
 from .results import CompactionResult, ExecutionResult, Limits, PendingTurn
 from .run import AgentRun
 from .session import Session
@@ -105,6 +106,7 @@ __all__ = [
     "ModelRequest",
     "ModelResponse",
     "OpenAIProvider",
+    "OpenAIResponsesProvider",
     "Part",
     "PendingTurn",
     "Pricing",
