@@ -12,6 +12,10 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import os
+import signal
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -474,3 +478,43 @@ def test_not_found_error_fixture_is_what_fallback_reads(server: ProviderServer, 
     _, second = run(provider, ask(user, first.message, Message.user("two")))
     assert second.message.text == "again"
     assert [("previous_response_id" in r.body) for r in server.requests] == [False, True, False]
+
+
+# --- durable: killed between a tool result and the next model call ---------------------
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_a_killed_turn_resumes_elsewhere_and_replays_the_reasoning_byte_for_byte(
+    kind: str, rules: ResponsesRules, tmp_path: Path
+) -> None:
+    if kind == "postgres":
+        from services_pg import drop_schema, require_postgres, schema_for
+
+        require_postgres()
+        where = schema_for(tmp_path)
+    else:
+        where = str(tmp_path)
+    rules.reply(Think(["Need the weather."]), Call("lookup", {"city": "Paris"}))
+    rules.reply(Think(["It is mild."]), Say("18°C in Paris."))
+    logfile = tmp_path / "log.txt"
+    child = [sys.executable, str(Path(__file__).parent / "responses_crash_child.py")]
+    args = [kind, where, rules.server.url + "/v1", str(logfile)]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    try:
+        first = subprocess.run([*child, "turn", *args], capture_output=True, text=True, env=env, timeout=120)
+        assert first.returncode == -signal.SIGKILL, first.stderr
+        assert len(rules.server.requests) == 1  # killed before the next model call
+        second = subprocess.run([*child, "resume", *args], capture_output=True, text=True, env=env, timeout=120)
+        assert second.returncode == 0, second.stderr
+    finally:
+        if kind == "postgres":
+            drop_schema(where)
+    outcome = json.loads(second.stdout)
+    assert outcome["text"] == "18°C in Paris."
+    assert logfile.read_text().splitlines() == ["lookup Paris"]  # the tool ran once
+    assert rules.refused == []
+    follow_up = rules.server.requests[1].body
+    [sent] = [i for i in follow_up["input"] if i["type"] == "reasoning"]
+    issued = outcome["reasoning"][0]
+    assert sent["id"] == issued["id"] and sent["encrypted_content"] == rules.encrypted[issued["id"]]
+    assert [r["data"] == rules.encrypted[r["id"]] for r in outcome["reasoning"]] == [True, True]
