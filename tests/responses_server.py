@@ -116,8 +116,12 @@ def check_stream_event(event: Mapping[str, Any]) -> None:
     _ADAPTERS["events"][event["type"]].model_validate(event)
 
 
-def _error(status: int, message: str, *, param: str | None = None, code: str | None = None) -> JSONReply:
-    body = {"error": {"message": message, "type": "invalid_request_error", "param": param, "code": code}}
+def _error(
+    status: int, message: str, *, param: str | None = None, code: str | None = None
+) -> JSONReply:
+    body = {
+        "error": {"message": message, "type": "invalid_request_error", "param": param, "code": code}
+    }
     return JSONReply(status, json.dumps(body))
 
 
@@ -187,7 +191,11 @@ class ResponsesRules:
 
     def _context(self, body: Mapping[str, Any]) -> list[dict[str, Any]] | JSONReply:
         given = body.get("input")
-        items = [{"type": "message", "role": "user", "content": given}] if isinstance(given, str) else list(given or [])
+        items = (
+            [{"type": "message", "role": "user", "content": given}]
+            if isinstance(given, str)
+            else list(given or [])
+        )
         previous = body.get("previous_response_id")
         if previous is None:
             return items
@@ -260,7 +268,9 @@ class ResponsesRules:
                 outputs.add(item["call_id"])
         missing = sorted(calls - outputs)
         if missing:
-            return self._refuse(400, f"No tool output found for function call {missing[0]}.", param="input")
+            return self._refuse(
+                400, f"No tool output found for function call {missing[0]}.", param="input"
+            )
         return None
 
     def _answer(
@@ -365,8 +375,14 @@ def stream_events(
 ) -> list[dict[str, Any]]:
     """The documented event sequence that streams a response with these output items."""
     events: list[dict[str, Any]] = [
-        {"type": "response.created", "response": _response(response_id, model, "in_progress", [], None)},
-        {"type": "response.in_progress", "response": _response(response_id, model, "in_progress", [], None)},
+        {
+            "type": "response.created",
+            "response": _response(response_id, model, "in_progress", [], None),
+        },
+        {
+            "type": "response.in_progress",
+            "response": _response(response_id, model, "in_progress", [], None),
+        },
     ]
     for index, item in enumerate(output):
         events += _item_events(index, item)
@@ -388,26 +404,51 @@ def _item_events(index: int, item: dict[str, Any]) -> list[dict[str, Any]]:
         events.append({"type": "response.output_item.added", "output_index": index, "item": added})
         for number, part in enumerate(item["summary"]):
             at = {**where, "summary_index": number}
-            events.append({"type": "response.reasoning_summary_part.added", **at, "part": {"type": "summary_text", "text": ""}})
+            events.append(
+                {
+                    "type": "response.reasoning_summary_part.added",
+                    **at,
+                    "part": {"type": "summary_text", "text": ""},
+                }
+            )
             for piece in _halves(part["text"]):
-                events.append({"type": "response.reasoning_summary_text.delta", **at, "delta": piece})
-            events.append({"type": "response.reasoning_summary_text.done", **at, "text": part["text"]})
+                events.append(
+                    {"type": "response.reasoning_summary_text.delta", **at, "delta": piece}
+                )
+            events.append(
+                {"type": "response.reasoning_summary_text.done", **at, "text": part["text"]}
+            )
             events.append({"type": "response.reasoning_summary_part.done", **at, "part": part})
     elif kind == "message":
         added = {**item, "status": "in_progress", "content": []}
         events.append({"type": "response.output_item.added", "output_index": index, "item": added})
         for number, part in enumerate(item["content"]):
             at = {**where, "content_index": number}
-            events.append({"type": "response.content_part.added", **at, "part": {**part, "text": ""}})
+            events.append(
+                {"type": "response.content_part.added", **at, "part": {**part, "text": ""}}
+            )
             for piece in _halves(part["text"]):
-                events.append({"type": "response.output_text.delta", **at, "delta": piece, "logprobs": []})
-            events.append({"type": "response.output_text.done", **at, "text": part["text"], "logprobs": []})
+                events.append(
+                    {"type": "response.output_text.delta", **at, "delta": piece, "logprobs": []}
+                )
+            events.append(
+                {"type": "response.output_text.done", **at, "text": part["text"], "logprobs": []}
+            )
             events.append({"type": "response.content_part.done", **at, "part": part})
     else:
         added = {**item, "status": "in_progress", "arguments": ""}
         events.append({"type": "response.output_item.added", "output_index": index, "item": added})
         for piece in _halves(item["arguments"]):
-            events.append({"type": "response.function_call_arguments.delta", **where, "delta": piece})
-        events.append({"type": "response.function_call_arguments.done", **where, "name": item["name"], "arguments": item["arguments"]})
+            events.append(
+                {"type": "response.function_call_arguments.delta", **where, "delta": piece}
+            )
+        events.append(
+            {
+                "type": "response.function_call_arguments.done",
+                **where,
+                "name": item["name"],
+                "arguments": item["arguments"],
+            }
+        )
     events.append({"type": "response.output_item.done", "output_index": index, "item": item})
     return events

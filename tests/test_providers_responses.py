@@ -77,7 +77,9 @@ def rules(server: ProviderServer) -> Iterator[ResponsesRules]:
     assert checked.invalid == []  # every body validated against the SDK's request type
 
 
-def run(provider: OpenAIResponsesProvider, request: ModelRequest) -> tuple[list[Any], ModelResponse]:
+def run(
+    provider: OpenAIResponsesProvider, request: ModelRequest
+) -> tuple[list[Any], ModelResponse]:
     events = list(provider.stream(request, request.signal))
     assert isinstance(events[-1], ModelResponse)
     return events[:-1], events[-1]
@@ -105,7 +107,16 @@ def test_fixtures_are_documented_stream_events(name: str) -> None:
 def test_generated_streams_are_documented_stream_events(server: ProviderServer) -> None:
     rules = ResponsesRules(server)
     rules.reply(Think(["a", "b"]), Say("hi"), Call("f", {"x": 1}), usage={"input": 3})
-    reply = rules.route(_recorded({"model": "m", "input": "hi", "stream": True, "include": ["reasoning.encrypted_content"]}))
+    reply = rules.route(
+        _recorded(
+            {
+                "model": "m",
+                "input": "hi",
+                "stream": True,
+                "include": ["reasoning.encrypted_content"],
+            }
+        )
+    )
     assert isinstance(reply, SSEReply)
     for block in reply.events:
         check_stream_event(json.loads(block.decode().split("data: ", 1)[1]))
@@ -141,7 +152,9 @@ def test_streamed_text_and_usage(server: ProviderServer, make: Any) -> None:
     check_request(sent.body)
 
 
-def test_reasoning_and_calls_are_kept_from_the_completed_items(server: ProviderServer, make: Any) -> None:
+def test_reasoning_and_calls_are_kept_from_the_completed_items(
+    server: ProviderServer, make: Any
+) -> None:
     server.reply(SSEReply(sse_events("responses", "tool_calls")))
     deltas, response = run(make(), ask(tools=(WEATHER,)))
     reasoning = [e.text for e in deltas if isinstance(e, ModelReasoningDelta)]
@@ -174,8 +187,12 @@ def _fixture_item(name: str, kind: str) -> dict[str, Any]:
     raise AssertionError(kind)
 
 
-def test_replayed_items_are_the_received_ones_byte_for_byte(server: ProviderServer, make: Any) -> None:
-    server.reply(SSEReply(sse_events("responses", "tool_calls")), SSEReply(sse_events("responses", "text")))
+def test_replayed_items_are_the_received_ones_byte_for_byte(
+    server: ProviderServer, make: Any
+) -> None:
+    server.reply(
+        SSEReply(sse_events("responses", "tool_calls")), SSEReply(sse_events("responses", "text"))
+    )
     provider = make()
     user = Message.user("Weather and time in Paris?")
     _, first = run(provider, ask(user, tools=(WEATHER,)))
@@ -195,7 +212,9 @@ def test_replayed_items_are_the_received_ones_byte_for_byte(server: ProviderServ
 def test_incomplete_reply_is_length_and_its_lone_reasoning_is_not_replayed(
     server: ProviderServer, make: Any
 ) -> None:
-    server.reply(SSEReply(sse_events("responses", "incomplete")), SSEReply(sse_events("responses", "text")))
+    server.reply(
+        SSEReply(sse_events("responses", "incomplete")), SSEReply(sse_events("responses", "text"))
+    )
     provider = make()
     _, first = run(provider, ask())
     assert first.finish_reason == "length"
@@ -206,7 +225,9 @@ def test_incomplete_reply_is_length_and_its_lone_reasoning_is_not_replayed(
 
 
 @pytest.mark.parametrize(("name", "retryable"), [("failed", True), ("error_event", True)])
-def test_errors_in_the_stream(server: ProviderServer, make: Any, name: str, retryable: bool) -> None:
+def test_errors_in_the_stream(
+    server: ProviderServer, make: Any, name: str, retryable: bool
+) -> None:
     server.reply(*[SSEReply(sse_events("responses", name))] * 3)
     with pytest.raises(ProviderError) as caught:
         run(make(), ask())
@@ -223,7 +244,7 @@ def test_bad_arguments_are_kept_raw(server: ProviderServer, make: Any) -> None:
 
 def test_cut_stream_is_incomplete(server: ProviderServer, make: Any) -> None:
     server.reply(SSEReply(sse_events("responses", "text"), cut_after=4, terminate=True))
-    with pytest.raises(ProviderError, match="ended before response.completed") as caught:
+    with pytest.raises(ProviderError, match=r"ended before response\.completed") as caught:
         run(make(), ask())
     assert caught.value.retryable  # the turn may try the call again
 
@@ -244,7 +265,9 @@ def test_request_body_shapes(server: ProviderServer, make: Any) -> None:
     )
     request = ask(
         Message.system("Answer in French."),
-        Message.user([TextPart("What is this?"), ImagePart(data=png), ImagePart(url="https://x/y.png")]),
+        Message.user(
+            [TextPart("What is this?"), ImagePart(data=png), ImagePart(url="https://x/y.png")]
+        ),
         assistant,
         Message.tool("call_1", "18°C", is_error=False),
         tools=(WEATHER,),
@@ -264,17 +287,37 @@ def test_request_body_shapes(server: ProviderServer, make: Any) -> None:
             "role": "user",
             "content": [
                 {"type": "input_text", "text": "What is this?"},
-                {"type": "input_image", "image_url": "data:image/png;base64," + base64.b64encode(png).decode(), "detail": "auto"},
+                {
+                    "type": "input_image",
+                    "image_url": "data:image/png;base64," + base64.b64encode(png).decode(),
+                    "detail": "auto",
+                },
                 {"type": "input_image", "image_url": "https://x/y.png", "detail": "auto"},
             ],
         },
-        {"type": "reasoning", "id": "rs_1", "summary": [{"type": "summary_text", "text": "thinking"}], "encrypted_content": "enc-1"},
+        {
+            "type": "reasoning",
+            "id": "rs_1",
+            "summary": [{"type": "summary_text", "text": "thinking"}],
+            "encrypted_content": "enc-1",
+        },
         {"type": "message", "role": "assistant", "content": "Let me look."},
-        {"type": "function_call", "call_id": "call_1", "name": "get_weather", "arguments": '{"city": "Paris"}'},
+        {
+            "type": "function_call",
+            "call_id": "call_1",
+            "name": "get_weather",
+            "arguments": '{"city": "Paris"}',
+        },
         {"type": "function_call_output", "call_id": "call_1", "output": "18°C"},
     ]
     assert body["tools"] == [
-        {"type": "function", "name": "get_weather", "description": "The weather in a city.", "parameters": dict(WEATHER.parameters), "strict": False}
+        {
+            "type": "function",
+            "name": "get_weather",
+            "description": "The weather in a city.",
+            "parameters": dict(WEATHER.parameters),
+            "strict": False,
+        }
     ]
     assert body["temperature"] == 0.2 and body["max_output_tokens"] == 500
     assert body["reasoning"] == {"summary": "auto", "effort": "high"}
@@ -284,7 +327,9 @@ def test_request_body_shapes(server: ProviderServer, make: Any) -> None:
 # --- OpenAI's rules, enforced ---------------------------------------------------------
 
 
-def _first_turn(rules: ResponsesRules, make: Any) -> tuple[OpenAIResponsesProvider, Message, Message]:
+def _first_turn(
+    rules: ResponsesRules, make: Any
+) -> tuple[OpenAIResponsesProvider, Message, Message]:
     rules.reply(Think(["Need the weather."]), Call("get_weather", {"city": "Paris"}))
     provider = make()
     user = Message.user("Weather in Paris?")
@@ -292,14 +337,18 @@ def _first_turn(rules: ResponsesRules, make: Any) -> tuple[OpenAIResponsesProvid
     return provider, user, first.message
 
 
-def test_server_refuses_a_follow_up_without_the_reasoning_item(rules: ResponsesRules, make: Any) -> None:
+def test_server_refuses_a_follow_up_without_the_reasoning_item(
+    rules: ResponsesRules, make: Any
+) -> None:
     provider, user, message = _first_turn(rules, make)
     dropped = Message.assistant("", tool_calls=message.tool_calls)  # what Chat Completions keeps
     result = Message.tool(message.tool_calls[0].id, "18°C")
     with pytest.raises(ProviderError) as caught:
         run(provider, ask(user, dropped, result, tools=(WEATHER,)))
     assert caught.value.status == 400
-    assert "of type 'function_call' was provided without its required 'reasoning' item" in str(caught.value)
+    assert "of type 'function_call' was provided without its required 'reasoning' item" in str(
+        caught.value
+    )
 
 
 def test_server_refuses_altered_encrypted_content(rules: ResponsesRules, make: Any) -> None:
@@ -314,7 +363,9 @@ def test_server_refuses_altered_encrypted_content(rules: ResponsesRules, make: A
         run(provider, ask(user, altered, result, tools=(WEATHER,)))
 
 
-def test_server_refuses_reasoning_by_id_when_nothing_is_stored(rules: ResponsesRules, make: Any) -> None:
+def test_server_refuses_reasoning_by_id_when_nothing_is_stored(
+    rules: ResponsesRules, make: Any
+) -> None:
     provider, user, message = _first_turn(rules, make)
     rules.reply(Say("18°C."))
     body = provider.build_body(ask(user, message, Message.tool(message.tool_calls[0].id, "18°C")))
@@ -339,9 +390,19 @@ def get_weather(city: str) -> str:
 
 
 def _script(rules: ResponsesRules) -> None:
-    rules.reply(Think(["Weather first."]), Call("get_weather", {"city": "Paris"}), usage={"input": 50, "output": 20, "reasoning": 12})
-    rules.reply(Think(["Then Rome.", "Compare."]), Call("get_weather", {"city": "Rome"}), usage={"input": 90, "output": 20, "cached": 40})
-    rules.reply(Think(["Both known."]), Say("Paris 18°C, Rome 18°C."), usage={"input": 130, "output": 10})
+    rules.reply(
+        Think(["Weather first."]),
+        Call("get_weather", {"city": "Paris"}),
+        usage={"input": 50, "output": 20, "reasoning": 12},
+    )
+    rules.reply(
+        Think(["Then Rome.", "Compare."]),
+        Call("get_weather", {"city": "Rome"}),
+        usage={"input": 90, "output": 20, "cached": 40},
+    )
+    rules.reply(
+        Think(["Both known."]), Say("Paris 18°C, Rome 18°C."), usage={"input": 130, "output": 10}
+    )
 
 
 @pytest.mark.parametrize("durable", [False, True], ids=["memory", "sqlite"])
@@ -357,7 +418,9 @@ def test_agent_completes_multi_step_tool_turns(
     events: list[Any] = []
     try:
         if mode == "sync":
-            agent = create_agent(instructions="Be brief.", provider=provider, tools=[get_weather], store=store)
+            agent = create_agent(
+                instructions="Be brief.", provider=provider, tools=[get_weather], store=store
+            )
             session = agent.session("trip")
             if streamed:
                 turn = session.stream("Weather in Paris and Rome?")
@@ -370,7 +433,9 @@ def test_agent_completes_multi_step_tool_turns(
         else:
 
             async def main() -> Any:
-                agent = aio.create_agent(instructions="Be brief.", provider=provider, tools=[get_weather], store=store)
+                agent = aio.create_agent(
+                    instructions="Be brief.", provider=provider, tools=[get_weather], store=store
+                )
                 session = agent.session("trip")
                 if streamed:
                     turn = session.stream("Weather in Paris and Rome?")
@@ -389,9 +454,18 @@ def test_agent_completes_multi_step_tool_turns(
     assert rules.refused == []
     assert result.text == "Paris 18°C, Rome 18°C."
     assert lookups == ["Paris", "Rome"]
-    assert [m.role for m in transcript] == ["user", "assistant", "tool", "assistant", "tool", "assistant"]
+    assert [m.role for m in transcript] == [
+        "user",
+        "assistant",
+        "tool",
+        "assistant",
+        "tool",
+        "assistant",
+    ]
     reasoning = [p for m in transcript for p in m.content if isinstance(p, ReasoningPart)]
-    assert [p.id in rules.encrypted and p.data == rules.encrypted[p.id] for p in reasoning] == [True] * 3
+    assert [p.id in rules.encrypted and p.data == rules.encrypted[p.id] for p in reasoning] == [
+        True
+    ] * 3
     assert transcript[3].reasoning == "Then Rome.\n\nCompare."
     assert result.usage.reasoning_tokens == 12 and result.usage.cache_read_tokens == 40
     # the last call carried both earlier reasoning items before their calls
@@ -408,7 +482,9 @@ def test_agent_completes_multi_step_tool_turns(
 # --- store=True: continuing a stored response -----------------------------------------
 
 
-def test_stored_responses_are_continued_with_only_the_new_items(rules: ResponsesRules, make: Any) -> None:
+def test_stored_responses_are_continued_with_only_the_new_items(
+    rules: ResponsesRules, make: Any
+) -> None:
     lookups.clear()
     _script(rules)
     provider = make(store=True)
@@ -447,7 +523,12 @@ def test_an_expired_stored_response_falls_back_to_the_whole_transcript(
     bodies = [r.body for r in rules.server.requests]
     assert [("previous_response_id" in b) for b in bodies] == [False, True, False, True, False]
     assert [s for s, _ in rules.refused] == [400, 400]
-    assert [i["type"] for i in bodies[2]["input"]] == ["message", "reasoning", "function_call", "function_call_output"]
+    assert [i["type"] for i in bodies[2]["input"]] == [
+        "message",
+        "reasoning",
+        "function_call",
+        "function_call_output",
+    ]
 
 
 def test_a_changed_transcript_is_sent_whole(rules: ResponsesRules, make: Any) -> None:
@@ -463,7 +544,9 @@ def test_a_changed_transcript_is_sent_whole(rules: ResponsesRules, make: Any) ->
     body = provider.build_body(ask(edited, first.message, Message.user("two")))
     assert "previous_response_id" not in body and len(body["input"]) == 4
     plain = make()  # store=False never continues
-    assert "previous_response_id" not in plain.build_body(ask(user, first.message, Message.user("two")))
+    assert "previous_response_id" not in plain.build_body(
+        ask(user, first.message, Message.user("two"))
+    )
 
 
 def test_not_found_error_fixture_is_what_fallback_reads(server: ProviderServer, make: Any) -> None:
@@ -501,10 +584,14 @@ def test_a_killed_turn_resumes_elsewhere_and_replays_the_reasoning_byte_for_byte
     args = [kind, where, rules.server.url + "/v1", str(logfile)]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     try:
-        first = subprocess.run([*child, "turn", *args], capture_output=True, text=True, env=env, timeout=120)
+        first = subprocess.run(
+            [*child, "turn", *args], capture_output=True, text=True, env=env, timeout=120
+        )
         assert first.returncode == -signal.SIGKILL, first.stderr
         assert len(rules.server.requests) == 1  # killed before the next model call
-        second = subprocess.run([*child, "resume", *args], capture_output=True, text=True, env=env, timeout=120)
+        second = subprocess.run(
+            [*child, "resume", *args], capture_output=True, text=True, env=env, timeout=120
+        )
         assert second.returncode == 0, second.stderr
     finally:
         if kind == "postgres":

@@ -124,7 +124,9 @@ def _reasoning(part: ReasoningPart, store: bool) -> dict[str, Any] | None:
     if not part.id or (part.data is None and not store):
         return None
     summary = part.extra.get(SUMMARY)
-    texts = list(summary) if isinstance(summary, (list, tuple)) else [part.text] if part.text else []
+    texts = (
+        list(summary) if isinstance(summary, (list, tuple)) else [part.text] if part.text else []
+    )
     item: dict[str, Any] = {
         "type": "reasoning",
         "id": part.id,

@@ -24,7 +24,7 @@ from ._redact import Secret
 from ._responses_items import FAMILY, context_digest, input_items, message_items, reasoning_extra
 from ._sse import ServerSentEvent
 from ._wire import pick_settings, plain_json
-from .base import FinishReason, ModelEvent, ModelReasoningDelta, ModelRequest, ModelResponse
+from .base import FinishReason, ModelEvent, ModelRequest, ModelResponse
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -220,21 +220,21 @@ class OpenAIResponsesProvider(HttpProvider):
         message = response.message
         if self.store and output.response_id:
             seen = input_items((*request.messages, message), store=True)
-            extra = {**message.extra, RESPONSE_ID: output.response_id, CONTEXT: context_digest(seen)}
+            extra = {
+                **message.extra,
+                RESPONSE_ID: output.response_id,
+                CONTEXT: context_digest(seen),
+            }
             message = attrs.evolve(message, extra=extra)
         return attrs.evolve(response, message=message)
 
 
 def _not_found(exc: ProviderError) -> bool:
     text = exc.message.lower()
-    return exc.status in (400, 404) and (
-        "previous_response" in text or "previous response" in text
-    )
+    return exc.status in (400, 404) and ("previous_response" in text or "previous response" in text)
 
 
-def _read(
-    events: Iterator[ServerSentEvent], reply: Reply, output: _Output
-) -> Iterator[ModelEvent]:
+def _read(events: Iterator[ServerSentEvent], reply: Reply, output: _Output) -> Iterator[ModelEvent]:
     for event in events:
         data = reply.json(event)
         kind = str(data.get("type") or event.event)
@@ -244,7 +244,9 @@ def _read(
             output.texted.add(index)
             yield from reply.add_text(data.get("delta"))
         elif kind in ("response.reasoning_summary_text.delta", "response.reasoning_text.delta"):
-            yield from reply.blocks.add_reasoning_text(_block(reply, output, index), data.get("delta"))
+            yield from reply.blocks.add_reasoning_text(
+                _block(reply, output, index), data.get("delta")
+            )
         elif kind == "response.reasoning_summary_part.added" and data.get("summary_index"):
             # the visible text joins the summary's parts as the completed part does
             yield from reply.blocks.add_reasoning_text(_block(reply, output, index), "\n\n")
