@@ -30,7 +30,7 @@ from .errors import (
 )
 from .events import Event
 from .inputs import Input
-from .messages import ImagePart, Message, Part, TextPart, ToolCall, Usage
+from .messages import ImagePart, Message, Part, ReasoningPart, TextPart, ToolCall, Usage
 from .pricing import Pricing, register_pricing
 from .providers.anthropic import AnthropicProvider
 from .providers.base import ModelEvent, ModelRequest, ModelResponse, Provider, ToolSpec
@@ -115,6 +115,7 @@ __all__ = [
     "ProviderConfigError",
     "ProviderError",
     "PruneResult",
+    "ReasoningPart",
     "SchemaVersionError",
     "ScriptedProvider",
     "Session",
