@@ -40,6 +40,7 @@ __all__ = [
     "ResponsesRules",
     "Say",
     "Think",
+    "check_chat_request",
     "check_request",
     "check_stream_event",
     "stream_events",
@@ -108,6 +109,18 @@ def _consume(value: Any) -> None:
 def check_request(body: Any) -> None:
     """Raise ``pydantic.ValidationError`` unless ``body`` is a valid streamed Responses request."""
     _consume(_adapter("request").validate_python([body]))
+
+
+def check_chat_request(body: Any) -> None:
+    """Raise unless ``body`` is a valid streamed Chat Completions request (unknown keys refused)."""
+    if "chat" not in _ADAPTERS:
+        from openai.types.chat.completion_create_params import CompletionCreateParamsStreaming
+        from pydantic import ConfigDict, TypeAdapter
+
+        _ADAPTERS["chat"] = TypeAdapter(
+            list[CompletionCreateParamsStreaming], config=ConfigDict(extra="forbid")
+        )
+    _consume(_ADAPTERS["chat"].validate_python([body]))
 
 
 def check_stream_event(event: Mapping[str, Any]) -> None:
