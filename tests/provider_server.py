@@ -19,7 +19,7 @@ import threading
 import time
 import zlib
 from collections import deque
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -144,15 +144,19 @@ class _Handler(BaseHTTPRequestHandler):
         except ValueError:
             body = raw.decode("utf-8", errors="replace")
         headers = {k.lower(): v for k, v in self.headers.items()}
-        number = owner._record(
-            Recorded("POST", self.path, headers, body, time.monotonic(), self.client_address[1])
+        recorded = Recorded(
+            "POST", self.path, headers, body, time.monotonic(), self.client_address[1]
         )
-        refusal = owner._conformance(self.path, body)
-        if refusal is None and owner.rules is not None:
-            refusal = owner.rules.check(owner.requests[number - 1])
-        reply = refusal or owner._next_reply()
-        if refusal is None and owner.rules is not None:
-            owner.rules.sent(reply)
+        number = owner._record(recorded)
+        if owner.route:
+            reply = owner.route(recorded)
+        else:
+            refusal = owner._conformance(self.path, body)
+            if refusal is None and owner.rules is not None:
+                refusal = owner.rules.check(owner.requests[number - 1])
+            reply = refusal or owner.next_reply()
+            if refusal is None and owner.rules is not None:
+                owner.rules.sent(reply)
         request_id = f"req_{number:04d}"
         if isinstance(reply, JSONReply):
             self._json(reply, headers, request_id)
@@ -282,6 +286,9 @@ class ProviderServer:
         self.received = threading.Event()  # set on every request
         self.dripping = threading.Event()  # set when a DripReply starts dripping
         self._replies: deque[Reply] = deque()
+        #: when set, answers each request in place of the scripted order (it may call
+        #: :meth:`next_reply`): a server that checks what it is sent, as a vendor's does
+        self.route: Callable[[Recorded], Reply] | None = None
         self._lock = threading.Lock()
         self.stopping = threading.Event()
         self._server = _Server(("127.0.0.1", 0), _Handler)
@@ -300,7 +307,8 @@ class ProviderServer:
         with self._lock:
             self._replies.extend(replies)
 
-    def _next_reply(self) -> Reply:
+    def next_reply(self) -> Reply:
+        """The next scripted reply (a 500 when the test scripted none)."""
         with self._lock:
             if self._replies:
                 return self._replies.popleft()

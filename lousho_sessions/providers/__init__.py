@@ -2,5 +2,6 @@
 
 from ._http import RetryPolicy
 from .caching import CachePolicy
+from .openai_responses import OpenAIResponsesProvider
 
-__all__ = ["CachePolicy", "RetryPolicy"]
+__all__ = ["CachePolicy", "OpenAIResponsesProvider", "RetryPolicy"]
