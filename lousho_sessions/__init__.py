@@ -31,7 +31,7 @@ from .errors import (
 )
 from .events import Event
 from .inputs import Input
-from .messages import ImagePart, Message, Part, TextPart, ToolCall, Usage
+from .messages import ImagePart, Message, Part, ReasoningPart, TextPart, ToolCall, Usage
 from .pricing import Pricing
 from .providers.anthropic import AnthropicProvider
 from .providers.base import (
@@ -123,6 +123,7 @@ __all__ = [
     "ProviderConfigError",
     "ProviderError",
     "PruneResult",
+    "ReasoningPart",
     "SchemaVersionError",
     "ScriptedProvider",
     "Session",

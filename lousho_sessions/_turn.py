@@ -41,6 +41,7 @@ from .events import (
     ApprovalRequested,
     Event,
     InputApplied,
+    ReasoningDeltaEvent,
     RunStart,
     StepStart,
     TextDelta,
@@ -51,6 +52,7 @@ from .inputs import check_message
 from .messages import Message, ToolCall, Usage
 from .pricing import price_usage
 from .providers.base import (
+    ModelReasoningDelta,
     ModelRequest,
     ModelResponse,
     ModelTextDelta,
@@ -202,6 +204,11 @@ class Turn:
                         self._emitted = True
                         if emit is not None:  # built only when someone listens
                             emit(TextDelta(state.run_id, event.text))
+                elif isinstance(event, ModelReasoningDelta):
+                    if event.text:
+                        self._emitted = True
+                        if emit is not None:
+                            emit(ReasoningDeltaEvent(state.run_id, event.text))
                 elif isinstance(event, ModelToolCallDelta):
                     self._emitted = True
                 elif isinstance(event, ModelResponse):

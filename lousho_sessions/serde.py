@@ -31,6 +31,7 @@ from .messages import (
     ImagePart,
     Message,
     Part,
+    ReasoningPart,
     TextPart,
     ToolCall,
     Usage,
@@ -227,11 +228,12 @@ def _with_extra(cls: type[Any], omit_none: tuple[str, ...] = ()) -> None:
 # in this order: a class's hooks are built from those of the classes it holds
 _with_extra(TextPart)
 _with_extra(ImagePart)
+_with_extra(ReasoningPart)
 _with_extra(ToolCall, omit_none=("raw_arguments",))
 _with_extra(Usage)
 _with_extra(Message)
 
-_PARTS: dict[str, type[Any]] = {"text": TextPart, "image": ImagePart}
+_PARTS: dict[str, type[Any]] = {"text": TextPart, "image": ImagePart, "reasoning": ReasoningPart}
 
 
 def _structure_part(data: Mapping[str, Any], _: Any) -> Part:

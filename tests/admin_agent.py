@@ -18,6 +18,8 @@ from lousho_sessions import (
     FunctionProvider,
     Message,
     ModelRequest,
+    ReasoningPart,
+    TextPart,
     ToolCall,
     create_agent,
     open_store,
@@ -38,7 +40,11 @@ def model(request: ModelRequest) -> str | Message:
     last = request.messages[-1]
     if last.role == "user" and last.text.startswith("call "):
         name = last.text.split()[1]
-        return Message.assistant("", tool_calls=(ToolCall(f"c{len(request.messages)}", name, {}),))
+        # reasoning before the call, as a thinking model sends it: every store, checkpoint,
+        # migrate and export the admin tests run must keep it (and the call's place) exactly
+        thinking = ReasoningPart(f"{name} it is", "anthropic", signature=f"sig-{name}")
+        call = ToolCall(f"c{len(request.messages)}", name, {}, extra={"after_parts": 1})
+        return Message.assistant([thinking, TextPart("on it")], tool_calls=(call,))
     if last.role == "tool":
         return f"done: {last.text}"
     return f"echo: {last.text}"

@@ -36,12 +36,17 @@ KINDS = ("sqlite", "files", "postgres", "redis")
 ALL = sorted(DONE + APPROVING + CRASHED)
 
 
+def _pythonpath() -> str:
+    """tests/ importable, before what the runner imports (a worktree's own package)."""
+    return os.pathsep.join(p for p in (str(TESTS), os.environ.get("PYTHONPATH", "")) if p)
+
+
 def lousho(
     *args: str, env: dict[str, str] | None = None, stderr: Any = subprocess.PIPE
 ) -> subprocess.CompletedProcess[str]:
     """``python -m lousho_sessions ARGS``, with tests/ importable (for ``--agent``)."""
     full_env = {k: v for k, v in os.environ.items() if k != "LOUSHO_STORE"}
-    full_env.update(PYTHONPATH=str(TESTS), **(env or {}))
+    full_env.update(PYTHONPATH=_pythonpath(), **(env or {}))
     return subprocess.run(
         [sys.executable, "-m", "lousho_sessions", *args],
         stdout=subprocess.PIPE,
@@ -60,7 +65,7 @@ def ok_json(*args: str, code: int = 0) -> Any:
 
 
 def populate(url: str) -> None:
-    env = {**os.environ, "PYTHONPATH": str(TESTS)}
+    env = {**os.environ, "PYTHONPATH": _pythonpath()}
     subprocess.run(
         [sys.executable, str(TESTS / "admin_agent.py"), url], env=env, check=True, timeout=120
     )
@@ -231,7 +236,7 @@ def batch(store: str | None, *commands: Sequence[str]) -> list[Ran]:
         input=json.dumps(argvs),
         capture_output=True,
         text=True,
-        env={**env, "PYTHONPATH": str(TESTS)},
+        env={**env, "PYTHONPATH": _pythonpath()},
         timeout=300,
         check=True,
     )
@@ -557,7 +562,7 @@ def test_sweep_every_runs_until_sigterm(tmp_path: Path) -> None:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env={**env, "PYTHONPATH": str(TESTS)},
+        env={**env, "PYTHONPATH": _pythonpath()},
     )  # fmt: skip
     try:
         assert child.stdout is not None

@@ -23,6 +23,7 @@ from ..errors import ProviderError
 from ..messages import Message, ToolCall, Usage
 from ..pricing import Pricing, price_usage
 from ._http import HttpClient, RetryPolicy, Timeout
+from ._reasoning import ReplyBlocks
 from ._redact import Secret
 from ._sse import DEFAULT_MAX_EVENT_SIZE, ServerSentEvent
 from ._wire import api_key_from, env
@@ -61,12 +62,14 @@ class _Call:
 
 @attrs.define
 class Reply:
-    """What the stream told so far: text, tool calls by index, token counts, stop reason."""
+    """What the stream told so far: text, reasoning, tool calls by index, token counts, stop reason."""
 
     provider: str
     request_id: str | None
     text: list[str] = attrs.field(factory=list)
     calls: dict[int, _Call] = attrs.field(factory=dict)
+    #: the order of text, reasoning and calls (reasoning blocks are started through it)
+    blocks: ReplyBlocks = attrs.field(factory=ReplyBlocks)
     input_tokens: int = 0
     output_tokens: int = 0
     #: of ``input_tokens``, those read from and written to the provider's prompt cache
@@ -83,6 +86,7 @@ class Reply:
         """Keep ``text`` (when it is a non-empty string) and give its delta."""
         if isinstance(text, str) and text:
             self.text.append(text)
+            self.blocks.text(text)
             yield ModelTextDelta(text)
 
     def add_call(
@@ -93,6 +97,7 @@ class Reply:
         An id or name is kept once: servers that repeat them must not double them.
         """
         call = self.calls.setdefault(index, _Call())
+        self.blocks.call(index)
         if id and not call.id:
             call.id = id
         if name and not call.name:
@@ -303,7 +308,13 @@ class HttpProvider(ProviderBase):
         usage = price_usage(
             Usage(reply.input_tokens, reply.output_tokens, extra=cache), self.model, self.pricing
         )
-        message = Message.assistant("".join(reply.text), tool_calls=calls, usage=usage)
+        if reply.blocks.has_reasoning:  # reasoning keeps its place among text and calls
+            parts, calls = reply.blocks.message_parts(
+                dict(zip(sorted(reply.calls), calls, strict=True))
+            )
+            message = Message.assistant(parts, tool_calls=calls, usage=usage)
+        else:
+            message = Message.assistant("".join(reply.text), tool_calls=calls, usage=usage)
         return ModelResponse(message=message, usage=usage, finish_reason=finish, model=reply.model)
 
     # --- what a wire format gives ---------------------------------------------------

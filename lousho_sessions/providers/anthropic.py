@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ProviderError
-from ..messages import ImagePart, Message, TextPart
+from ..messages import Message, Part, ReasoningPart, TextPart, ToolCall
 from ._http_provider import HttpOptions, HttpProvider, Reply
+from ._reasoning import replay_blocks
 from ._redact import Secret
 from ._sse import ServerSentEvent
 from ._wire import image_base64, image_media_type, pick_settings, plain_json
@@ -23,6 +24,8 @@ DEFAULT_BASE_URL = "https://api.anthropic.com"
 API_VERSION = "2023-06-01"
 #: the tool forced for a structured answer (``output_type``); its input is the answer
 OUTPUT_TOOL = "final_output"
+#: The family of the reasoning parts this provider makes and sends back.
+FAMILY = "anthropic"
 
 #: ``ModelRequest.settings`` keys sent as request-body fields (``stop`` becomes ``stop_sequences``).
 SETTINGS = (
@@ -259,17 +262,7 @@ def _messages(messages: tuple[Message, ...]) -> list[dict[str, Any]]:
         if message.role == "system":
             continue  # sent as the top-level system text
         if message.role == "assistant":
-            content = _content(message.content)
-            for call in message.tool_calls:
-                content.append(
-                    {
-                        "type": "tool_use",
-                        "id": call.id,
-                        "name": call.name,
-                        "input": plain_json(call.arguments),
-                    }
-                )
-            role = "assistant"
+            content, role = _assistant_content(message), "assistant"
         elif message.role == "tool":
             result: dict[str, Any] = {
                 "type": "tool_result",
@@ -290,9 +283,38 @@ def _messages(messages: tuple[Message, ...]) -> list[dict[str, Any]]:
     return out
 
 
-def _content(parts: tuple[TextPart | ImagePart, ...]) -> list[dict[str, Any]]:
+def _assistant_content(message: Message) -> list[dict[str, Any]]:
+    """An assistant turn's blocks in the order the model sent them: thinking (verbatim,
+    signature and all; only what an Anthropic model made), text and tool use."""
+    content: list[dict[str, Any]] = []
+    for block in replay_blocks(message, FAMILY):
+        if isinstance(block, ToolCall):
+            content.append(
+                {
+                    "type": "tool_use",
+                    "id": block.id,
+                    "name": block.name,
+                    "input": plain_json(block.arguments),
+                }
+            )
+        elif isinstance(block, ReasoningPart):
+            content.append(_thinking(block))
+        else:
+            content += _content((block,))
+    return content
+
+
+def _thinking(part: ReasoningPart) -> dict[str, Any]:
+    if part.data is not None:
+        return {"type": "redacted_thinking", "data": part.data}
+    return {"type": "thinking", "thinking": part.text, "signature": part.signature or ""}
+
+
+def _content(parts: Iterable[Part]) -> list[dict[str, Any]]:
     blocks: list[dict[str, Any]] = []
     for part in parts:
+        if isinstance(part, ReasoningPart):
+            continue  # only assistant turns carry reasoning back
         if isinstance(part, TextPart):
             if part.text:  # the API rejects empty text blocks
                 blocks.append({"type": "text", "text": part.text})
