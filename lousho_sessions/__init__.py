@@ -32,7 +32,7 @@ from .errors import (
 from .events import Event
 from .inputs import Input
 from .messages import ImagePart, Message, Part, ReasoningPart, TextPart, ToolCall, Usage
-from .pricing import Pricing
+from .pricing import Pricing, register_pricing
 from .providers.anthropic import AnthropicProvider
 from .providers.base import (
     ModelEvent,
@@ -146,5 +146,6 @@ __all__ = [
     "file_store",
     "memory_store",
     "open_store",
+    "register_pricing",
     "tool",
 ]

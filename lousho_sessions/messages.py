@@ -313,11 +313,23 @@ class ToolCall:
 
 @attrs.frozen(weakref_slot=False)
 class Usage:
-    """Tokens and money a model call (or a sum of them) used. Adds with ``+``."""
+    """Tokens and money a model call (or a sum of them) used. Adds with ``+``.
+
+    ``input_tokens`` counts every prompt token the model read, **including** those read
+    from or written to the provider's prompt cache; ``cache_read_tokens`` and
+    ``cache_write_tokens`` say how many of them were (Anthropic reports the three apart
+    and they are added up here; OpenAI and Gemini count cached tokens inside the prompt
+    total already). Likewise ``output_tokens`` includes ``reasoning_tokens``, the
+    tokens a reasoning model spent thinking (where the provider reports them).
+    ``cost_usd`` prices each part at its own rate (see ``Pricing``).
+    """
 
     input_tokens: int = 0
     output_tokens: int = 0
     cost_usd: float = 0.0
+    cache_read_tokens: int = attrs.field(default=0, kw_only=True)
+    cache_write_tokens: int = attrs.field(default=0, kw_only=True)
+    reasoning_tokens: int = attrs.field(default=0, kw_only=True)
     extra: Mapping[str, Any] = attrs.field(
         default=EMPTY, converter=_frozen_mapping, repr=False, eq=False, kw_only=True
     )
@@ -329,11 +341,19 @@ class Usage:
             self.input_tokens + other.input_tokens,
             self.output_tokens + other.output_tokens,
             self.cost_usd + other.cost_usd,
+            cache_read_tokens=self.cache_read_tokens + other.cache_read_tokens,
+            cache_write_tokens=self.cache_write_tokens + other.cache_write_tokens,
+            reasoning_tokens=self.reasoning_tokens + other.reasoning_tokens,
         )
 
     @property
     def total_tokens(self) -> int:
         return self.input_tokens + self.output_tokens
+
+    @property
+    def uncached_input_tokens(self) -> int:
+        """The input tokens neither read from nor written to the prompt cache."""
+        return self.input_tokens - self.cache_read_tokens - self.cache_write_tokens
 
 
 def _parts(value: str | Sequence[Part]) -> tuple[Part, ...]:

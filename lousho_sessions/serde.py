@@ -187,11 +187,14 @@ converter.register_structure_hook(
 )
 
 
-def _with_extra(cls: type[Any], omit_none: tuple[str, ...] = ()) -> None:
+def _with_extra(
+    cls: type[Any], omit_none: tuple[str, ...] = (), omit_zero: tuple[str, ...] = ()
+) -> None:
     """Register hooks for ``cls`` that keep unknown keys in ``extra``.
 
-    Fields named in ``omit_none`` are left out when ``None``: an optional field added
-    later changes nothing in what is written for objects that do not use it.
+    Fields named in ``omit_none`` are left out when ``None``, those in ``omit_zero`` when
+    ``0``: an optional field added later changes nothing in what is written for objects
+    that do not use it.
     """
     names = {a.name for a in attrs.fields(cls)}
     init_names = {a.name for a in attrs.fields(cls) if a.init}
@@ -203,6 +206,9 @@ def _with_extra(cls: type[Any], omit_none: tuple[str, ...] = ()) -> None:
         data = base_un(obj)
         for name in omit_none:
             if data.get(name) is None:
+                data.pop(name, None)
+        for name in omit_zero:
+            if data.get(name) == 0:
                 data.pop(name, None)
         for name in fixed:
             data[name] = getattr(obj, name)
@@ -230,7 +236,7 @@ _with_extra(TextPart)
 _with_extra(ImagePart)
 _with_extra(ReasoningPart)
 _with_extra(ToolCall, omit_none=("raw_arguments",))
-_with_extra(Usage)
+_with_extra(Usage, omit_zero=("cache_read_tokens", "cache_write_tokens", "reasoning_tokens"))
 _with_extra(Message)
 
 _PARTS: dict[str, type[Any]] = {"text": TextPart, "image": ImagePart, "reasoning": ReasoningPart}

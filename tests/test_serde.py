@@ -75,6 +75,9 @@ USAGE = st.builds(
     st.integers(0, 10**9),
     st.integers(0, 10**9),
     st.floats(0, 1e6, allow_nan=False, allow_infinity=False),
+    cache_read_tokens=st.integers(0, 10**9) | st.just(0),
+    cache_write_tokens=st.integers(0, 10**9) | st.just(0),
+    reasoning_tokens=st.integers(0, 10**9) | st.just(0),
 )
 MESSAGES = st.builds(
     Message,
@@ -219,7 +222,7 @@ def test_raw_arguments_are_written_only_for_a_malformed_call() -> None:
 
 def test_unknown_usage_fields_round_trip() -> None:
     data = message_to_dict(Message.assistant("x", usage=Usage(1, 2, 0.5)))
-    data["usage"]["cache_read_tokens"] = 7
+    data["usage"]["surcharge_tokens"] = 7
     assert message_to_dict(message_from_dict(data)) == data
 
 
@@ -227,7 +230,7 @@ def test_a_load_shares_equal_usages_and_keeps_each_usage_exact() -> None:
     usages = [Usage(1, 2, 0.5), Usage(1, 2, 0.5), Usage(1, 2, 0.0), Usage(1, 2, -0.0), Usage(1, 3)]
     texts = [json.dumps(message_to_dict(Message.assistant("x", usage=u))) for u in usages]
     extra = message_to_dict(Message.assistant("x", usage=Usage(1, 2, 0.5)))
-    extra["usage"]["cache_read_tokens"] = 7  # read by the converter: its own Usage, extra kept
+    extra["usage"]["surcharge_tokens"] = 7  # read by the converter: its own Usage, extra kept
     texts.append(json.dumps(extra))
     for loaded in (
         messages_from_json_texts(texts),
@@ -238,7 +241,7 @@ def test_a_load_shares_equal_usages_and_keeps_each_usage_exact() -> None:
         assert loaded[0].usage is loaded[1].usage  # equal values, one object
         assert loaded[2].usage is not loaded[3].usage  # 0.0 and -0.0: equal, written apart
         assert loaded[5].usage is not None and loaded[5].usage is not loaded[0].usage
-        assert loaded[5].usage.extra == {"cache_read_tokens": 7}
+        assert loaded[5].usage.extra == {"surcharge_tokens": 7}
 
 
 def test_a_load_shares_equal_single_texts_and_reads_every_content_exactly() -> None:

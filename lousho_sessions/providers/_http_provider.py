@@ -74,7 +74,11 @@ class Reply:
     output_tokens: int = 0
     #: of ``input_tokens``, those read from and written to the provider's prompt cache
     cache_read_tokens: int = 0
-    cache_creation_tokens: int = 0
+    cache_write_tokens: int = 0
+    #: of ``cache_write_tokens``, those written with a 1-hour lifetime (priced apart)
+    cache_write_1h_tokens: int = 0
+    #: of ``output_tokens``, those spent reasoning
+    reasoning_tokens: int = 0
     #: the model that answered, as the server names it
     model: str | None = None
     stop: str | None = None
@@ -297,16 +301,15 @@ class HttpProvider(ProviderBase):
         finish = self.FINISH.get(reply.stop or self.DEFAULT_STOP, "stop")
         if calls and finish == "stop":  # some compatible servers say "stop" after tool calls
             finish = "tool_calls"
-        cache = {
-            key: value
-            for key, value in (
-                ("cache_read_input_tokens", reply.cache_read_tokens),
-                ("cache_creation_input_tokens", reply.cache_creation_tokens),
-            )
-            if value
-        }
+        counted = Usage(
+            reply.input_tokens,
+            reply.output_tokens,
+            cache_read_tokens=reply.cache_read_tokens,
+            cache_write_tokens=reply.cache_write_tokens,
+            reasoning_tokens=reply.reasoning_tokens,
+        )
         usage = price_usage(
-            Usage(reply.input_tokens, reply.output_tokens, extra=cache), self.model, self.pricing
+            counted, self.model, self.pricing, cache_write_1h_tokens=reply.cache_write_1h_tokens
         )
         if reply.blocks.has_reasoning:  # reasoning keeps its place among text and calls
             parts, calls = reply.blocks.message_parts(

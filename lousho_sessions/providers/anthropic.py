@@ -71,8 +71,9 @@ class AnthropicProvider(HttpProvider):
     ``max_tokens`` caps each reply (the API requires a cap;
     ``settings["max_tokens"]`` overrides it per call). The other options are
     those of every HTTP provider: see :class:`~._http_provider.HttpProvider`.
-    Token usage counts cache reads and writes as input tokens, priced at the
-    plain input price.
+    ``Usage.input_tokens`` is the API's ``input_tokens`` plus its cache reads
+    and writes, which are also reported apart (``cache_read_tokens``,
+    ``cache_write_tokens``) and priced at their own rates.
 
     A structured answer (``ModelRequest.output_schema``) is asked for with a tool,
     ``final_output``, whose input schema is the answer's and which the model must call
@@ -200,16 +201,24 @@ class AnthropicProvider(HttpProvider):
 
 
 def _usage(reply: Reply, usage: Mapping[str, Any]) -> None:
-    # message_delta counts are cumulative: the last value seen wins
+    # message_delta counts are cumulative: the last value seen wins. The API counts
+    # input_tokens apart from cache reads and writes; Usage.input_tokens holds all three.
     if "input_tokens" in usage:
-        reply.input_tokens = sum(
-            int(usage.get(key) or 0)
-            for key in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
-        )
-        reply.cache_read_tokens = int(usage.get("cache_read_input_tokens") or 0)
-        reply.cache_creation_tokens = int(usage.get("cache_creation_input_tokens") or 0)
+        read = _count(usage.get("cache_read_input_tokens"))
+        write = _count(usage.get("cache_creation_input_tokens"))
+        reply.input_tokens = _count(usage.get("input_tokens")) + read + write
+        reply.cache_read_tokens = read
+        reply.cache_write_tokens = write
+        split = usage.get("cache_creation")
+        if isinstance(split, Mapping):
+            reply.cache_write_1h_tokens = min(_count(split.get("ephemeral_1h_input_tokens")), write)
     if "output_tokens" in usage:
-        reply.output_tokens = int(usage.get("output_tokens") or 0)
+        reply.output_tokens = _count(usage.get("output_tokens"))
+
+
+def _count(value: object) -> int:
+    """A token count from the wire; anything else (``null``, a string) counts 0."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
 def _start(

@@ -120,9 +120,14 @@ def _chunk(chunk: Mapping[str, Any], reply: Reply) -> Iterator[ModelEvent]:
     if isinstance(usage, Mapping):
         reply.input_tokens = int(usage.get("prompt_tokens") or 0)
         reply.output_tokens = int(usage.get("completion_tokens") or 0)
+        # prompt_tokens includes the cached tokens, completion_tokens the reasoning ones,
+        # as Usage does
         details = usage.get("prompt_tokens_details")
         if isinstance(details, Mapping):
             reply.cache_read_tokens = int(details.get("cached_tokens") or 0)
+        details = usage.get("completion_tokens_details")
+        if isinstance(details, Mapping):
+            reply.reasoning_tokens = int(details.get("reasoning_tokens") or 0)
     for choice in chunk.get("choices") or ():
         if not isinstance(choice, Mapping) or choice.get("index", 0) != 0:
             continue
