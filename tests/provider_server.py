@@ -23,7 +23,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import pytest
 
@@ -35,6 +35,8 @@ __all__ = [
     "JSONReply",
     "ProviderServer",
     "Recorded",
+    "Reply",
+    "Rules",
     "SSEReply",
     "StallReply",
     "provider_server",
@@ -144,7 +146,10 @@ class _Handler(BaseHTTPRequestHandler):
         number = owner._record(
             Recorded("POST", self.path, headers, body, time.monotonic(), self.client_address[1])
         )
-        reply = owner._next_reply()
+        refusal = owner.rules.check(owner.requests[number - 1]) if owner.rules else None
+        reply = refusal or owner._next_reply()
+        if refusal is None and owner.rules is not None:
+            owner.rules.sent(reply)
         request_id = f"req_{number:04d}"
         if isinstance(reply, JSONReply):
             self._json(reply, headers, request_id)
@@ -247,10 +252,24 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.flush()
 
 
-class ProviderServer:
-    """The server; ``url`` is its base URL (``http://127.0.0.1:<port>``)."""
+class Rules(Protocol):
+    """What a wire's API checks of a request: ``check`` answers an error reply or ``None``
+    (then the next scripted reply goes out and ``sent`` is told it)."""
 
-    def __init__(self) -> None:
+    def check(self, request: Recorded) -> Reply | None: ...
+
+    def sent(self, reply: Reply) -> None: ...
+
+
+class ProviderServer:
+    """The server; ``url`` is its base URL (``http://127.0.0.1:<port>``).
+
+    ``rules`` (e.g. ``anthropic_rules.AnthropicThinkingRules``) make it answer what the
+    real API would refuse with the API's error instead of the next scripted reply.
+    """
+
+    def __init__(self, rules: Rules | None = None) -> None:
+        self.rules = rules
         self.requests: list[Recorded] = []
         self.release = threading.Event()  # set: stalled replies may finish
         self.stalled = threading.Event()  # set by a reply when it starts stalling

@@ -23,7 +23,7 @@ import attrs
 from ..messages import Message, Part, ReasoningPart, TextPart, ToolCall
 from .base import ModelReasoningDelta
 
-__all__ = ["AFTER_PARTS", "Block", "ReplyBlocks", "replay_blocks"]
+__all__ = ["AFTER_PARTS", "Block", "ReasoningBlock", "ReplyBlocks", "replay_blocks"]
 
 #: The key of ``ToolCall.extra`` that says how many content parts came before the call.
 AFTER_PARTS = "after_parts"
@@ -69,7 +69,7 @@ def _position(call: ToolCall, parts: int) -> int:
 
 
 @attrs.define
-class _Reasoning:
+class ReasoningBlock:
     """A reasoning block as its deltas arrive."""
 
     provider: str
@@ -99,7 +99,7 @@ class ReplyBlocks:
     call with its position when it did not come after every part.
     """
 
-    order: list[list[str] | _Reasoning | int] = attrs.field(factory=list)
+    order: list[list[str] | ReasoningBlock | int] = attrs.field(factory=list)
     has_reasoning: bool = False
 
     def text(self, text: str) -> None:
@@ -117,14 +117,18 @@ class ReplyBlocks:
         data: str | None = None,
         id: str | None = None,
         extra: Mapping[str, Any] | None = None,
-    ) -> _Reasoning:
+    ) -> ReasoningBlock:
         """A new reasoning block, in its place; fill it as its deltas come."""
-        block = _Reasoning(provider, signature=signature, data=data, id=id, extra=dict(extra or {}))
+        block = ReasoningBlock(
+            provider, signature=signature, data=data, id=id, extra=dict(extra or {})
+        )
         self.order.append(block)
         self.has_reasoning = True
         return block
 
-    def add_reasoning_text(self, block: _Reasoning, text: object) -> Iterator[ModelReasoningDelta]:
+    def add_reasoning_text(
+        self, block: ReasoningBlock, text: object
+    ) -> Iterator[ModelReasoningDelta]:
         """Keep ``text`` (a non-empty string) on ``block`` and give its delta."""
         if isinstance(text, str) and text:
             block.text.append(text)
@@ -144,7 +148,7 @@ class ReplyBlocks:
                 text = "".join(block)
                 if text:
                     parts.append(TextPart(text))
-            elif isinstance(block, _Reasoning):
+            elif isinstance(block, ReasoningBlock):
                 parts.append(block.part())
             elif block in calls:
                 placed.append((len(parts), calls[block]))

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import ProviderError
 from ..messages import Message, Part, ReasoningPart, TextPart, ToolCall
 from ._http_provider import HttpOptions, HttpProvider, Reply
-from ._reasoning import replay_blocks
+from ._reasoning import ReasoningBlock, replay_blocks
 from ._redact import Secret
 from ._sse import ServerSentEvent
 from ._wire import image_base64, image_media_type, pick_settings, plain_json
@@ -169,6 +169,7 @@ class AnthropicProvider(HttpProvider):
 
     def _read(self, events: Iterator[ServerSentEvent], reply: Reply) -> Iterator[ModelEvent]:
         blocks: dict[int, tuple[str, int]] = {}  # content block index -> (type, call index)
+        thinking: dict[int, ReasoningBlock] = {}  # content block index -> its reasoning
         for event in events:
             data = reply.json(event)
             kind = str(data.get("type") or event.event)
@@ -179,9 +180,18 @@ class AnthropicProvider(HttpProvider):
                 _usage(reply, message.get("usage") or {})
             elif kind == "content_block_start":
                 index = int(data.get("index", len(blocks)))
-                yield from _start(reply, blocks, index, data.get("content_block") or {})
+                block = data.get("content_block") or {}
+                if block.get("type") in ("thinking", "redacted_thinking"):
+                    blocks[index] = (str(block["type"]), -1)
+                    yield from _start_thinking(reply, thinking, index, block)
+                else:
+                    yield from _start(reply, blocks, index, block)
             elif kind == "content_block_delta":
-                yield from _delta(reply, blocks, int(data.get("index", 0)), data)
+                index = int(data.get("index", 0))
+                if index in thinking:
+                    yield from _thinking_delta(reply, thinking[index], data)
+                else:
+                    yield from _delta(reply, blocks, index, data)
             elif kind == "message_delta":
                 stop = (data.get("delta") or {}).get("stop_reason")
                 if stop == "tool_use" and not reply.calls and reply.output_tool:
@@ -244,6 +254,32 @@ def _start(
     yield reply.add_call(call_index, block.get("id"), block.get("name"), arguments)
 
 
+def _start_thinking(
+    reply: Reply, thinking: dict[int, ReasoningBlock], index: int, block: Mapping[str, Any]
+) -> Iterator[ModelEvent]:
+    """A ``thinking`` or ``redacted_thinking`` block starts: kept in its place, verbatim."""
+    data = block.get("data")
+    signature = block.get("signature")
+    part = thinking[index] = reply.blocks.reasoning(
+        FAMILY,
+        signature=signature if isinstance(signature, str) and signature else None,
+        data=data if block.get("type") == "redacted_thinking" and isinstance(data, str) else None,
+    )
+    yield from reply.blocks.add_reasoning_text(part, block.get("thinking"))
+
+
+def _thinking_delta(
+    reply: Reply, part: ReasoningBlock, data: Mapping[str, Any]
+) -> Iterator[ModelEvent]:
+    delta = data.get("delta") or {}
+    if delta.get("type") == "thinking_delta":
+        yield from reply.blocks.add_reasoning_text(part, delta.get("thinking"))
+    elif delta.get("type") == "signature_delta":
+        signature = delta.get("signature")
+        if isinstance(signature, str):
+            part.signature = (part.signature or "") + signature
+
+
 def _delta(
     reply: Reply, blocks: dict[int, tuple[str, int]], index: int, data: Mapping[str, Any]
 ) -> Iterator[ModelEvent]:
@@ -257,7 +293,7 @@ def _delta(
         fragment = delta.get("partial_json")
         if isinstance(fragment, str) and fragment:
             yield reply.add_call(call_index, arguments=fragment)
-    # thinking, signature and citation deltas are not part of the transcript
+    # citation deltas are not part of the transcript (thinking ones go to _thinking_delta)
 
 
 def _messages(messages: tuple[Message, ...]) -> list[dict[str, Any]]:
