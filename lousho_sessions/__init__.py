@@ -44,6 +44,7 @@ from .providers.base import (
 )
 from .providers.demo import DemoProvider
 from .providers.function import FunctionProvider, ScriptedProvider
+from .providers.gemini import GeminiProvider
 from .providers.openai import OpenAIProvider
 from .results import CompactionResult, ExecutionResult, Limits, PendingTurn
 from .run import AgentRun
@@ -98,6 +99,7 @@ __all__ = [
     "FileCheckpointStore",
     "FileSessionStore",
     "FunctionProvider",
+    "GeminiProvider",
     "ImagePart",
     "Input",
     "InvalidSessionIdError",

@@ -1,5 +1,6 @@
 """Model providers: the one seam between a turn and a model."""
 
 from ._http import RetryPolicy
+from .gemini import GeminiProvider
 
-__all__ = ["RetryPolicy"]
+__all__ = ["GeminiProvider", "RetryPolicy"]

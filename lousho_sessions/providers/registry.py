@@ -1,6 +1,7 @@
 """``provider_for(model)``: turn a model string such as ``"openai/gpt-4o-mini"`` into a provider.
 
-Known forms: ``"openai/<name>"``, ``"anthropic/<name>"``, ``"ollama/<name>"``
+Known forms: ``"openai/<name>"``, ``"anthropic/<name>"``, ``"gemini/<name>"``
+(the Gemini API), ``"ollama/<name>"``
 (the OpenAI format at ``http://127.0.0.1:11434/v1``, or ``$OLLAMA_HOST``; no
 key needed) and ``"demo"`` (the offline ``DemoProvider``). An unknown string's
 error suggests the form it probably meant (``"gpt-4o-mini"``: did you mean
@@ -40,6 +41,12 @@ def _anthropic(name: str, pricing: Mapping[str, Pricing] | None) -> Provider:
     return AnthropicProvider(name, pricing=pricing)
 
 
+def _gemini(name: str, pricing: Mapping[str, Pricing] | None) -> Provider:
+    from .gemini import GeminiProvider
+
+    return GeminiProvider(name, pricing=pricing)
+
+
 def _ollama(name: str, pricing: Mapping[str, Pricing] | None) -> Provider:
     from .openai import OpenAIProvider
 
@@ -51,11 +58,12 @@ def _ollama(name: str, pricing: Mapping[str, Pricing] | None) -> Provider:
 _FACTORIES: Mapping[str, Callable[[str, Mapping[str, Pricing] | None], Provider]] = {
     "openai": _openai,
     "anthropic": _anthropic,
+    "gemini": _gemini,
     "ollama": _ollama,
 }
 
 #: Every form ``provider_for`` accepts, as shown in its error message.
-KNOWN_PREFIXES = ("openai/<name>", "anthropic/<name>", "ollama/<name>", "demo")
+KNOWN_PREFIXES = ("openai/<name>", "anthropic/<name>", "gemini/<name>", "ollama/<name>", "demo")
 
 
 def ollama_base_url() -> str:
@@ -74,7 +82,7 @@ def provider_for(
     """The provider a model string names; ``UnknownModelError`` (a ``ValueError``) otherwise.
 
     The providers read their keys from the environment (``OPENAI_API_KEY``,
-    ``ANTHROPIC_API_KEY``) when they are made. With ``check_key``, a provider
+    ``ANTHROPIC_API_KEY``, ``GEMINI_API_KEY``) when they are made. With ``check_key``, a provider
     for the public endpoint without a key raises ``ProviderConfigError`` (a
     ``ValueError``) naming the variable; otherwise that is found at the first call.
     """
@@ -110,6 +118,7 @@ def provider_for(
 _FAMILIES = (
     (("gpt-", "gpt4", "o1", "o3", "o4-", "chatgpt-", "text-embedding-", "davinci"), "openai"),
     (("claude",), "anthropic"),
+    (("gemini-",), "gemini"),
     (("llama", "qwen", "mistral", "mixtral", "gemma", "phi", "deepseek", "codellama"), "ollama"),
 )
 
