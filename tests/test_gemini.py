@@ -474,5 +474,5 @@ def test_keys_come_from_gemini_or_google_api_key(monkeypatch: pytest.MonkeyPatch
 
 
 def test_a_bare_gemini_name_suggests_the_prefix() -> None:
-    with pytest.raises(ValueError, match="did you mean 'gemini/gemini-2.5-pro'"):
+    with pytest.raises(ValueError, match=r"did you mean 'gemini/gemini-2\.5-pro'"):
         provider_for("gemini-2.5-pro")

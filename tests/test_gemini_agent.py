@@ -105,7 +105,7 @@ def test_agent_completes_multi_step_tool_turns(
         agent.close()
     else:
 
-        async def main() -> tuple[Any, list[Message]]:
+        async def main() -> tuple[Any, tuple[Message, ...]]:
             async with aio.create_agent(**options) as agent:
                 session = agent.session("trip")
                 if streamed:
@@ -150,7 +150,7 @@ def test_a_turn_fails_on_the_enforcing_server_when_signatures_are_dropped(
     monkeypatch.setattr(_gemini_contents, "_signed", lambda part, signature: part)
     script(rules)
     agent = create_agent(provider=make(rules), tools=[get_weather], settings={"thinking": True})
-    with pytest.raises(Exception, match="missing a thought_signature|Corrupted thought signature"):
+    with pytest.raises(Exception, match=r"missing a thought_signature|Corrupted thought signature"):
         agent.session("trip").send("Weather in Paris, Rome and Oslo?")
     agent.close()
     assert rules.refusals
