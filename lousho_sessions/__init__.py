@@ -46,6 +46,7 @@ from .providers.base import (
 from .providers.caching import CachePolicy
 from .providers.demo import DemoProvider
 from .providers.function import FunctionProvider, ScriptedProvider
+from .providers.gemini import GeminiProvider
 from .providers.openai import OpenAIProvider
 from .providers.openai_responses import OpenAIResponsesProvider
 from .results import CompactionResult, ExecutionResult, Limits, PendingTurn
@@ -103,6 +104,7 @@ __all__ = [
     "FileCheckpointStore",
     "FileSessionStore",
     "FunctionProvider",
+    "GeminiProvider",
     "ImagePart",
     "Input",
     "InvalidSessionIdError",

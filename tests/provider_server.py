@@ -170,7 +170,11 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
 
     def _json(self, reply: JSONReply, headers: Mapping[str, str], request_id: str) -> None:
-        key = headers.get("x-api-key") or headers.get("authorization", "").removeprefix("Bearer ")
+        key = (
+            headers.get("x-api-key")
+            or headers.get("x-goog-api-key")
+            or headers.get("authorization", "").removeprefix("Bearer ")
+        )
         data = reply.body.replace("{api_key}", key).encode("utf-8")
         self.send_response(reply.status)
         self.send_header("Content-Type", "application/json")

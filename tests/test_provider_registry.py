@@ -8,6 +8,7 @@ from provider_server import ProviderServer, SSEReply, sse_events
 from lousho_sessions import DemoProvider, create_agent
 from lousho_sessions.providers.anthropic import AnthropicProvider
 from lousho_sessions.providers.base import ModelRequest
+from lousho_sessions.providers.gemini import GeminiProvider
 from lousho_sessions.providers.openai import OpenAIProvider
 from lousho_sessions.providers.openai_responses import OpenAIResponsesProvider
 from lousho_sessions.providers.registry import UnknownModelError, provider_for
@@ -45,6 +46,14 @@ def test_anthropic_models(monkeypatch: pytest.MonkeyPatch) -> None:
     assert isinstance(provider, AnthropicProvider)
     assert provider.model == "claude-3-5-haiku-latest"
     assert provider.base_url == "https://api.anthropic.com"
+
+
+def test_gemini_models(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("GOOGLE_GEMINI_BASE_URL", raising=False)
+    provider = provider_for("gemini/gemini-2.5-flash")
+    assert isinstance(provider, GeminiProvider)
+    assert (provider.model, provider.name) == ("gemini-2.5-flash", "gemini/gemini-2.5-flash")
+    assert provider.base_url == "https://generativelanguage.googleapis.com"
 
 
 def test_a_model_name_may_hold_slashes() -> None:
@@ -85,14 +94,14 @@ def test_demo() -> None:
     assert isinstance(provider_for("demo"), DemoProvider)
 
 
-@pytest.mark.parametrize("model", ["gemini/pro", "openai", "openai/", "gpt-4o", "", "demo/x"])
+@pytest.mark.parametrize("model", ["mistral/large", "openai", "openai/", "gpt-4o", "", "demo/x"])
 def test_unknown_models_name_the_known_forms(model: str) -> None:
     with pytest.raises(UnknownModelError) as caught:
         provider_for(model)
     assert isinstance(caught.value, ValueError)
     message = str(caught.value)
     assert repr(model) in message
-    for known in ("openai/<name>", "anthropic/<name>", "ollama/<name>", "demo"):
+    for known in ("openai/<name>", "anthropic/<name>", "gemini/<name>", "ollama/<name>", "demo"):
         assert known in message
 
 

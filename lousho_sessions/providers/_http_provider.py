@@ -87,6 +87,8 @@ class Reply:
     done: bool = False
     #: the tool whose input is the structured answer (``HttpProvider.output_tool``)
     output_tool: str | None = None
+    #: a wire format's own record of the reply (Gemini: its parts and their signatures)
+    wire: Any = None
 
     def add_text(self, text: object) -> Iterator[ModelTextDelta]:
         """Keep ``text`` (when it is a non-empty string) and give its delta."""
@@ -289,7 +291,7 @@ class HttpProvider(ProviderBase):
                 retryable=False,
             )
         body = self.build_body(request)
-        with self._http.stream(self.PATH, body, signal) as stream:
+        with self._http.stream(self.path(), body, signal) as stream:
             reply = Reply(self.name, stream.request_id, output_tool=self.output_tool(request))
             yield from self._read(stream.events(), reply)
             if reply.done:
@@ -340,6 +342,10 @@ class HttpProvider(ProviderBase):
     def _read(self, events: Iterator[ServerSentEvent], reply: Reply) -> Iterator[ModelEvent]:
         """Turn events into deltas while filling ``reply``; return once ``reply.done``."""
         raise NotImplementedError
+
+    def path(self) -> str:
+        """Where requests go, after ``base_url`` (``PATH``, unless the wire's depends on more)."""
+        return self.PATH
 
     def output_tool(self, request: ModelRequest) -> str | None:
         """The tool a wire forces for ``request.output_schema``, whose input is the answer

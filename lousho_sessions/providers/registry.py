@@ -3,7 +3,7 @@
 Known forms: ``"openai/<name>"`` (the Responses API; Chat Completions when
 ``$OPENAI_BASE_URL`` points at another server), ``"openai-chat/<name>"`` (Chat
 Completions always), ``"openai-responses/<name>"`` (the Responses API always),
-``"anthropic/<name>"``, ``"ollama/<name>"`` (Chat Completions at
+``"anthropic/<name>"``, ``"gemini/<name>"`` (the Gemini API), ``"ollama/<name>"`` (Chat Completions at
 ``http://127.0.0.1:11434/v1``, or ``$OLLAMA_HOST``; no key needed) and
 ``"demo"`` (the offline ``DemoProvider``). An unknown string's
 error suggests the form it probably meant (``"gpt-4o-mini"``: did you mean
@@ -59,6 +59,12 @@ def _anthropic(name: str, pricing: Mapping[str, Pricing] | None) -> Provider:
     return AnthropicProvider(name, pricing=pricing)
 
 
+def _gemini(name: str, pricing: Mapping[str, Pricing] | None) -> Provider:
+    from .gemini import GeminiProvider
+
+    return GeminiProvider(name, pricing=pricing)
+
+
 def _ollama(name: str, pricing: Mapping[str, Pricing] | None) -> Provider:
     from .openai import OpenAIProvider
 
@@ -72,6 +78,7 @@ _FACTORIES: Mapping[str, Callable[[str, Mapping[str, Pricing] | None], Provider]
     "openai-chat": _openai_chat,
     "openai-responses": _openai_responses,
     "anthropic": _anthropic,
+    "gemini": _gemini,
     "ollama": _ollama,
 }
 
@@ -81,6 +88,7 @@ KNOWN_PREFIXES = (
     "openai-chat/<name>",
     "openai-responses/<name>",
     "anthropic/<name>",
+    "gemini/<name>",
     "ollama/<name>",
     "demo",
 )
@@ -102,7 +110,7 @@ def provider_for(
     """The provider a model string names; ``UnknownModelError`` (a ``ValueError``) otherwise.
 
     The providers read their keys from the environment (``OPENAI_API_KEY``,
-    ``ANTHROPIC_API_KEY``) when they are made. With ``check_key``, a provider
+    ``ANTHROPIC_API_KEY``, ``GEMINI_API_KEY``) when they are made. With ``check_key``, a provider
     for the public endpoint without a key raises ``ProviderConfigError`` (a
     ``ValueError``) naming the variable; otherwise that is found at the first call.
     """
@@ -138,6 +146,7 @@ def provider_for(
 _FAMILIES = (
     (("gpt-", "gpt4", "o1", "o3", "o4-", "chatgpt-", "text-embedding-", "davinci"), "openai"),
     (("claude",), "anthropic"),
+    (("gemini-",), "gemini"),
     (("llama", "qwen", "mistral", "mixtral", "gemma", "phi", "deepseek", "codellama"), "ollama"),
 )
 
