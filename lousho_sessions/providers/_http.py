@@ -75,6 +75,10 @@ Timeout = float | tuple[float, float]
 """Seconds: one number for both, or ``(connect, read)``; read is the longest silence allowed."""
 
 
+#: how request bodies are written: UTF-8 text as it is, NaN and infinities refused
+_dumps = json.JSONEncoder(ensure_ascii=False, allow_nan=False).encode
+
+
 # --- the client -----------------------------------------------------------------------
 
 
@@ -274,9 +278,10 @@ class HttpClient:
 
     @contextlib.contextmanager
     def stream(
-        self, path: str, body: Mapping[str, Any], signal: AbortSignal
+        self, path: str, body: Mapping[str, Any] | bytes, signal: AbortSignal
     ) -> Iterator[HttpStream]:
-        """POST ``body`` to ``path`` (retrying as the policy says) and give the open stream.
+        """POST ``body`` (a JSON object, or its UTF-8 JSON text already encoded with
+        :meth:`encode`) to ``path`` (retrying as the policy says) and give the open stream.
 
         The response is closed when the ``with`` block ends, however it ends.
         """
@@ -293,9 +298,11 @@ class HttpClient:
             if response is not None:
                 response.close()
 
-    def _encode(self, body: Mapping[str, Any]) -> bytes:
+    def encode(self, value: Any) -> bytes:
+        """``value`` as UTF-8 JSON text, as a request body carries it; a value that cannot
+        be sent is a ``ProviderError`` (``retryable=False``) saying why."""
         try:
-            return json.dumps(body, ensure_ascii=False, allow_nan=False).encode("utf-8")
+            return _dumps(value).encode("utf-8")
         except UnicodeEncodeError as exc:
             near = exc.object[max(exc.start - 20, 0) : exc.end + 20]
             raise ProviderError(
@@ -315,13 +322,13 @@ class HttpClient:
     def _send(
         self,
         path: str,
-        body: Mapping[str, Any],
+        body: Mapping[str, Any] | bytes,
         signal: AbortSignal,
         scope: AbortScope,
         deadline: Deadline,
     ) -> requests.Response:
         url = f"{self.base_url}/{path.lstrip('/')}"
-        data = self._encode(body)
+        data = body if isinstance(body, bytes) else self.encode(body)
         attempt = 0
         while True:
             if signal.aborted:
