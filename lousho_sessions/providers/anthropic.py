@@ -135,6 +135,8 @@ class AnthropicProvider(HttpProvider):
         turns, ends, firsts = _messages(tail)
         plain = [encode(turn) for turn in turns]  # kept without this call's marks
         body = self._frame(request, [text for _, text in system], turns)
+        if body["messages"] is not turns:  # an ``extra_body`` gave them: they win
+            return encode(self.build_body(request))
         if self.cache is not None:
             mark_breakpoints(body, tail, ends, self.cache)
         sent = encode(body.pop("messages"))[1:-1]  # this call's turns, marked

@@ -87,7 +87,8 @@ class OpenAIProvider(HttpProvider):
         items = [b"" if item is None else encode(item) for item in map(_item, messages[start:])]
         first = [encode(_system(request.system))] if request.system else []
         body = self._frame(request, None)
-        del body["messages"]
+        if body.pop("messages") is not None:  # an ``extra_body`` gave them: they win
+            return encode(self.build_body(request))
         data = splice(encode, body, "messages", [*first, *head.turns, *items], gaps=True)
         firsts = list(range(len(messages)))
         self._memos.keep(request.session_id, Memo(messages, head.turns + items, firsts))
