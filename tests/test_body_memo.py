@@ -151,7 +151,7 @@ def test_the_tail_is_all_that_is_encoded_again() -> None:
         real = provider._http.encode
 
         def counting(value: Any, sizes: list[int] = sizes, real: Any = real) -> bytes:
-            data = real(value)
+            data: bytes = real(value)
             sizes.append(len(data))
             return data
 

@@ -142,9 +142,7 @@ class AnthropicProvider(HttpProvider):
         sent = encode(body.pop("messages"))[1:-1]  # this call's turns, marked
         data = splice(encode, body, "messages", [*head.turns, sent])
         kept_firsts = head.memo.firsts[: len(head.turns)] if head.memo is not None else []
-        memo = Memo(
-            messages, head.turns + plain, kept_firsts + [start + f for f in firsts], system
-        )
+        memo = Memo(messages, head.turns + plain, kept_firsts + [start + f for f in firsts], system)
         self._memos.keep(request.session_id, memo)
         return data
 

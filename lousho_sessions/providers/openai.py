@@ -11,8 +11,8 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from ..messages import ImagePart, Message, TextPart
-from ._http_provider import HttpProvider, Reply
 from ._body_memo import Memo, splice
+from ._http_provider import HttpProvider, Reply
 from ._redact import Secret
 from ._sse import ServerSentEvent
 from ._structured import strict_schema
