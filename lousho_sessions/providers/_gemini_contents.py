@@ -23,6 +23,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+import attrs
+
 from ..messages import ImagePart, Message, ReasoningPart, TextPart, ToolCall
 from ._reasoning import replay_blocks
 from ._wire import image_base64, image_media_type, plain_json
@@ -31,6 +33,7 @@ __all__ = [
     "FAMILY",
     "SIGNATURE_KEY",
     "SKIP_SIGNATURE",
+    "Names",
     "call_names",
     "contents",
     "current_turn",
@@ -73,6 +76,29 @@ def contents(messages: Iterable[Message], *, placeholder: bool) -> list[dict[str
 def call_names(messages: Iterable[Message]) -> dict[str, str]:
     """The name of each call, by id (a tool result names the function it answers)."""
     return {call.id: call.name for m in messages if m.role == "assistant" for call in m.tool_calls}
+
+
+@attrs.frozen
+class Names:
+    """What a memo of Gemini turns keeps beyond them (see ``_body_memo``): the system
+    texts of its messages (by message index), the name of each call by id, and the call
+    ids its tool results answer (their function names were looked up by those ids)."""
+
+    system: list[tuple[int, str]]
+    names: dict[str, str]
+    answered: frozenset[str | None]
+
+    def names_with(self, new: Iterable[Message]) -> dict[str, str] | None:
+        """The call names with the calls of ``new`` messages; ``None`` when one of them
+        changes the name of a call a result sent before answers."""
+        names = dict(self.names)
+        for message in new:
+            if message.role == "assistant":
+                for call in message.tool_calls:
+                    if call.id in self.answered and names.get(call.id) != call.name:
+                        return None
+                    names[call.id] = call.name
+        return names
 
 
 def turns(

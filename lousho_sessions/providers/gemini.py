@@ -17,6 +17,8 @@ from ._body_memo import Memo, splice
 from ._gemini_contents import (
     FAMILY,
     SIGNATURE_KEY,
+    Names,
+    call_names,
     contents,
     current_turn,
     sign_foreign_calls,
@@ -106,17 +108,6 @@ _STATUS: Mapping[str, int] = {
 _OLD_MODELS = re.compile(r"^(models/)?gemini-(1|2)[.-]")
 
 
-@attrs.frozen
-class _State:
-    """What a memo of Gemini turns keeps beyond them: the transcript's system texts (by
-    message index), the name of each call by id and the call ids its tool results answer
-    (their function names were looked up there)."""
-
-    system: list[tuple[int, str]]
-    names: dict[str, str]
-    answered: frozenset[str | None]
-
-
 class GeminiProvider(HttpProvider):
     """A Gemini model through the Gemini API (``POST {base_url}/v1beta/models/{model}:
     streamGenerateContent?alt=sse``).
@@ -198,17 +189,13 @@ class GeminiProvider(HttpProvider):
         head = self._memos.head(
             request.session_id, messages, current_turn(messages) if sign else len(messages)
         )
-        start, memo = head.start, head.memo
-        state: _State = memo.state if memo is not None else _State([], {}, frozenset())
+        memo = head.memo
+        state: Names = memo.state if memo is not None else Names([], {}, frozenset())
         new = messages[len(memo.messages) :] if memo is not None else messages
-        names = dict(state.names)
-        for message in new:
-            if message.role == "assistant":
-                for call in message.tool_calls:
-                    if call.id in state.answered and state.names.get(call.id) != call.name:
-                        head = attrs.evolve(head, start=0, turns=[])  # a result's name moves
-                        start = 0
-                    names[call.id] = call.name
+        names = state.names_with(new)
+        if names is None:  # a call of a new message renames a result sent before
+            names, head = call_names(messages), attrs.evolve(head, start=0, turns=[])
+        start = head.start
         tail = messages[start:]
         out, firsts = turns(tail, names)
         plain = [encode(turn) for turn in out]  # kept without placeholders
@@ -223,12 +210,8 @@ class GeminiProvider(HttpProvider):
         data = splice(encode, body, "contents", [*head.turns, sent], gaps=True)
         answered = state.answered | {m.tool_call_id for m in new if m.role == "tool"}
         kept = memo.firsts[: len(head.turns)] if memo is not None else []
-        memo = Memo(
-            messages,
-            head.turns + plain,
-            kept + [start + first for first in firsts],
-            _State(system, names, answered),
-        )
+        firsts = kept + [start + first for first in firsts]
+        memo = Memo(messages, head.turns + plain, firsts, Names(system, names, answered))
         self._memos.keep(request.session_id, memo)
         return data
 
