@@ -108,20 +108,21 @@ def splice(
     encode: Callable[[Any], bytes],
     body: dict[str, Any],
     key: str,
-    items: Sequence[bytes],
+    items: list[bytes],
     *,
     gaps: bool = False,
 ) -> bytes:
     """``body`` (which has no ``key``) encoded with the JSON array of ``items`` (values
-    already encoded) as the value of ``key``: the last member, as the order of an
-    object's members means nothing. ``gaps``: some items are empty (left out). The
-    array is copied once."""
+    already encoded; a list this may change) as the value of ``key``: the last member,
+    as the order of an object's members means nothing. ``gaps``: some items are empty
+    (left out). The array is copied once."""
     data = encode(body)
     opening = data[:-1] + (b"," if len(data) > 2 else b"") + encode(key) + b":["
-    parts = [opening, *(filter(None, items) if gaps else items), b"]}"]
-    if len(parts) == 2:
+    if gaps:
+        items = list(filter(None, items))
+    if not items:
         return opening + b"]}"
     # one join, commas between the items only: the brackets go onto the first and last
-    parts[1] = opening + parts[1]
-    parts[-2] = parts[-2] + b"]}"
-    return b",".join(parts[1:-1])
+    items[0] = opening + items[0]
+    items[-1] = items[-1] + b"]}"
+    return b",".join(items)

@@ -140,7 +140,7 @@ class AnthropicProvider(HttpProvider):
         if self.cache is not None:
             mark_breakpoints(body, tail, ends, self.cache)
         sent = encode(body.pop("messages"))[1:-1]  # this call's turns, marked
-        data = splice(encode, body, "messages", [*head.turns, sent])
+        data = splice(encode, body, "messages", [*head.turns, sent] if sent else [*head.turns])
         kept_firsts = head.memo.firsts[: len(head.turns)] if head.memo is not None else []
         memo = Memo(messages, head.turns + plain, kept_firsts + [start + f for f in firsts], system)
         self._memos.keep(request.session_id, memo)
