@@ -207,7 +207,7 @@ class Session:
         approve = self._approve if emit is None else None
 
         def finish() -> ExecutionResult | None:
-            with self._transcript.turn_lock():
+            with self._transcript.turn_lock(signal=controller.signal):
                 self._transcript.sync()
                 return self._turns.finish_pending(
                     controller, emit=emit, approve=approve, context=context, output=output
@@ -243,7 +243,7 @@ class Session:
             if tj.controller.signal.aborted:
                 return self._skip_turn(tj)
             start = self._turns.offer(tj.messages, tj.run_id)
-            with self._transcript.turn_lock(start=start):
+            with self._transcript.turn_lock(start=start, signal=tj.controller.signal):
                 self._transcript.sync()
                 earlier = self._turns.finish_pending(
                     None,

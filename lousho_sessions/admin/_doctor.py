@@ -96,7 +96,12 @@ def _content_checks(parts: Parts, stale_after: float | None) -> list[Check]:
             f"{len(running)} running, {len(stale) - len(undone)} of them stale (no live "
             f"process holds them: `lousho sweep` finishes them), {len(abandoned)} abandoned "
             f"after repeated failures, {len(waiting)} awaiting approval"
-            + (f", {len(unreadable)} unreadable" if unreadable else ""),
+            + (
+                f", {len(unreadable)} unreadable ({_names([r['turn_id'] for r in unreadable])}: "
+                "`lousho turns show ID` tells more, `lousho turns discard ID` removes one)"
+                if unreadable
+                else ""
+            ),
         )
     )
     checks.append(
@@ -166,6 +171,11 @@ def _content_checks(parts: Parts, stale_after: float | None) -> list[Check]:
         )
     )
     return checks
+
+
+def _names(ids: list[str]) -> str:
+    """Up to three of ``ids``, for a detail."""
+    return ", ".join(ids[:3]) + (", ..." if len(ids) > 3 else "")
 
 
 def _lock_file_check(directory: Path, live: set[str], name: str) -> list[Check]:

@@ -41,6 +41,7 @@ from ._redis_base import RedisConnection, text
 from ._redis_lease import RedisLease
 from ._redis_records import RedisApprovalStore, RedisCheckpointStore
 from ._start import StartCheckpoint, start_body
+from ._waiting import call_signal, lease_wait_stopped, until_text
 from .base import (
     BaseCheckpointStore,
     BaseSessionStore,
@@ -57,6 +58,10 @@ from .lease import Lease, fence_session_id
 __all__ = ["RedisLease", "RedisSessionStore", "RedisStore"]
 
 log = logging.getLogger("lousho_sessions.stores.redis")
+
+#: While a call with an abort signal waits for a lease: how long one ``BLPOP`` may block
+#: (the signal cannot wake it), so a timeout or abort stops the wait within this.
+_SIGNAL_POLL = 0.2
 
 
 class RedisStore(RedisConnection):
@@ -147,9 +152,12 @@ class RedisStore(RedisConnection):
         validate_session_id(id)
         token = secrets.token_hex(12)
         ttl_ms = str(max(1, round(self.lease_ttl * 1000)))
-        deadline = None if timeout is None else time.monotonic() + max(timeout, 0.0)
+        began = time.monotonic()
+        deadline = None if timeout is None else began + max(timeout, 0.0)
         wake = self.key(id, "wake")
         script = "ACQUIRE_SAVING" if offer else "ACQUIRE"
+        signal = call_signal()
+        logged = False
         while True:
             acquired, value, *revision = self.run(
                 script, id, token, ttl_ms, self._ttl_arg, *offer, what="lease"
@@ -167,7 +175,24 @@ class RedisStore(RedisConnection):
                 with self._lock:
                     self._leases.add(lease)
                 return lease
-            wait = min(self.wake_poll, int(value) / 1e6 + 0.005)
+            remaining = int(value) / 1e6
+            wait = min(self.wake_poll, remaining + 0.005)
+            now = time.monotonic()
+            if signal is not None:
+                if signal.aborted:
+                    raise lease_wait_stopped(
+                        id, None, remaining, now - began, signal.reason, self.where
+                    )
+                wait = min(wait, _SIGNAL_POLL)  # BLPOP cannot be woken by the signal
+            if not logged and (deadline is None or deadline > now):
+                logged = True
+                log.info(
+                    "session %r: waiting for the lease held by another turn until %s, "
+                    "unless it is released or renewed first (%s)",
+                    id,
+                    until_text(remaining),
+                    self.where,
+                )
             if deadline is not None:
                 left = deadline - time.monotonic()
                 if left <= 0:
@@ -372,7 +397,10 @@ class RedisSessionStore(BaseSessionStore):
         """Whether the append of ``rows`` at ``expected_length`` landed (``_commit_check``):
         the messages there are these. ``lost``: the error that lost the script's reply
         (``None``: the reply came, a refusal after a retry); when the session cannot be
-        read, ``CommitUnknownError`` for a lost reply, else ``lost`` is raised as it was."""
+        read, ``CommitUnknownError`` for a lost reply, else ``lost`` is raised as it was.
+        Nothing to look for (no messages, or a length no append could have) is not landed."""
+        if not rows or expected_length < 0:
+            return False
         try:
             with self.store.call(f"look again at {id!r}") as client:
                 stored = client.lrange(
