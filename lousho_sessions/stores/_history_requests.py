@@ -33,7 +33,7 @@ __all__ = ["ForkRequest", "Forked", "HistoryVerbs", "RewindRequest", "Rewound", 
 
 
 def _non_negative(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    if value is None and not isinstance(instance, RewindRequest) or (
+    if (value is None and not isinstance(instance, RewindRequest)) or (
         value is None and attribute.name == "expected_length"
     ):
         return

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING
 
 from ..errors import StoreConflictError
 from ._history_requests import (
-    ForkRequest,
     Forked,
+    ForkRequest,
     RewindRequest,
     Rewound,
     check_keep,

@@ -20,9 +20,9 @@ from ..messages import Message, Usage
 from ..serde import messages_from_json
 from ..usage_totals import postgres_usage_sql, usage_from_row
 from ._commit_check import commit_unknown, log_landed
-from ._history_requests import ForkRequest, Forked, RewindRequest, Rewound
-from ._postgres_history import postgres_fork, postgres_rewind
+from ._history_requests import Forked, ForkRequest, RewindRequest, Rewound
 from ._postgres_core import FENCED, PgCore, PgPart
+from ._postgres_history import postgres_fork, postgres_rewind
 from ._postgres_lease import PostgresLease
 from ._postgres_records import PostgresCheckpointStore
 from ._start import StartCheckpoint

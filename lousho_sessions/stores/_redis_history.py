@@ -15,18 +15,18 @@ from typing import TYPE_CHECKING
 
 from ..errors import StoreConflictError, StoreCorruptError
 from . import _redis_scripts as lua
-from ._redis_base import text
-from ._summaries import SessionInfo
-from .base import validate_session_id
 from ._history_requests import (
-    ForkRequest,
     Forked,
+    ForkRequest,
     RewindRequest,
     Rewound,
     check_keep,
     exists_error,
     missing_error,
 )
+from ._redis_base import text
+from ._summaries import SessionInfo
+from .base import validate_session_id
 
 if TYPE_CHECKING:
     from .redis import RedisSessionStore

@@ -62,7 +62,7 @@ from ._checks import (
     validate_turn_id,
 )
 from ._commit import TurnCommit
-from ._history_requests import ForkRequest, Forked, HistoryVerbs, RewindRequest, Rewound
+from ._history_requests import Forked, ForkRequest, HistoryVerbs, RewindRequest, Rewound
 from ._start import StartCheckpoint, TurnStart
 from ._summaries import PruneResult, SessionInfo
 from .lease import Lease, LocalLeases

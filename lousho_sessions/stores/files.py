@@ -62,7 +62,7 @@ from . import _lockfile
 from ._directory import WRITE_LOCK_TIMEOUT, Directory, check_fence_file
 from ._file_history import file_fork, file_rewind, origin_of
 from ._file_records import FileApprovalStore, FileCheckpointStore
-from ._history_requests import ForkRequest, Forked, RewindRequest, Rewound
+from ._history_requests import Forked, ForkRequest, RewindRequest, Rewound
 from .base import (
     AgentStore,
     BaseSessionStore,

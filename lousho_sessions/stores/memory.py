@@ -12,9 +12,10 @@ import attrs
 
 from ..errors import ApprovalAlreadyResolvedError, ApprovalNotFoundError, StoreConflictError
 from ..messages import Message
+from ._approval_records import cancelled_error
 from ._history_requests import (
-    ForkRequest,
     Forked,
+    ForkRequest,
     RewindRequest,
     Rewound,
     check_keep,
@@ -285,6 +286,8 @@ class MemoryApprovalStore(BaseApprovalStore):
             if text is None:
                 raise ApprovalNotFoundError(f"no approval with id {id!r}")
             record = decode_json_object(text, source=f"approval {id!r}")
+            if record.get("status") == "cancelled":
+                raise cancelled_error(record, repr(id))
             if record.get("status") != "pending":
                 raise ApprovalAlreadyResolvedError(
                     f"approval {id!r} was already resolved ({record.get('status')})"

@@ -38,9 +38,9 @@ from ..messages import Message
 from ..serde import messages_from_json
 from ._commit_check import commit_unknown, log_landed
 from ._heartbeat import Heartbeat
-from ._history_requests import ForkRequest, Forked, RewindRequest, Rewound
-from ._redis_history import redis_fork, redis_info, redis_rewind
+from ._history_requests import Forked, ForkRequest, RewindRequest, Rewound
 from ._redis_base import RedisConnection, text
+from ._redis_history import redis_fork, redis_info, redis_rewind
 from ._redis_lease import RedisLease
 from ._redis_records import RedisApprovalStore, RedisCheckpointStore
 from ._start import StartCheckpoint, start_body

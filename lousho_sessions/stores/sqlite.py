@@ -26,7 +26,7 @@ from ..messages import Message, Usage
 from ..serde import messages_from_json_texts
 from ..usage_totals import sqlite_usage_sql, usage_from_row
 from . import _lockfile
-from ._history_requests import ForkRequest, Forked, RewindRequest, Rewound
+from ._history_requests import Forked, ForkRequest, RewindRequest, Rewound
 from ._sqlite_db import MIGRATIONS, SCHEMA_VERSION, SqliteDatabase
 from ._sqlite_history import sqlite_fork, sqlite_rewind
 from ._sqlite_records import (
