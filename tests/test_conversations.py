@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -208,3 +212,31 @@ def test_aio_rewind_regenerate_edit_fork(store: Any) -> None:
         agent.sync.close()
 
     asyncio.run(main())
+
+
+def test_lousho_sessions_fork(tmp_path: Path) -> None:
+    store = open_store("sqlite", tmp_path)
+    agent = create_agent(provider=echo_provider(), store=store)
+    session = agent.session("s1")
+    session.send("one")
+    session.send("two")
+    agent.close()
+    store.close()
+    url = f"sqlite:///{tmp_path / 'agent.db'}"
+
+    def lousho(*args: str) -> subprocess.CompletedProcess[str]:
+        env = {k: v for k, v in os.environ.items() if k != "LOUSHO_STORE"}
+        return subprocess.run(
+            [sys.executable, "-m", "lousho_sessions", *args, "--store", url, "--json"],
+            capture_output=True, text=True, env=env, timeout=120,
+        )  # fmt: skip
+
+    done = lousho("sessions", "fork", "s1", "s2", "--at", "2")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {"id": "s2", "parent": "s1", "fork_point": 2, "messages": 2}
+    again = lousho("sessions", "fork", "s1", "s2")
+    assert again.returncode != 0 and "'s2' " in again.stderr and "already exists" in again.stderr
+    with open_store("sqlite", tmp_path) as reopened:
+        assert texts(reopened.sessions.load("s2")) == ["one", "1:one"]
+        info = reopened.sessions.info("s2")
+        assert (info.parent, info.fork_point) == ("s1", 2)
