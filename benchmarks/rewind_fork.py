@@ -112,13 +112,14 @@ def main() -> None:
                 for id in ("big", f"copy-{n}"):
                     sessions.delete(id)
                 sessions.save("big", messages)
-                for verb, call in (
-                    ("fork", lambda: sessions.fork(ForkRequest("big", f"copy-{n}", MESSAGES // 4))),
-                    ("rewind", lambda: sessions.rewind(RewindRequest("big", MESSAGES // 2))),
-                ):
+                requests: list[tuple[str, Callable[[Any], Any], Any]] = [
+                    ("fork", sessions.fork, ForkRequest("big", f"copy-{n}", MESSAGES // 4)),
+                    ("rewind", sessions.rewind, RewindRequest("big", MESSAGES // 2)),
+                ]
+                for verb, call, request in requests:
                     loads.calls = writes.calls = 0
                     started = time.perf_counter()
-                    call()
+                    call(request)
                     timings[verb].append(time.perf_counter() - started)
                     counts[verb] = (writes.calls, loads.calls)
             for verb in ("rewind", "fork"):

@@ -16,14 +16,13 @@ import pytest
 from helpers import WAIT, Gate, calls, echo_provider, gated, until
 from history_stores import KINDS, cleanup, open_store, require
 
-from lousho_sessions import Message, create_agent, tool
+from lousho_sessions import Message, ScriptedProvider, create_agent, tool
 from lousho_sessions.aio import create_agent as create_async_agent
 from lousho_sessions.errors import (
     ApprovalCancelledError,
     MessageNotFoundError,
     SessionExistsError,
 )
-from lousho_sessions import ScriptedProvider
 
 
 @pytest.fixture(params=KINDS)
