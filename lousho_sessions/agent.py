@@ -168,6 +168,11 @@ class Agent:
         self._sessions[session_id] = session
         return session
 
+    def fork(self, session_id: str, new_id: str, at: int | str | None = None) -> Session:
+        """``session(session_id).fork(new_id, at)``: a new session holding the messages of
+        ``session_id`` before ``at`` (``None``: all); see ``Session.fork``."""
+        return self._session_for(validate_session_id(session_id)).fork(new_id, at)
+
     def _session_for(self, session_id: str) -> Session:
         live = self._sessions.get(session_id)
         return live if live is not None else self.session(session_id)
