@@ -467,3 +467,15 @@ def test_lousho_approvals_resolve_with_arguments(tmp_path: Path) -> None:
         assert messages[2].text == "paid carol" and starts(log) == ["start", "paid"]
     finally:
         store.close()
+
+
+def test_a_cancelled_approval_refuses_edited_arguments(payments: Payments) -> None:
+    """A rewound session's approval reads as cancelled: approving it, edited or not, is refused."""
+    from lousho_sessions.errors import ApprovalCancelledError
+
+    approval_id = payments.pause()
+    payments.agent.session("s1").rewind(0)
+    before = payments.stored(approval_id)
+    with pytest.raises(ApprovalCancelledError):
+        payments.agent.approvals.resolve(approval_id, approved=True, arguments=EDITED)
+    assert payments.stored(approval_id) == before and payments.paid == []
