@@ -25,7 +25,10 @@ do more subclass the base classes (``BaseSessionStore``, ``BaseCheckpointStore``
   whether a live turn holds them (``None``: cannot tell); ``take_over(id)``: a new fence, not
   waiting for the holder; ``pending_turns()``/``pending_fields()``: what recovery sweeps.
 * ``prune(older_than)``: delete what was not updated for that long (never a held session).
-* ``list_ids()``, ``info(id)``: the session ids, a session's length and last write;
+* ``rewind(RewindRequest(...))``: drop a transcript's tail (fenced, one write);
+  ``fork(ForkRequest(...))``: a new session holding a prefix of another (``_history_requests``).
+* ``list_ids()``, ``info(id)``: the session ids, a session's length and last write (and the
+  parent and fork point of a forked session);
   ``usage(id)``: the transcript's usage totals (a database sums them in one query).
 """
 
@@ -59,6 +62,7 @@ from ._checks import (
     validate_turn_id,
 )
 from ._commit import TurnCommit
+from ._history_requests import Forked, ForkRequest, HistoryVerbs, RewindRequest, Rewound
 from ._start import StartCheckpoint, TurnStart
 from ._summaries import PruneResult, SessionInfo
 from .lease import Lease, LocalLeases
@@ -73,9 +77,13 @@ __all__ = [
     "BaseCheckpointStore",
     "BaseSessionStore",
     "CheckpointStore",
+    "ForkRequest",
+    "Forked",
     "Lease",
     "LockScope",
     "PruneResult",
+    "RewindRequest",
+    "Rewound",
     "SessionInfo",
     "SessionStore",
     "StartCheckpoint",
@@ -129,7 +137,10 @@ class ApprovalStore(Protocol):
     """Keeps approval records (JSON objects with at least ``id``, ``session_id``, ``status``:
     ``"pending"``, ``"approved"`` or ``"denied"``). ``resolve`` is an atomic compare-and-set
     from ``"pending"``: one caller wins, the others get ``ApprovalAlreadyResolvedError``; an
-    unknown id raises ``ApprovalNotFoundError``."""
+    unknown id raises ``ApprovalNotFoundError``. A store whose ``resolve`` also takes
+    ``arguments`` (a JSON object, given only when approving: the call's edited arguments,
+    kept in the record's ``"arguments"`` in the same compare-and-set) lets approvers edit
+    a call's arguments."""
 
     def create(self, record: Mapping[str, Any]) -> None: ...
 
@@ -171,7 +182,7 @@ class _Closeable:
         self.close()
 
 
-class BaseSessionStore(_Closeable, TurnCommit, TurnStart, ABC):
+class BaseSessionStore(_Closeable, TurnCommit, TurnStart, HistoryVerbs, ABC):
     """The session store contract: ``load``/``save``/``delete`` required, the rest with safe defaults.
 
     Defaults, each meant to be overridden by a store that can do better:
@@ -450,8 +461,19 @@ class BaseApprovalStore(_Closeable, ABC):
         """The record, or ``None``."""
 
     @abstractmethod
-    def resolve(self, id: str, *, approved: bool, reason: str | None = None) -> dict[str, Any]:
-        """Approve or deny a pending record; exactly one concurrent caller wins."""
+    def resolve(
+        self,
+        id: str,
+        *,
+        approved: bool,
+        reason: str | None = None,
+        arguments: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """Approve or deny a pending record; exactly one concurrent caller wins.
+
+        ``arguments`` (only when approving) are the call's edited arguments: written in the
+        same compare-and-set as the decision, as the record's ``"arguments"``
+        (``resolved_approval`` builds the record every built-in store writes)."""
 
     @abstractmethod
     def list(
