@@ -22,13 +22,16 @@ from lousho_sessions import CachePolicy, ImagePart, Message, ReasoningPart, Text
 from lousho_sessions.providers._body_memo import LIMIT, BodyMemos, splice
 from lousho_sessions.providers._http_provider import HttpProvider
 from lousho_sessions.providers.anthropic import AnthropicProvider
-from lousho_sessions.providers.base import ModelRequest, ToolSpec
+from lousho_sessions.providers.base import ModelRequest, OutputSchema, ToolSpec
 from lousho_sessions.providers.gemini import GeminiProvider
 from lousho_sessions.providers.openai import OpenAIProvider
 from lousho_sessions.providers.openai_responses import OpenAIResponsesProvider
 
 URL = "http://127.0.0.1:9"
 TOOLS = (ToolSpec("get_weather", "Weather for a city."),)
+ANSWER = OutputSchema(
+    "answer", {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+)
 PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 8
 
 
@@ -117,9 +120,16 @@ def same(provider: HttpProvider, request: ModelRequest) -> None:
     st.lists(steps, min_size=1, max_size=12),
     st.sampled_from([None, "Be brief."]),
     st.sampled_from([(), TOOLS]),
+    st.sampled_from([None, ANSWER]),
+    st.sampled_from([{}, {"temperature": 0.5, "max_tokens": 100}]),
 )
 def test_a_body_from_the_previous_call_is_the_body_built_afresh(
-    start: list[Message], plan: list[Any], system: str | None, tools: tuple[ToolSpec, ...]
+    start: list[Message],
+    plan: list[Any],
+    system: str | None,
+    tools: tuple[ToolSpec, ...],
+    output: OutputSchema | None,
+    options: dict[str, Any],
 ) -> None:
     wires = providers()
     sessions: dict[str | None, list[Message]] = {"s-1": list(start)}
@@ -135,7 +145,9 @@ def test_a_body_from_the_previous_call_is_the_body_built_afresh(
         elif kind == "switch":
             current = value
             continue
-        request = ModelRequest(system, tuple(transcript), TOOLS, session_id=current)
+        request = ModelRequest(
+            system, tuple(transcript), tools, options, output_schema=output, session_id=current
+        )
         for provider in wires:
             same(provider, request)
 
