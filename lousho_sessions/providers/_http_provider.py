@@ -279,8 +279,10 @@ class HttpProvider(ProviderBase):
         return self._needs_key
 
     def close(self) -> None:
-        """Close pooled connections (the provider still works afterwards)."""
+        """Close pooled connections and forget the sessions' encoded turns (the provider
+        still works afterwards)."""
         self._http.close()
+        self._memos.clear()
 
     def stream(self, request: ModelRequest, signal: AbortSignal) -> Iterator[ModelEvent]:
         """Stream the model's answer: text and tool-call deltas, then one ``ModelResponse``."""
