@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 
+from ._sealing import Sealing
 from ..errors import SchemaVersionError, StoreClosedError, StoreCorruptError, StoreError
 from . import _lockfile
 from ._sqlite_turns import SqliteTurns
@@ -102,6 +103,9 @@ class SqliteDatabase:
     See ``SqliteStore`` for ``synchronous`` and ``mode``. After ``close()`` every
     call raises ``StoreClosedError``.
     """
+
+    #: how records are written and read: clear unless the store was given ``encryption=``
+    sealing: Sealing = Sealing()
 
     def __init__(
         self, path: str | os.PathLike[str], *, synchronous: str = "NORMAL", mode: int = 0o600
