@@ -17,6 +17,7 @@ from psycopg import pq
 
 from ..errors import LeaseLostError, StoreClosedError, StoreError
 from ._postgres_watch import Watchdog, idle_connection_dead
+from ._sealing import Sealing
 from ._start import StartCheckpoint
 from .base import PruneResult, older_than_seconds
 from .lease import Lease
@@ -47,6 +48,8 @@ class PgCore:
     _channel: str  # NOTIFY channel of releases
     _sql: dict[str, bytes]  # ``call``'s statements, as sent
     prepare: bool
+    #: how records are written and read (``encryption=``)
+    sealing: Sealing
     #: with ``prepare=True``: per pooled connection, ``call``'s statements prepared on it
     _prepared: weakref.WeakKeyDictionary[psycopg.Connection[Any], dict[bytes, bytes]]
     #: seconds a statement (or ``connection()`` block) may wait for the server; ``None``: no bound

@@ -32,10 +32,10 @@ import os
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from .._message_codec import _usage_dict
 from ..encryption import Encryption, EncryptionOption
 from ..errors import DecryptionError, StoreCorruptError
 from ..messages import Message
-from .._message_codec import _usage_dict
 from ..serde import decode_json_object, encode_json_object, message_json, to_json
 from ..usage_totals import SUMMARY_KEY
 
@@ -176,7 +176,7 @@ class Sealing:
         from cryptography.exceptions import InvalidTag
 
         try:
-            plain = self._cipher(key_id, session_id).decrypt(
+            plain: bytes = self._cipher(key_id, session_id).decrypt(
                 raw[:_NONCE], raw[_NONCE:], _associated(kind, session_id)
             )
         except (InvalidTag, ValueError):
@@ -206,7 +206,9 @@ class Sealing:
     def _sealed_message(self, session_id: str, text: str, clear: dict[str, Any]) -> str:
         token = self.seal("message", session_id, text)
         rest = to_json(clear, what="message")
-        return f"{SEALED_PREFIX}{token}\",{rest[1:]}" if len(rest) > 2 else f'{SEALED_PREFIX}{token}"}}'
+        return (
+            f'{SEALED_PREFIX}{token}",{rest[1:]}' if len(rest) > 2 else f'{SEALED_PREFIX}{token}"}}'
+        )
 
     def open_texts(self, session_id: str, texts: Iterable[str], *, source: str) -> list[str]:
         """The message texts a store read, each sealed one opened."""
@@ -245,7 +247,9 @@ class Sealing:
         if self.encryption is None:
             return encode_json_object(data, what=what)
         if type(data) is not dict and not isinstance(data, Mapping):
-            raise TypeError(f"{what}: expected a JSON object (a mapping), got {type(data).__name__}")
+            raise TypeError(
+                f"{what}: expected a JSON object (a mapping), got {type(data).__name__}"
+            )
         clear_fields = CHECKPOINT_CLEAR if kind == "checkpoint" else APPROVAL_CLEAR
         clear: dict[str, Any] = {}
         rest: dict[str, Any] = {}
@@ -259,7 +263,9 @@ class Sealing:
     ) -> dict[str, Any]:
         """A stored checkpoint or approval record, opened if sealed (the clear fields win:
         a server may have changed them, e.g. the fence)."""
-        return self.open_record(kind, session_id, decode_json_object(text, source=source), source=source)
+        return self.open_record(
+            kind, session_id, decode_json_object(text, source=source), source=source
+        )
 
     def open_record(
         self, kind: str, session_id: str | None, data: dict[str, Any], *, source: str
@@ -278,9 +284,12 @@ class Sealing:
         self, kind: str, session_id: str | None, text: str, *, source: str
     ) -> str | None:
         """``text`` rewritten as this sealing writes it; ``None`` if it already is."""
-        if self.is_current(text):
+        data = decode_json_object(text, source=source)
+        token = data.get(SEALED_KEY)
+        key_id = token.split(".")[1] if isinstance(token, str) and token.count(".") == 2 else None
+        if key_id == (None if self.encryption is None else self.encryption.current):
             return None
-        data = self.record(kind, session_id, text, source=source)
+        data = self.open_record(kind, session_id, data, source=source)
         return self.record_text(kind, session_id, data, what=source)
 
 

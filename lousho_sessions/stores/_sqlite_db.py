@@ -18,9 +18,9 @@ from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 
-from ._sealing import Sealing
 from ..errors import SchemaVersionError, StoreClosedError, StoreCorruptError, StoreError
 from . import _lockfile
+from ._sealing import Sealing
 from ._sqlite_turns import SqliteTurns
 from .base import validate_session_id
 from .lease import Lease

@@ -47,6 +47,7 @@ from typing import Any
 
 import attrs
 
+from ..encryption import EncryptionOption
 from ..errors import (
     SchemaVersionError,
     SessionBusyError,
@@ -59,6 +60,7 @@ from ..serde import message_from_dict
 from . import _lockfile
 from ._directory import WRITE_LOCK_TIMEOUT, Directory, check_fence_file
 from ._file_records import FileApprovalStore, FileCheckpointStore
+from ._sealing import Sealing
 from .base import (
     AgentStore,
     BaseSessionStore,
@@ -67,7 +69,6 @@ from .base import (
     SessionInfo,
     decode_json_object,
     is_session_id,
-    message_json,
     older_than_seconds,
     validate_session_id,
 )
@@ -136,11 +137,11 @@ def _parse_session(path: Path, raw: bytes) -> list[dict[str, Any]]:
     return messages
 
 
-def _message_jsons(id: str, messages: Sequence[Message]) -> list[str]:
+def _message_jsons(sealing: Sealing, id: str, messages: Sequence[Message]) -> list[str]:
     for m in messages:
         if not isinstance(m, Message):
             raise TypeError(f"session {id!r}: expected Message objects, got {type(m).__name__}")
-    return [message_json(m) for m in messages]
+    return [sealing.message_text(id, m) for m in messages]
 
 
 class FileSessionStore(BaseSessionStore):
@@ -154,8 +155,10 @@ class FileSessionStore(BaseSessionStore):
 
     lock_scope: LockScope = "machine"
 
-    def __init__(self, dir: str | os.PathLike[str]) -> None:
+    def __init__(self, dir: str | os.PathLike[str], *, encryption: EncryptionOption = None) -> None:
         self._dir = Directory(dir)
+        #: seals what is written (``encryption=``; see docs/stores.md "Encryption at rest")
+        self.sealing = Sealing(encryption)
         self._cache: OrderedDict[str, _Cached] = OrderedDict()
         self._cache_chars = 0
         self._cache_lock = threading.Lock()
@@ -184,9 +187,10 @@ class FileSessionStore(BaseSessionStore):
             raise StoreError(f"{path}: cannot read: {exc}") from exc
         dicts = _parse_session(path, raw)
         messages = []
+        source = f"{path}: session {id!r}"
         for i, d in enumerate(dicts):
             try:
-                messages.append(message_from_dict(d))
+                messages.append(message_from_dict(self.sealing.open_message(id, d, source=source)))
             except ValueError as exc:
                 raise StoreCorruptError(f"{path}: message {i}: {exc}") from exc
         body = ",".join(json.dumps(d, separators=(",", ":")) for d in dicts)
@@ -195,7 +199,7 @@ class FileSessionStore(BaseSessionStore):
 
     def save(self, id: str, messages: Sequence[Message]) -> None:
         path = self.path(id)
-        parts = _message_jsons(id, messages)
+        parts = _message_jsons(self.sealing, id, messages)
         with self._write_lock(id, path):
             self._write(id, path, ",".join(parts), len(parts))
 
@@ -210,7 +214,7 @@ class FileSessionStore(BaseSessionStore):
         """Add ``messages`` if the file holds ``expected_length`` messages, else ``StoreConflictError``;
         ``LeaseLostError`` if ``fence`` is older than the session's newest."""
         path = self.path(id)
-        parts = _message_jsons(id, messages)
+        parts = _message_jsons(self.sealing, id, messages)
         with self._write_lock(id, path):
             check_fence_file(self._dir, id, fence)
             current = self._current(id, path)
@@ -444,6 +448,11 @@ class FileStore(AgentStore):
         return total
 
 
-def file_store(dir: str | os.PathLike[str]) -> FileStore:
-    """Sessions, checkpoints and approvals as files in ``dir``, as one ``AgentStore``."""
-    return FileStore(FileSessionStore(dir), FileCheckpointStore(dir), FileApprovalStore(dir))
+def file_store(dir: str | os.PathLike[str], *, encryption: EncryptionOption = None) -> FileStore:
+    """Sessions, checkpoints and approvals as files in ``dir``, as one ``AgentStore``;
+    ``encryption=`` seals them (see docs/stores.md "Encryption at rest")."""
+    return FileStore(
+        FileSessionStore(dir, encryption=encryption),
+        FileCheckpointStore(dir, encryption=encryption),
+        FileApprovalStore(dir, encryption=encryption),
+    )

@@ -10,6 +10,7 @@ from typing import Any
 
 import attrs
 
+from ..encryption import Encryption, EncryptionOption
 from ..errors import ApprovalAlreadyResolvedError, ApprovalNotFoundError, StoreConflictError
 from ..messages import Message
 from .base import (
@@ -298,8 +299,13 @@ class MemoryStore(AgentStore):
         return total
 
 
-def memory_store() -> MemoryStore:
-    """Sessions, checkpoints and approvals in memory, as one ``AgentStore``."""
+def memory_store(*, encryption: EncryptionOption = None) -> MemoryStore:
+    """Sessions, checkpoints and approvals in memory, as one ``AgentStore``.
+
+    ``encryption=`` is checked as the other stores check it, then not used: nothing of a
+    memory store is at rest (it lives and dies with the process), so a program can switch
+    between stores without changing its arguments."""
+    Encryption.of(encryption)
     leases = LocalLeases()
     return MemoryStore(
         MemorySessionStore(leases=leases),

@@ -26,6 +26,7 @@ from datetime import timedelta
 
 import redis
 
+from ..encryption import EncryptionOption
 from ..errors import (
     SessionBusyError,
     StoreClosedError,
@@ -40,6 +41,7 @@ from ._heartbeat import Heartbeat
 from ._redis_base import RedisConnection, text
 from ._redis_lease import RedisLease
 from ._redis_records import RedisApprovalStore, RedisCheckpointStore
+from ._sealing import Sealing
 from ._start import StartCheckpoint, start_body
 from ._waiting import call_signal, lease_wait_stopped, until_text
 from .base import (
@@ -48,7 +50,6 @@ from .base import (
     LockScope,
     PruneResult,
     SessionInfo,
-    message_json,
     older_than_seconds,
     validate_session_id,
     validate_turn_id,
@@ -88,8 +89,11 @@ class RedisStore(RedisConnection):
         lease_ttl: float = 20.0,
         ttl: timedelta | float | None = None,
         wake_poll: float = 2.0,
+        encryption: EncryptionOption = None,
     ) -> None:
         super().__init__(client, prefix=prefix, lease_ttl=lease_ttl, ttl=ttl, wake_poll=wake_poll)
+        #: seals what is written (``encryption=``; see docs/stores.md "Encryption at rest")
+        self.sealing = Sealing(encryption)
         self._leases: weakref.WeakSet[RedisLease] = weakref.WeakSet()
         #: renews every lease this store holds (one thread, started on the first lease)
         self.heartbeat = Heartbeat(f"lousho-redis-heartbeat-{prefix}")
@@ -143,7 +147,7 @@ class RedisStore(RedisConnection):
             and start.checkpoints.store is self
             and (revision is None or type(revision) is str)
         ):
-            body = start_body(id, start)
+            body = start_body(id, start, self.sealing)
             if body is not None:
                 offer = (start.turn_id, revision or "", body)
         return self._turn_lock(id, timeout, offer)
@@ -248,15 +252,17 @@ class RedisSessionStore(BaseSessionStore):
                 f"{source}: the length says {text(length, source=source)} messages, "
                 f"{len(items)} are stored"
             )
-        body = ",".join(text(item, source=source) for item in items)
-        messages = messages_from_json(f"[{body}]", source=source)
+        texts = self.store.sealing.open_texts(
+            id, [text(item, source=source) for item in items], source=source
+        )
+        messages = messages_from_json(f"[{','.join(texts)}]", source=source)
         if len(messages) != len(items):
             raise StoreCorruptError(f"{source}: a stored message is not one JSON object")
         return messages
 
     def save(self, id: str, messages: Sequence[Message]) -> None:
         validate_session_id(id)
-        rows = _rows(id, messages)
+        rows = _rows(self.store.sealing, id, messages)
         self.store.run(
             "SAVE", id, secrets.token_hex(8), self.store.ttl_arg(id), *rows, what=f"save {id!r}"
         )
@@ -340,7 +346,7 @@ class RedisSessionStore(BaseSessionStore):
         """The fenced, length-checked append script, deleting the checkpoints ``delete`` and
         releasing the lease whose holder token is ``release`` (if it still holds it)."""
         validate_session_id(id)
-        rows = _rows(id, messages)
+        rows = _rows(self.store.sealing, id, messages)
         revision = secrets.token_hex(8)
         try:
             reply = self.store.run(
@@ -504,10 +510,10 @@ class RedisSessionStore(BaseSessionStore):
         return PruneResult(sessions=deleted, checkpoints=0, approvals=0, leases=leases)
 
 
-def _rows(id: str, messages: Sequence[Message]) -> list[str]:
+def _rows(sealing: Sealing, id: str, messages: Sequence[Message]) -> list[str]:
     rows = []
     for m in messages:
         if not isinstance(m, Message):
             raise TypeError(f"session {id!r}: expected Message objects, got {type(m).__name__}")
-        rows.append(message_json(m))
+        rows.append(sealing.message_text(id, m))
     return rows

@@ -27,6 +27,7 @@ from ..messages import Message, Usage
 from ..serde import messages_from_json_texts
 from ..usage_totals import sqlite_usage_sql, usage_from_row
 from . import _lockfile
+from ._sealing import Sealing
 from ._sqlite_db import MIGRATIONS, SCHEMA_VERSION, SqliteDatabase
 from ._sqlite_records import (
     Part,
@@ -37,7 +38,6 @@ from ._sqlite_records import (
     prune_leases,
     prune_sessions,
 )
-from ._sealing import Sealing
 from ._sqlite_turns import RECORD_FENCE
 from .base import (
     BaseCheckpointStore,
