@@ -285,6 +285,9 @@ class Sealing:
     ) -> str | None:
         """``text`` rewritten as this sealing writes it; ``None`` if it already is."""
         data = decode_json_object(text, source=source)
+        if kind == "approval":  # bound to the session the record names
+            sid = data.get("session_id")
+            session_id = sid if isinstance(sid, str) else None
         token = data.get(SEALED_KEY)
         key_id = token.split(".")[1] if isinstance(token, str) and token.count(".") == 2 else None
         if key_id == (None if self.encryption is None else self.encryption.current):

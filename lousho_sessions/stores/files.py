@@ -60,6 +60,7 @@ from ..serde import message_from_dict
 from . import _lockfile
 from ._directory import WRITE_LOCK_TIMEOUT, Directory, check_fence_file
 from ._file_records import FileApprovalStore, FileCheckpointStore
+from ._rotation import BATCH, RotationResult, rotate_files
 from ._sealing import Sealing
 from .base import (
     AgentStore,
@@ -435,6 +436,12 @@ def _is_session_id(value: str) -> bool:
 @attrs.define
 class FileStore(AgentStore):
     """The three file stores of one directory, with a ``prune`` over all of them."""
+
+    def rotate_key(self, *, batch_size: int = BATCH) -> RotationResult:
+        """Rewrite every stored record sealed with an older key (or in clear) with the current
+        encryption key, ``batch_size`` records at a time (``lousho rotate-key``); without
+        ``encryption=``, write sealed records back in clear. See docs/stores.md."""
+        return rotate_files(self, batch_size)
 
     def prune(self, older_than: timedelta | float) -> PruneResult:
         """Delete sessions and checkpoints not written within ``older_than`` (seconds or a

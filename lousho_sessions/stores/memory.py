@@ -13,6 +13,7 @@ import attrs
 from ..encryption import Encryption, EncryptionOption
 from ..errors import ApprovalAlreadyResolvedError, ApprovalNotFoundError, StoreConflictError
 from ..messages import Message
+from ._rotation import BATCH, RotationResult
 from .base import (
     AgentStore,
     BaseApprovalStore,
@@ -288,6 +289,10 @@ class MemoryApprovalStore(BaseApprovalStore):
 @attrs.define
 class MemoryStore(AgentStore):
     """The three memory stores, with a ``prune`` over all of them."""
+
+    def rotate_key(self, *, batch_size: int = BATCH) -> RotationResult:
+        """Nothing to rewrite: a memory store keeps nothing at rest."""
+        return RotationResult()
 
     def prune(self, older_than: timedelta | float) -> PruneResult:
         """Delete sessions and checkpoints not written within ``older_than`` (seconds or a

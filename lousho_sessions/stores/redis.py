@@ -41,6 +41,7 @@ from ._heartbeat import Heartbeat
 from ._redis_base import RedisConnection, text
 from ._redis_lease import RedisLease
 from ._redis_records import RedisApprovalStore, RedisCheckpointStore
+from ._rotation import BATCH, RotationResult, rotate_redis
 from ._sealing import Sealing
 from ._start import StartCheckpoint, start_body
 from ._waiting import call_signal, lease_wait_stopped, until_text
@@ -207,6 +208,12 @@ class RedisStore(RedisConnection):
                 wait = min(wait, left)
             with self.call("waiting for a lease") as client:
                 client.blpop([wake], timeout=max(wait, 0.01))
+
+    def rotate_key(self, *, batch_size: int = BATCH) -> RotationResult:
+        """Rewrite every stored record sealed with an older key (or in clear) with the current
+        encryption key, ``batch_size`` records at a time (``lousho rotate-key``); without
+        ``encryption=``, write sealed records back in clear. See docs/stores.md."""
+        return rotate_redis(self, batch_size)
 
     def prune(self, older_than: timedelta | float) -> PruneResult:
         """Delete sessions and checkpoints not written within ``older_than`` (seconds or a

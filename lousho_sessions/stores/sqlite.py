@@ -27,6 +27,7 @@ from ..messages import Message, Usage
 from ..serde import messages_from_json_texts
 from ..usage_totals import sqlite_usage_sql, usage_from_row
 from . import _lockfile
+from ._rotation import BATCH, RotationResult, rotate_sqlite
 from ._sealing import Sealing
 from ._sqlite_db import MIGRATIONS, SCHEMA_VERSION, SqliteDatabase
 from ._sqlite_records import (
@@ -113,6 +114,12 @@ class SqliteStore(SqliteDatabase):
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+    def rotate_key(self, *, batch_size: int = BATCH) -> RotationResult:
+        """Rewrite every stored record sealed with an older key (or in clear) with the current
+        encryption key, ``batch_size`` records at a time (``lousho rotate-key``); without
+        ``encryption=``, write sealed records back in clear. See docs/stores.md."""
+        return rotate_sqlite(self, batch_size)
 
     def prune(self, older_than: timedelta | float) -> PruneResult:
         """Delete sessions and checkpoints not updated within ``older_than`` (seconds or a

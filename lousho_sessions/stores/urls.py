@@ -32,6 +32,7 @@ import attrs
 
 from ..encryption import Encryption, EncryptionKeyError
 from ..errors import LoushoError, StoreError
+from ._rotation import BATCH, RotationResult
 from .base import AgentStore, PruneResult
 from .files import file_store
 from .memory import memory_store
@@ -69,6 +70,11 @@ class URLStore(AgentStore):
     def prune(self, older_than: timedelta | float) -> PruneResult:
         """The backend's ``prune``: sessions, checkpoints and resolved approvals older than that."""
         result: PruneResult = self.backend.prune(older_than)
+        return result
+
+    def rotate_key(self, *, batch_size: int = BATCH) -> RotationResult:
+        """The backend's ``rotate_key``: every record rewritten with the current key."""
+        result: RotationResult = self.backend.rotate_key(batch_size=batch_size)
         return result
 
     def close(self) -> None:
