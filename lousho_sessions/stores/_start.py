@@ -57,6 +57,8 @@ def start_body(id: str, start: StartCheckpoint, sealing: Sealing | None = None) 
         data = dict(start.build())
         data.pop("fence", None)  # the store writes the lease's
         what = f"checkpoint {start.turn_id!r}"
+        if not data:
+            return None  # an empty checkpoint is not one to save with the lease
         if sealing is None:
             text = encode_json_object(data, what=what)
         else:
