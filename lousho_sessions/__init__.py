@@ -9,10 +9,12 @@ from .abort import AbortController, AbortSignal
 from .agent import Agent, AgentExecutor, create_agent
 from .approvals import ApprovalRequest, Approvals
 from .compaction import Compaction
+from .encryption import Encryption
 from .errors import (
     ApprovalAlreadyResolvedError,
     ApprovalNotFoundError,
     CommitUnknownError,
+    DecryptionError,
     InvalidSessionIdError,
     LeaseLostError,
     LoushoError,
@@ -97,7 +99,9 @@ __all__ = [
     "CommitUnknownError",
     "Compaction",
     "CompactionResult",
+    "DecryptionError",
     "DemoProvider",
+    "Encryption",
     "Event",
     "ExecutionResult",
     "FileApprovalStore",

@@ -214,7 +214,16 @@ def rotate_sqlite(store: Any, batch: int = BATCH) -> RotationResult:
                 ).rowcount
         return done
 
-    return rotate_rows(store.sealing, store.path, fetch, replace, batch)
+    with store.connection() as conn:  # old text is overwritten, not left in free pages
+        (secure,) = conn.execute("PRAGMA secure_delete").fetchone()
+        conn.execute("PRAGMA secure_delete = ON")
+    try:
+        result = rotate_rows(store.sealing, store.path, fetch, replace, batch)
+    finally:
+        with store.connection() as conn:
+            conn.execute(f"PRAGMA secure_delete = {int(secure)}")
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # and not left in the WAL
+    return result
 
 
 #: per kind: the table, its key columns, its text column (PostgreSQL)
