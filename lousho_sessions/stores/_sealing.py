@@ -29,14 +29,15 @@ from __future__ import annotations
 import base64
 import binascii
 import os
+from binascii import b2a_base64
 from collections.abc import Iterable, Mapping
+from json.encoder import encode_basestring_ascii
 from typing import Any
 
-from .._message_codec import _usage_dict
 from ..encryption import Encryption, EncryptionOption
 from ..errors import DecryptionError, StoreCorruptError
 from ..messages import Message
-from ..serde import decode_json_object, encode_json_object, message_json, to_json
+from ..serde import decode_json_object, encode_json_object, message_json, message_to_dict, to_json
 from ..usage_totals import SUMMARY_KEY
 
 __all__ = [
@@ -143,11 +144,12 @@ class Sealing:
         """A token sealing ``text`` for ``session_id`` with the current key."""
         assert self.encryption is not None
         key_id = self.encryption.current
+        cipher = self._derived.get((key_id, session_id)) or self._cipher(key_id, session_id)
         nonce = os.urandom(_NONCE)
-        sealed = self._cipher(key_id, session_id).encrypt(
-            nonce, text.encode("utf-8"), _associated(kind, session_id)
+        sealed = cipher.encrypt(
+            nonce, text.encode("utf-8"), _AAD[kind] + session_id.encode("utf-8")
         )
-        return f"{_VERSION}.{key_id}.{base64.b64encode(nonce + sealed).decode('ascii')}"
+        return f"{_VERSION}.{key_id}.{b2a_base64(nonce + sealed, newline=False).decode('ascii')}"
 
     def open(self, kind: str, session_id: str, token: object, *, source: str) -> str:
         """The text ``token`` seals; ``DecryptionError`` naming ``source`` (the session) and
@@ -198,17 +200,27 @@ class Sealing:
 
     def message_text(self, session_id: str, message: Message) -> str:
         """``message`` as the JSON text a store keeps (``message_json``, sealed with keys)."""
-        text = message_json(message)
         if self.encryption is None:
-            return text
-        return self._sealed_message(session_id, text, _message_clear(message))
+            return message_json(message)
+        try:
+            data = message_to_dict(message)
+        except RecursionError:
+            return message_json(message)  # raises the ValueError naming the field
+        text = to_json(data, what=f"message {message.id!r}")
+        token = self.seal("message", session_id, text)
+        if data.get("metadata") or type(data.get("id")) is not str or "extra" in data:
+            return _envelope(token, _dict_clear(data))  # the general case
+        # the common one, written out: a plain message's id, role, time and usage
+        usage = data.get("usage")
+        return (
+            f'{SEALED_PREFIX}{token}","id":{encode_basestring_ascii(data["id"])},'
+            f'"role":{encode_basestring_ascii(data["role"])},'
+            f'"created_at":{encode_basestring_ascii(data["created_at"])}'
+            + ("}" if usage is None else f',"usage":{to_json(usage, what="usage")}}}')
+        )
 
     def _sealed_message(self, session_id: str, text: str, clear: dict[str, Any]) -> str:
-        token = self.seal("message", session_id, text)
-        rest = to_json(clear, what="message")
-        return (
-            f'{SEALED_PREFIX}{token}",{rest[1:]}' if len(rest) > 2 else f'{SEALED_PREFIX}{token}"}}'
-        )
+        return _envelope(self.seal("message", session_id, text), clear)
 
     def open_texts(self, session_id: str, texts: Iterable[str], *, source: str) -> list[str]:
         """The message texts a store read, each sealed one opened."""
@@ -256,7 +268,7 @@ class Sealing:
         for key, value in data.items():
             (clear if key in clear_fields else rest)[key] = value
         token = self.seal(kind, session_id or "", encode_json_object(rest, what=what))
-        return encode_json_object({SEALED_KEY: token, **clear}, what=what)
+        return _envelope(token, clear)
 
     def record(
         self, kind: str, session_id: str | None, text: str | bytes, *, source: str
@@ -297,7 +309,19 @@ class Sealing:
 
 
 def _associated(kind: str, session_id: str) -> bytes:
-    return f"lousho-sessions/v1/{kind}/{session_id}".encode()
+    return _AAD[kind] + session_id.encode("utf-8")
+
+
+#: the associated data of a record, but its session id: what kind of record it is
+_AAD = {
+    kind: f"lousho-sessions/v1/{kind}/".encode() for kind in ("message", "checkpoint", "approval")
+}
+
+
+def _envelope(token: str, clear: Mapping[str, Any]) -> str:
+    """``{"lousho.sealed": token, **clear}`` as JSON, the token first (``SEALED_PREFIX``)."""
+    rest = to_json(clear, what="sealed record")
+    return f'{SEALED_PREFIX}{token}",{rest[1:]}' if len(rest) > 2 else f'{SEALED_PREFIX}{token}"}}'
 
 
 def _token(text: str, source: str) -> str:
@@ -305,21 +329,6 @@ def _token(text: str, source: str) -> str:
     if end < 0:
         raise StoreCorruptError(f"{source}: a sealed message without its token's end")
     return text[len(SEALED_PREFIX) : end]
-
-
-def _message_clear(message: Message) -> dict[str, Any]:
-    """What of ``message`` stays in clear beside its token (see the module docstring)."""
-    clear: dict[str, Any] = {
-        "id": message.id,
-        "role": message.role,
-        "created_at": message.created_at.isoformat(),
-    }
-    if message.usage is not None:
-        clear["usage"] = _usage_dict(message.usage)
-    summary = message.metadata.get(SUMMARY_KEY) if message.metadata else None
-    if isinstance(summary, Mapping) and "usage" in summary:
-        clear["metadata"] = {SUMMARY_KEY: {"usage": summary["usage"]}}
-    return clear
 
 
 def _dict_clear(data: Mapping[str, Any]) -> dict[str, Any]:
