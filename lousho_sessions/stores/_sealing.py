@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import itertools
 import os
 from binascii import b2a_base64
 from collections.abc import Iterable, Mapping
@@ -145,7 +146,7 @@ class Sealing:
         assert self.encryption is not None
         key_id = self.encryption.current
         cipher = self._derived.get((key_id, session_id)) or self._cipher(key_id, session_id)
-        nonce = os.urandom(_NONCE)
+        nonce = _NONCES.next()
         sealed = cipher.encrypt(
             nonce, text.encode("utf-8"), _AAD[kind] + session_id.encode("utf-8")
         )
@@ -263,10 +264,8 @@ class Sealing:
                 f"{what}: expected a JSON object (a mapping), got {type(data).__name__}"
             )
         clear_fields = CHECKPOINT_CLEAR if kind == "checkpoint" else APPROVAL_CLEAR
-        clear: dict[str, Any] = {}
-        rest: dict[str, Any] = {}
-        for key, value in data.items():
-            (clear if key in clear_fields else rest)[key] = value
+        clear = {key: value for key, value in data.items() if key in clear_fields}
+        rest = {key: value for key, value in data.items() if key not in clear_fields}
         token = self.seal(kind, session_id or "", encode_json_object(rest, what=what))
         return _envelope(token, clear)
 
@@ -316,6 +315,31 @@ def _associated(kind: str, session_id: str) -> bytes:
 _AAD = {
     kind: f"lousho-sessions/v1/{kind}/".encode() for kind in ("message", "checkpoint", "approval")
 }
+
+
+class _Nonces:
+    """AES-GCM nonces: a random 8-byte prefix for this process and a 4-byte counter (NIST
+    SP 800-38D's deterministic construction, with the prefix random): unique within the
+    process, and across processes unless two draw the same 64-bit prefix. A new prefix
+    every 2**32 nonces, and in a forked child (which must not repeat its parent's)."""
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self._prefix = os.urandom(8)
+        self._count = itertools.count()
+
+    def next(self) -> bytes:
+        n = next(self._count)  # atomic under the GIL: no two threads get the same n
+        if n >= 0xFFFFFFFF:
+            self.reset()
+            return self.next()
+        return self._prefix + n.to_bytes(4, "big")
+
+
+_NONCES = _Nonces()
+os.register_at_fork(after_in_child=_NONCES.reset)
 
 
 def _envelope(token: str, clear: Mapping[str, Any]) -> str:
