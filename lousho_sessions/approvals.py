@@ -85,7 +85,7 @@ class ApprovalRequest:
     turn_id: str | None
     run_id: str
     call: ToolCall
-    status: Literal["pending", "approved", "denied"] = "pending"
+    status: Literal["pending", "approved", "denied", "cancelled"] = "pending"
     reason: str | None = None
     created_at: str | None = None
     resolved_at: str | None = None

@@ -31,12 +31,14 @@ from typing import Any
 
 __all__ = [
     "ApprovalAlreadyResolvedError",
+    "ApprovalCancelledError",
     "ApprovalNotFoundError",
     "CommitUnknownError",
     "DecryptionError",
     "InvalidSessionIdError",
     "LeaseLostError",
     "LoushoError",
+    "MessageNotFoundError",
     "OutputValidationError",
     "PropagatingToolError",
     "ProviderConfigError",
@@ -44,6 +46,7 @@ __all__ = [
     "SchemaVersionError",
     "SessionAwaitingApprovalError",
     "SessionBusyError",
+    "SessionExistsError",
     "StoreClosedError",
     "StoreConflictError",
     "StoreCorruptError",
@@ -117,6 +120,19 @@ class StoreConflictError(StoreError):
     """An append expected a transcript length the store no longer has."""
 
     code = "LOUSHO_STORE_CONFLICT"
+
+
+class SessionExistsError(StoreConflictError):
+    """A session was to be created (``fork``) under an id that is already stored."""
+
+    code = "LOUSHO_SESSION_EXISTS"
+
+
+class MessageNotFoundError(LoushoError, LookupError, ValueError):
+    """``rewind``/``edit``/``fork`` named a message id the transcript does not hold, or an
+    index beyond its end."""
+
+    code = "LOUSHO_MESSAGE_NOT_FOUND"
 
 
 class LeaseLostError(StoreError):
@@ -225,6 +241,13 @@ class ApprovalAlreadyResolvedError(LoushoError):
     """The approval was resolved before (here or in another process)."""
 
     code = "LOUSHO_APPROVAL_ALREADY_RESOLVED"
+
+
+class ApprovalCancelledError(ApprovalAlreadyResolvedError):
+    """The approval's turn was dropped before it was resolved (the session was rewound, or
+    its pending turn discarded): its status is ``"cancelled"`` and it can no longer be resolved."""
+
+    code = "LOUSHO_APPROVAL_CANCELLED"
 
 
 class OutputValidationError(LoushoError, ValueError):

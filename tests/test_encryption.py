@@ -437,3 +437,22 @@ def test_sealed_message_read_without_its_store_is_refused() -> None:
     text = store.sealing.message_text("s1", Message("user", MARKER))
     with pytest.raises(DecryptionError, match="sealed"):
         messages_from_json(f"[{text}]")
+
+
+def test_a_fork_seals_its_messages_again_for_the_new_session(target: Target) -> None:
+    """Records are bound to their session: a fork (one write, server-side where it can) seals
+    the copied messages for the new id, so both sessions open, and nothing is in clear."""
+    from lousho_sessions.stores.base import ForkRequest
+
+    store = target.open(BOTH)
+    messages = fill(store, "s1")
+    forked = store.sessions.fork(ForkRequest("s1", "s3", keep=1))
+    assert forked.messages == 1
+    assert target.open(BOTH).sessions.load("s3") == messages[:1]
+    whole = store.sessions.fork(ForkRequest("s1", "s4"))
+    assert whole.messages == 2
+    assert target.open(BOTH).sessions.load("s4") == messages
+    assert target.open(BOTH).sessions.usage("s4") == Usage(10, 5, 0.25, cache_read_tokens=2)
+    assert target.open(BOTH).sessions.load("s1") == messages
+    if target.kind != "memory":
+        assert MARKER.encode() not in target.at_rest()

@@ -9,9 +9,15 @@ from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import Any
 
-from ..errors import ApprovalAlreadyResolvedError, StoreCorruptError
+from ..errors import ApprovalAlreadyResolvedError, ApprovalCancelledError, StoreCorruptError
 
-__all__ = ["approval_sort_key", "check_approval_record", "resolved_approval", "shown"]
+__all__ = [
+    "approval_sort_key",
+    "cancelled_error",
+    "check_approval_record",
+    "resolved_approval",
+    "shown",
+]
 
 
 #: Ids longer than this are shown cut short in error messages.
@@ -35,6 +41,8 @@ def resolved_approval(
     store writes the same fields: ``status``, ``reason`` and ``resolved_at`` (ISO 8601, UTC).
     """
     status = record.get("status")
+    if status == "cancelled":
+        raise cancelled_error(record, source)
     if status != "pending":
         raise ApprovalAlreadyResolvedError(f"approval {source} was already resolved ({status})")
     updated = dict(record)
@@ -46,6 +54,15 @@ def resolved_approval(
     return updated
 
 
+def cancelled_error(record: Mapping[str, Any], source: str) -> ApprovalCancelledError:
+    """What resolving a cancelled approval raises: its turn was dropped, and why."""
+    why = record.get("reason") or "its turn was dropped"
+    return ApprovalCancelledError(
+        f"approval {source} was cancelled ({why}): it can no longer be resolved; "
+        "send the session a new message instead"
+    )
+
+
 def approval_sort_key(record: Mapping[str, Any]) -> tuple[str, str]:
     """The order ``ApprovalStore.list`` returns records in: creation time, then id."""
     return (str(record.get("created_at", "")), str(record.get("id")))
@@ -54,15 +71,17 @@ def approval_sort_key(record: Mapping[str, Any]) -> tuple[str, str]:
 def check_approval_record(record: Mapping[str, Any], *, source: str) -> dict[str, Any]:
     """``record`` as a dict if it has what every reader relies on, else ``StoreCorruptError``
     naming ``source``: a string ``id``, ``session_id`` a string or null, ``status`` one of
-    pending/approved/denied, and ``call`` (if present) an object with an object ``arguments``."""
+    pending/approved/denied/cancelled, and ``call`` (if present) an object with an object ``arguments``."""
     problem = None
     call = record.get("call")
     if not isinstance(record.get("id"), str):
         problem = "'id' is not a string"
     elif record.get("session_id") is not None and not isinstance(record.get("session_id"), str):
         problem = "'session_id' is not a string"
-    elif record.get("status") not in ("pending", "approved", "denied"):
-        problem = f"'status' is {shown(record.get('status'))}, not pending, approved or denied"
+    elif record.get("status") not in ("pending", "approved", "denied", "cancelled"):
+        problem = (
+            f"'status' is {shown(record.get('status'))}, not pending, approved, denied or cancelled"
+        )
     elif call is not None and not (
         isinstance(call, Mapping) and isinstance(call.get("arguments", {}), Mapping)
     ):

@@ -239,6 +239,26 @@ class Sealing:
         text = self.open("message", session_id, data[SEALED_KEY], source=source)
         return decode_json_object(text, source=source)
 
+    def forked_texts(
+        self, source: str, new_id: str, texts: Iterable[str], *, where: str
+    ) -> list[str]:
+        """Messages of session ``source`` as session ``new_id`` keeps them (a fork): each sealed
+        one opened and sealed again for ``new_id`` (a record is bound to its session), its
+        clear fields unchanged; clear ones as they are."""
+        out = []
+        for text in texts:
+            if text.startswith(SEALED_PREFIX):
+                origin = f"{where}: session {source!r}"
+                token = _token(text, origin)
+                plain = self.open("message", source, token, source=origin)
+                if self.encryption is None:
+                    text = plain
+                else:
+                    sealed = self.seal("message", new_id, plain)
+                    text = SEALED_PREFIX + sealed + text[len(SEALED_PREFIX) + len(token) :]
+            out.append(text)
+        return out
+
     def reseal_message(self, session_id: str, text: str, *, source: str) -> str | None:
         """``text`` rewritten as this sealing writes it; ``None`` if it already is."""
         if self.is_current(text):

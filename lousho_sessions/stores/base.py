@@ -25,7 +25,10 @@ do more subclass the base classes (``BaseSessionStore``, ``BaseCheckpointStore``
   whether a live turn holds them (``None``: cannot tell); ``take_over(id)``: a new fence, not
   waiting for the holder; ``pending_turns()``/``pending_fields()``: what recovery sweeps.
 * ``prune(older_than)``: delete what was not updated for that long (never a held session).
-* ``list_ids()``, ``info(id)``: the session ids, a session's length and last write;
+* ``rewind(RewindRequest(...))``: drop a transcript's tail (fenced, one write);
+  ``fork(ForkRequest(...))``: a new session holding a prefix of another (``_history_requests``).
+* ``list_ids()``, ``info(id)``: the session ids, a session's length and last write (and the
+  parent and fork point of a forked session);
   ``usage(id)``: the transcript's usage totals (a database sums them in one query).
 """
 
@@ -59,6 +62,7 @@ from ._checks import (
     validate_turn_id,
 )
 from ._commit import TurnCommit
+from ._history_requests import Forked, ForkRequest, HistoryVerbs, RewindRequest, Rewound
 from ._start import StartCheckpoint, TurnStart
 from ._summaries import PruneResult, SessionInfo
 from .lease import Lease, LocalLeases
@@ -73,9 +77,13 @@ __all__ = [
     "BaseCheckpointStore",
     "BaseSessionStore",
     "CheckpointStore",
+    "ForkRequest",
+    "Forked",
     "Lease",
     "LockScope",
     "PruneResult",
+    "RewindRequest",
+    "Rewound",
     "SessionInfo",
     "SessionStore",
     "StartCheckpoint",
@@ -171,7 +179,7 @@ class _Closeable:
         self.close()
 
 
-class BaseSessionStore(_Closeable, TurnCommit, TurnStart, ABC):
+class BaseSessionStore(_Closeable, TurnCommit, TurnStart, HistoryVerbs, ABC):
     """The session store contract: ``load``/``save``/``delete`` required, the rest with safe defaults.
 
     Defaults, each meant to be overridden by a store that can do better:
