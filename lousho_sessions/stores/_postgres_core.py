@@ -17,6 +17,7 @@ from psycopg import pq
 
 from ..errors import LeaseLostError, StoreClosedError, StoreError
 from ._postgres_watch import Watchdog, idle_connection_dead
+from ._rotation import BATCH, RotationResult, rotate_postgres
 from ._sealing import Sealing
 from ._start import StartCheckpoint
 from .base import PruneResult, older_than_seconds
@@ -277,6 +278,10 @@ class PgCore:
         result = PruneResult(*counts)
         log.info("%s: pruned %s", self.where, result)
         return result
+
+    def rotate_key(self, *, batch_size: int = BATCH) -> RotationResult:
+        """Reseal every record not sealed with the current key, in batches (``rotate-key``)."""
+        return rotate_postgres(self, batch_size)
 
 
 class PgPart:

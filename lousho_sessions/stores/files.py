@@ -184,7 +184,6 @@ class FileSessionStore(BaseSessionStore):
 
     def __init__(self, dir: str | os.PathLike[str], *, encryption: EncryptionOption = None) -> None:
         self._dir = Directory(dir)
-        #: seals what is written (``encryption=``; see docs/stores.md "Encryption at rest")
         self.sealing = Sealing(encryption)
         self._cache: OrderedDict[str, _Cached] = OrderedDict()
         self._cache_chars = 0
@@ -476,9 +475,7 @@ class FileStore(AgentStore):
     """The three file stores of one directory, with a ``prune`` over all of them."""
 
     def rotate_key(self, *, batch_size: int = BATCH) -> RotationResult:
-        """Rewrite every stored record sealed with an older key (or in clear) with the current
-        encryption key, ``batch_size`` records at a time (``lousho rotate-key``); without
-        ``encryption=``, write sealed records back in clear. See docs/stores.md."""
+        """Reseal every record not sealed with the current key, in batches (``rotate-key``)."""
         return rotate_files(self, batch_size)
 
     def prune(self, older_than: timedelta | float) -> PruneResult:
@@ -494,10 +491,7 @@ class FileStore(AgentStore):
 
 
 def file_store(dir: str | os.PathLike[str], *, encryption: EncryptionOption = None) -> FileStore:
-    """Sessions, checkpoints and approvals as files in ``dir``, as one ``AgentStore``;
-    ``encryption=`` seals them (see docs/stores.md "Encryption at rest")."""
-    return FileStore(
-        FileSessionStore(dir, encryption=encryption),
-        FileCheckpointStore(dir, encryption=encryption),
-        FileApprovalStore(dir, encryption=encryption),
-    )
+    """Sessions, checkpoints and approvals as files in ``dir`` (sealed with ``encryption=``)."""
+    e = encryption
+    parts = FileSessionStore(dir, encryption=e), FileCheckpointStore(dir, encryption=e)
+    return FileStore(*parts, FileApprovalStore(dir, encryption=e))

@@ -47,7 +47,6 @@ from ._postgres_schema import (
 )
 from ._postgres_sessions import PostgresSessionStore
 from ._postgres_watch import Watchdog
-from ._rotation import BATCH, RotationResult, rotate_postgres
 from ._sealing import Sealing
 from ._start import StartCheckpoint, start_body
 from ._waiting import call_signal, lease_wait_stopped, until_text
@@ -129,7 +128,6 @@ class PostgresStore(PgCore):
         statement_timeout: float | None = 60.0,
         encryption: EncryptionOption = None,
     ) -> None:
-        #: seals what is written (``encryption=``; see docs/stores.md "Encryption at rest")
         self.sealing = Sealing(encryption)
         self.schema = validate_schema(schema)
         if not (isinstance(lease_ttl, (int, float)) and 0.1 <= lease_ttl <= 86400):
@@ -479,12 +477,6 @@ class PostgresStore(PgCore):
         return lease
 
     # -- prune --------------------------------------------------------------------------
-
-    def rotate_key(self, *, batch_size: int = BATCH) -> RotationResult:
-        """Rewrite every stored record sealed with an older key (or in clear) with the current
-        encryption key, ``batch_size`` records at a time (``lousho rotate-key``); without
-        ``encryption=``, write sealed records back in clear. See docs/stores.md."""
-        return rotate_postgres(self, batch_size)
 
     def prune(self, older_than: timedelta | float) -> PruneResult:
         """Delete sessions and checkpoints not updated within ``older_than`` (seconds or a

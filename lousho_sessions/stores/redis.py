@@ -96,7 +96,6 @@ class RedisStore(RedisConnection):
         encryption: EncryptionOption = None,
     ) -> None:
         super().__init__(client, prefix=prefix, lease_ttl=lease_ttl, ttl=ttl, wake_poll=wake_poll)
-        #: seals what is written (``encryption=``; see docs/stores.md "Encryption at rest")
         self.sealing = Sealing(encryption)
         self._leases: weakref.WeakSet[RedisLease] = weakref.WeakSet()
         #: renews every lease this store holds (one thread, started on the first lease)
@@ -213,9 +212,7 @@ class RedisStore(RedisConnection):
                 client.blpop([wake], timeout=max(wait, 0.01))
 
     def rotate_key(self, *, batch_size: int = BATCH) -> RotationResult:
-        """Rewrite every stored record sealed with an older key (or in clear) with the current
-        encryption key, ``batch_size`` records at a time (``lousho rotate-key``); without
-        ``encryption=``, write sealed records back in clear. See docs/stores.md."""
+        """Reseal every record not sealed with the current key, in batches (``rotate-key``)."""
         return rotate_redis(self, batch_size)
 
     def prune(self, older_than: timedelta | float) -> PruneResult:

@@ -100,7 +100,6 @@ class SqliteStore(SqliteDatabase):
         mode: int = 0o600,
         encryption: EncryptionOption = None,
     ) -> None:
-        #: seals what is written (``encryption=``; see docs/stores.md "Encryption at rest")
         self.sealing = Sealing(encryption)
         super().__init__(path, synchronous=synchronous, mode=mode)
         self.checkpoints = SqliteCheckpointStore(self)
@@ -118,9 +117,7 @@ class SqliteStore(SqliteDatabase):
         self.close()
 
     def rotate_key(self, *, batch_size: int = BATCH) -> RotationResult:
-        """Rewrite every stored record sealed with an older key (or in clear) with the current
-        encryption key, ``batch_size`` records at a time (``lousho rotate-key``); without
-        ``encryption=``, write sealed records back in clear. See docs/stores.md."""
+        """Reseal every record not sealed with the current key, in batches (``rotate-key``)."""
         return rotate_sqlite(self, batch_size)
 
     def prune(self, older_than: timedelta | float) -> PruneResult:
