@@ -12,6 +12,7 @@ from .compaction import Compaction
 from .encryption import Encryption
 from .errors import (
     ApprovalAlreadyResolvedError,
+    ApprovalDecisionError,
     ApprovalNotFoundError,
     CommitUnknownError,
     DecryptionError,
@@ -87,6 +88,7 @@ __all__ = [
     "AgentStore",
     "AnthropicProvider",
     "ApprovalAlreadyResolvedError",
+    "ApprovalDecisionError",
     "ApprovalNotFoundError",
     "ApprovalRequest",
     "ApprovalStore",

@@ -14,7 +14,7 @@ import logging
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .errors import MessageNotFoundError, StoreCorruptError
 from .inputs import Input
@@ -27,7 +27,6 @@ from .stores.base import ForkRequest, RewindRequest, validate_session_id
 if TYPE_CHECKING:
     from ._durable import SessionTurns
     from ._worker import Job
-    from .session import Session
 
 __all__ = ["HistoryMixin", "again", "cancel_approval", "point_of"]
 
@@ -88,12 +87,17 @@ def drop_rewound_turn(turns: SessionTurns, fence: int | None) -> None:
         turns.pauses.delete(turn_id, fence=fence)
 
 
+#: the Session type, as a method of the mixin sees it
+_S = TypeVar("_S", bound="HistoryMixin")
+
+
 class HistoryMixin:
     """The history verbs of ``Session`` (see the module)."""
 
     @property
-    def _me(self) -> Session:
-        return cast("Session", self)
+    def _me(self) -> Any:
+        # the Session this mixin is part of (typed loosely: session.py imports this module)
+        return self
 
     def rewind(self, to: int | str) -> list[Message]:
         """Keep the messages before ``to`` and return the ones removed.
@@ -150,45 +154,50 @@ class HistoryMixin:
     def regenerate(self, **options: Any) -> ExecutionResult:
         """Rewind to the last user message and send it again (``send``'s options); the new result."""
         removed = self._rewind_future(self._last_user).result()
-        return self._me.send(again(removed[0]), **options)
+        result: ExecutionResult = self._me.send(again(removed[0]), **options)
+        return result
 
     def regenerate_stream(self, **options: Any) -> AgentRun:
         """``regenerate``, streamed: the rewind is done when this returns; the run streams the turn."""
         removed = self._rewind_future(self._last_user).result()
-        return self._me.stream(again(removed[0]), **options)
+        result: AgentRun = self._me.stream(again(removed[0]), **options)
+        return result
 
     def edit(self, message_id: str, input: Input, **options: Any) -> ExecutionResult:
         """Rewind to the user message ``message_id`` (dropping it and all after it) and send
         ``input`` in its place (``send``'s options); the new result."""
         self._rewind_future(self._user_message(message_id)).result()
-        return self._me.send(input, **options)
+        result: ExecutionResult = self._me.send(input, **options)
+        return result
 
     def edit_stream(self, message_id: str, input: Input, **options: Any) -> AgentRun:
         """``edit``, streamed: the rewind is done when this returns; the run streams the turn."""
         self._rewind_future(self._user_message(message_id)).result()
-        return self._me.stream(input, **options)
+        result: AgentRun = self._me.stream(input, **options)
+        return result
 
-    def fork(self, new_id: str, at: int | str | None = None) -> Session:
+    def fork(self: _S, new_id: str, at: int | str | None = None) -> _S:
         """A new session ``new_id`` holding the messages before ``at`` (as ``rewind``'s ``to``;
         ``None``: all), made in one store write; its ``info()`` names this session as its
         ``parent`` and the ``fork_point``. ``SessionExistsError`` if ``new_id`` is stored. A
         pending turn is not copied. The new session has this one's store and settings."""
-        new: Session = self._fork_future(new_id, at).result()
+        new: _S = self._fork_future(new_id, at).result()
         return new
 
-    def _fork_future(self, new_id: str, at: int | str | None) -> Future[Session]:
-        from .session import Session
+    def _fork_future(self: _S, new_id: str, at: int | str | None) -> Future[_S]:
+        me: Any = self
 
         validate_session_id(new_id)
         self._me._refuse_reentry("fork")
 
-        def work(job: Job) -> Session:
+        def work(job: Job) -> _S:
             t = self._me._transcript
             with t.turn_lock():
                 t.sync()
                 keep = len(t.messages) if at is None else point_of(self._me.id, t.messages, at)
                 t.store.fork(ForkRequest(self._me.id, new_id, keep))
-            return Session(
+            make: Any = type(self)
+            made: _S = make(
                 self._me._runner,
                 new_id,
                 store=self._me.store,
@@ -196,8 +205,9 @@ class HistoryMixin:
                 turn_policy=self._me.turn_policy,
                 limits=self._me.limits,
             )
+            return made
 
-        future: Future[Session] = self._me._run_job(work, "fork")
+        future: Future[_S] = me._run_job(work, "fork")
         return future
 
     def info(self) -> SessionInfo | None:

@@ -20,7 +20,8 @@
     ├── ProviderError                     .status .retryable .request_id .retry_after
     │   └── ProviderConfigError (ValueError)
     ├── ApprovalNotFoundError (LookupError)
-    └── ApprovalAlreadyResolvedError
+    ├── ApprovalAlreadyResolvedError
+    └── ApprovalDecisionError (ValueError)  a decision that cannot be made as asked
 
 Foreign errors are wrapped where they cross into the SDK, with ``raise … from exc``.
 """
@@ -32,6 +33,7 @@ from typing import Any
 __all__ = [
     "ApprovalAlreadyResolvedError",
     "ApprovalCancelledError",
+    "ApprovalDecisionError",
     "ApprovalNotFoundError",
     "CommitUnknownError",
     "DecryptionError",
@@ -248,6 +250,14 @@ class ApprovalCancelledError(ApprovalAlreadyResolvedError):
     its pending turn discarded): its status is ``"cancelled"`` and it can no longer be resolved."""
 
     code = "LOUSHO_APPROVAL_CANCELLED"
+
+
+class ApprovalDecisionError(LoushoError, ValueError):
+    """A decision that cannot be made as asked (nothing was recorded): ``arguments`` with a
+    denial, edited arguments for a call this agent has no tool for, or for an approval to
+    run again a call that may have run."""
+
+    code = "LOUSHO_APPROVAL_DECISION"
 
 
 class OutputValidationError(LoushoError, ValueError):

@@ -9,7 +9,7 @@ write lock, refused if it exists, with an ``origin`` naming the parent and fork 
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING
+from typing import Any
 
 from ..errors import StoreConflictError
 from ._directory import check_fence_file
@@ -23,10 +23,7 @@ from ._history_requests import (
     missing_error,
 )
 
-if TYPE_CHECKING:
-    from .files import FileSessionStore
-
-__all__ = ["file_fork", "file_rewind", "origin_of"]
+__all__ = ["file_fork", "file_rewind", "origin_json", "origin_of"]
 
 
 def origin_of(origin: str) -> tuple[str | None, int | None]:
@@ -45,7 +42,7 @@ def _kept(body: str, keep: int) -> str:
     return ",".join(json.dumps(d, separators=(",", ":")) for d in dicts)
 
 
-def file_rewind(store: FileSessionStore, request: RewindRequest) -> Rewound:
+def file_rewind(store: Any, request: RewindRequest) -> Rewound:
     id = request.id
     path = store.path(id)
     with store._write_lock(id, path):
@@ -63,9 +60,7 @@ def file_rewind(store: FileSessionStore, request: RewindRequest) -> Rewound:
     return Rewound(current.length - keep, revision)
 
 
-def file_fork(store: FileSessionStore, request: ForkRequest) -> Forked:
-    from .files import origin_json
-
+def file_fork(store: Any, request: ForkRequest) -> Forked:
     new_path = store.path(request.new_id)
     source_path = store.path(request.source)
     with store._write_lock(request.new_id, new_path):
@@ -85,3 +80,8 @@ def file_fork(store: FileSessionStore, request: ForkRequest) -> Forked:
             body = ",".join(texts)
         revision = store._write(request.new_id, new_path, body, keep, origin)
     return Forked(keep, revision)
+
+
+def origin_json(parent: str, fork_point: int) -> str:
+    """What a forked session's file holds after its messages."""
+    return ',"origin":' + json.dumps({"parent": parent, "fork_point": fork_point})

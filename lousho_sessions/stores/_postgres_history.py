@@ -10,7 +10,7 @@ and copies the kept rows server-side with one ``INSERT ... SELECT``.
 from __future__ import annotations
 
 import secrets
-from typing import TYPE_CHECKING
+from typing import Any
 
 from ..errors import StoreConflictError
 from ._history_requests import (
@@ -23,9 +23,6 @@ from ._history_requests import (
     missing_error,
 )
 from ._postgres_core import FENCED
-
-if TYPE_CHECKING:
-    from ._postgres_sessions import PostgresSessionStore
 
 __all__ = ["postgres_fork", "postgres_rewind"]
 
@@ -41,7 +38,7 @@ _REWIND_WRITE = (
 )
 
 
-def postgres_rewind(part: PostgresSessionStore, request: RewindRequest) -> Rewound:
+def postgres_rewind(part: Any, request: RewindRequest) -> Rewound:
     store, id = part.store, request.id
     fence = store.effective_fence(id, request.fence)
     revision = secrets.randbits(63)
@@ -79,7 +76,7 @@ _FORK_WRITE = (
 )
 
 
-def postgres_fork(part: PostgresSessionStore, request: ForkRequest) -> Forked:
+def postgres_fork(part: Any, request: ForkRequest) -> Forked:
     store, source, new_id = part.store, request.source, request.new_id
     revision = secrets.randbits(63)
     params = {"src": source, "new": new_id, "rev": revision}

@@ -166,6 +166,6 @@ class RedisConnection:
 
 def _history_scripts() -> list[tuple[str, str]]:
     """The scripts of ``rewind`` and ``fork`` (``_redis_history``), registered with the rest."""
-    from . import _redis_history
+    from ._redis_history_scripts import FORK, REWIND
 
-    return [("REWIND", _redis_history.REWIND), ("FORK", _redis_history.FORK)]
+    return [("REWIND", REWIND), ("FORK", FORK)]

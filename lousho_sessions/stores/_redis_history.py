@@ -11,10 +11,9 @@ span: there ``fork`` takes the contract's default (read, then a create-only writ
 from __future__ import annotations
 
 import secrets
-from typing import TYPE_CHECKING
+from typing import Any
 
 from ..errors import StoreConflictError, StoreCorruptError
-from . import _redis_scripts as lua
 from ._history_requests import (
     Forked,
     ForkRequest,
@@ -25,65 +24,14 @@ from ._history_requests import (
     missing_error,
 )
 from ._redis_base import text
+from ._redis_history_scripts import FORK, REWIND
 from ._summaries import SessionInfo
 from .base import validate_session_id
 
-if TYPE_CHECKING:
-    from .redis import RedisSessionStore
-
 __all__ = ["FORK", "REWIND", "redis_fork", "redis_info", "redis_rewind"]
 
-#: ARGV: keep, fence or '', expected length or '', revision, session ttl
-#: -> {'ok', removed} | {'lease-lost', latest} | {'missing'} | {'conflict', length}
-#: | {'short', length} | {'corrupt', list length}
-REWIND = lua._script("""
-local now = now_us()
-if not fence_ok(ARGV[2]) then return {'lease-lost', redis.call('HGET', LEASE, 'fence')} end
-local length = redis.call('HGET', META, 'length')
-if not length then return {'missing'} end
-length = tonumber(length)
-if ARGV[3] ~= '' and tonumber(ARGV[3]) ~= length then return {'conflict', length} end
-local keep = tonumber(ARGV[1])
-if keep > length then return {'short', length} end
-local stored = redis.call('LLEN', MESSAGES)
-if stored ~= length then return {'corrupt', stored} end
-if keep == 0 then redis.call('DEL', MESSAGES) else redis.call('LTRIM', MESSAGES, 0, keep - 1) end
-redis.call('HSET', META, 'length', keep, 'revision', ARGV[4], 'updated', fmt(now))
-settle(now, ARGV[5])
-return {'ok', length - keep}
-""")
 
-#: KEYS: the source's session keys, then the new session's. ARGV: keep or '', revision,
-#: source id, session ttl -> {'ok', kept} | {'exists'} | {'missing'} | {'short', length}
-FORK = lua._script("""
-local NEW_META, NEW_MESSAGES, NEW_LEASE = KEYS[9], KEYS[10], KEYS[11]
-local now = now_us()
-if redis.call('EXISTS', NEW_META) == 1 then return {'exists'} end
-local length = redis.call('HGET', META, 'length')
-if not length then return {'missing'} end
-length = tonumber(length)
-local keep = length
-if ARGV[1] ~= '' then keep = tonumber(ARGV[1]) end
-if keep > length then return {'short', length} end
-redis.call('DEL', NEW_MESSAGES)
-for i = 0, keep - 1, 1000 do
-  local chunk = redis.call('LRANGE', MESSAGES, i, math.min(i + 999, keep - 1))
-  if #chunk > 0 then redis.call('RPUSH', NEW_MESSAGES, unpack(chunk)) end
-end
-redis.call('HSET', NEW_META, 'length', keep, 'revision', ARGV[2], 'updated', fmt(now),
-  'parent', ARGV[3], 'fork_point', keep)
-if ARGV[4] ~= '' then
-  local l = redis.call('HMGET', NEW_LEASE, 'holder', 'until')
-  if not (l[1] and l[1] ~= '' and tonumber(l[2] or '0') > now) then
-    redis.call('PEXPIRE', NEW_META, ARGV[4])
-    if keep > 0 then redis.call('PEXPIRE', NEW_MESSAGES, ARGV[4]) end
-  end
-end
-return {'ok', keep}
-""")
-
-
-def redis_rewind(part: RedisSessionStore, request: RewindRequest) -> Rewound:
+def redis_rewind(part: Any, request: RewindRequest) -> Rewound:
     store, id = part.store, request.id
     revision = secrets.token_hex(8)
     reply = store.run(
@@ -116,7 +64,7 @@ def redis_rewind(part: RedisSessionStore, request: RewindRequest) -> Rewound:
     )
 
 
-def redis_fork(part: RedisSessionStore, request: ForkRequest) -> Forked:
+def redis_fork(part: Any, request: ForkRequest) -> Forked:
     store, source, new_id = part.store, request.source, request.new_id
     revision = secrets.token_hex(8)
     reply = store.run_on(
@@ -140,7 +88,7 @@ def redis_fork(part: RedisSessionStore, request: ForkRequest) -> Forked:
     return Forked(int(reply[1]), revision)
 
 
-def _reseal_fork(part: RedisSessionStore, source: str, new_id: str) -> None:
+def _reseal_fork(part: Any, source: str, new_id: str) -> None:
     """The forked messages sealed again for ``new_id`` (a record is bound to its session):
     each swapped by a compare-and-set right after the fork script, before anyone else
     knows the new id."""
@@ -157,7 +105,7 @@ def _reseal_fork(part: RedisSessionStore, source: str, new_id: str) -> None:
                 swap(keys=[key], args=["list", old, new, str(i)], client=client)
 
 
-def redis_info(part: RedisSessionStore, id: str) -> SessionInfo | None:
+def redis_info(part: Any, id: str) -> SessionInfo | None:
     store = part.store
     validate_session_id(id)
     with store.call(f"info of {id!r}") as client:

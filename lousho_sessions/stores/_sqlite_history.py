@@ -8,7 +8,8 @@ row naming its ``parent`` and ``fork_point`` (schema version 4). Neither reads a
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import Any
 
 from ..errors import StoreConflictError
 from ._history_requests import (
@@ -21,8 +22,8 @@ from ._history_requests import (
     missing_error,
 )
 
-if TYPE_CHECKING:
-    from .sqlite import SqliteSessionStore
+#: the store's revision rule: ``touch(conn, id, length) -> revision`` (``sqlite._touch``)
+Touch = Callable[..., int]
 
 __all__ = ["sqlite_fork", "sqlite_rewind"]
 
@@ -33,10 +34,8 @@ _FENCE_AND_LENGTH = (
 )
 
 
-def sqlite_rewind(part: SqliteSessionStore, request: RewindRequest) -> Rewound:
+def sqlite_rewind(part: Any, request: RewindRequest, _touch: Touch) -> Rewound:
     """Delete the rows after the first ``keep`` and give the session a new generation."""
-    from .sqlite import _touch  # the revision rule lives with the store
-
     id, where = request.id, part.store.path
     with part.store.transaction() as conn:
         stored_fence, length = conn.execute(_FENCE_AND_LENGTH, (id,)).fetchone()
@@ -50,10 +49,8 @@ def sqlite_rewind(part: SqliteSessionStore, request: RewindRequest) -> Rewound:
     return Rewound(int(length) - keep, revision)
 
 
-def sqlite_fork(part: SqliteSessionStore, request: ForkRequest) -> Forked:
+def sqlite_fork(part: Any, request: ForkRequest, _touch: Touch) -> Forked:
     """Copy the kept rows of ``source`` to ``new_id`` and write its row, in one transaction."""
-    from .sqlite import _touch
-
     source, new_id, where = request.source, request.new_id, part.store.path
     with part.store.transaction() as conn:
         rows = conn.execute(

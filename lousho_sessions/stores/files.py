@@ -61,7 +61,7 @@ from ..messages import Message
 from ..serde import message_from_dict
 from . import _lockfile
 from ._directory import WRITE_LOCK_TIMEOUT, Directory, check_fence_file
-from ._file_history import file_fork, file_rewind, origin_of
+from ._file_history import file_fork, file_rewind, origin_json, origin_of
 from ._file_records import FileApprovalStore, FileCheckpointStore
 from ._history_requests import Forked, ForkRequest, RewindRequest, Rewound
 from ._rotation import BATCH, RotationResult, rotate_files
@@ -157,11 +157,6 @@ def _parse_file(path: Path, raw: bytes) -> tuple[list[dict[str, Any]], str]:
     ):
         raise StoreCorruptError(f"{path}: 'origin' must be an object with parent and fork_point")
     return messages, origin_json(origin["parent"], origin["fork_point"])
-
-
-def origin_json(parent: str, fork_point: int) -> str:
-    """What a forked session's file holds after its messages."""
-    return ',"origin":' + json.dumps({"parent": parent, "fork_point": fork_point})
 
 
 def _message_jsons(sealing: Sealing, id: str, messages: Sequence[Message]) -> list[str]:

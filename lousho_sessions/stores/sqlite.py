@@ -296,11 +296,11 @@ class SqliteSessionStore(Part, BaseSessionStore):
 
     def rewind(self, request: RewindRequest) -> Rewound:
         """Delete the tail rows and write a new revision generation: one transaction."""
-        return sqlite_rewind(self, request)
+        return sqlite_rewind(self, request, _touch)
 
     def fork(self, request: ForkRequest) -> Forked:
         """One ``INSERT ... SELECT`` of the kept rows and the new session's row: one transaction."""
-        return sqlite_fork(self, request)
+        return sqlite_fork(self, request, _touch)
 
     def usage(self, id: str) -> Usage | None:
         """The stored transcript's usage totals, summed by SQLite over the message JSON."""
