@@ -36,6 +36,7 @@ __all__ = [
     "ApprovalDecisionError",
     "ApprovalNotFoundError",
     "CommitUnknownError",
+    "DecryptionError",
     "InvalidSessionIdError",
     "LeaseLostError",
     "LoushoError",
@@ -107,6 +108,14 @@ class StoreCorruptError(StoreError, ValueError):
     """Stored data cannot be read (not JSON, not SQLite, truncated); it is left as it is."""
 
     code = "LOUSHO_STORE_CORRUPT"
+
+
+class DecryptionError(StoreError):
+    """A sealed record could not be opened: no key with its key id, a wrong key, or a
+    record altered or moved from another session. Names the session and the key id;
+    nothing is returned in its place."""
+
+    code = "LOUSHO_DECRYPTION"
 
 
 class StoreConflictError(StoreError):

@@ -10,6 +10,7 @@ from typing import Any
 
 import attrs
 
+from ..encryption import Encryption, EncryptionOption
 from ..errors import ApprovalNotFoundError, StoreConflictError
 from ..messages import Message
 from ._history_requests import (
@@ -21,6 +22,7 @@ from ._history_requests import (
     exists_error,
     missing_error,
 )
+from ._rotation import BATCH, RotationResult
 from .base import (
     AgentStore,
     BaseApprovalStore,
@@ -339,6 +341,10 @@ class MemoryApprovalStore(BaseApprovalStore):
 class MemoryStore(AgentStore):
     """The three memory stores, with a ``prune`` over all of them."""
 
+    def rotate_key(self, *, batch_size: int = BATCH) -> RotationResult:
+        """Nothing to rewrite: a memory store keeps nothing at rest."""
+        return RotationResult()
+
     def prune(self, older_than: timedelta | float) -> PruneResult:
         """Delete sessions and checkpoints not written within ``older_than`` (seconds or a
         ``timedelta``) and approvals resolved that long ago; pending approvals are kept."""
@@ -349,8 +355,13 @@ class MemoryStore(AgentStore):
         return total
 
 
-def memory_store() -> MemoryStore:
-    """Sessions, checkpoints and approvals in memory, as one ``AgentStore``."""
+def memory_store(*, encryption: EncryptionOption = None) -> MemoryStore:
+    """Sessions, checkpoints and approvals in memory, as one ``AgentStore``.
+
+    ``encryption=`` is checked as the other stores check it, then not used: nothing of a
+    memory store is at rest (it lives and dies with the process), so a program can switch
+    between stores without changing its arguments."""
+    Encryption.of(encryption)
     leases = LocalLeases()
     return MemoryStore(
         MemorySessionStore(leases=leases),
