@@ -14,15 +14,12 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import attrs
 
 from ..errors import SessionBusyError
 from ._sealing import Sealing
-
-if TYPE_CHECKING:
-    from .files import FileStore
 
 __all__ = ["KINDS", "RotationResult", "rotate_files", "rotate_rows"]
 
@@ -107,18 +104,16 @@ def rotate_rows(
     return RotationResult(counts["message"], counts["checkpoint"], counts["approval"], skipped)
 
 
-def rotate_files(store: FileStore, batch: int = BATCH) -> RotationResult:
+def rotate_files(
+    store: Any, parse_session: Callable[[Any, bytes], list[dict[str, Any]]], batch: int = BATCH
+) -> RotationResult:
     """``rotate_key`` of a file store: each session file rewritten under its write lock, each
     checkpoint while its session's turn lock is free (a held one is ``skipped``), each
-    approval under the approvals lock."""
-    from ._file_records import FileApprovalStore, FileCheckpointStore
-    from .files import FileSessionStore, _parse_session
+    approval under the approvals lock. ``parse_session(path, raw)``: the file store's reader
+    of a session file (handed in: ``files`` imports this module)."""
     from .lease import fence_session_id
 
     sessions, checkpoints, approvals = store.sessions, store.checkpoints, store.approvals
-    assert isinstance(sessions, FileSessionStore)
-    assert isinstance(checkpoints, FileCheckpointStore)
-    assert isinstance(approvals, FileApprovalStore)
     if not isinstance(batch, int) or batch < 1:
         raise ValueError(f"batch_size must be a positive integer, got {batch!r}")
     messages = checkpoint_count = approval_count = skipped = 0
@@ -128,7 +123,7 @@ def rotate_files(store: FileStore, batch: int = BATCH) -> RotationResult:
             raw = sessions._dir.read(path)
             if raw is None:
                 continue
-            texts = [json.dumps(d, separators=(",", ":")) for d in _parse_session(path, raw)]
+            texts = [json.dumps(d, separators=(",", ":")) for d in parse_session(path, raw)]
             new = [
                 reseal(sessions.sealing, "message", id, t, f"{path}: session {id!r}") for t in texts
             ]

@@ -471,7 +471,7 @@ class FileStore(AgentStore):
 
     def rotate_key(self, *, batch_size: int = BATCH) -> RotationResult:
         """Reseal every record not sealed with the current key, in batches (``rotate-key``)."""
-        return rotate_files(self, batch_size)
+        return rotate_files(self, _parse_session, batch_size)
 
     def prune(self, older_than: timedelta | float) -> PruneResult:
         """Delete sessions and checkpoints not written within ``older_than`` (seconds or a
