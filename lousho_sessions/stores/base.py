@@ -15,10 +15,9 @@ do more subclass the base classes (``BaseSessionStore``, ``BaseCheckpointStore``
   ``lock_scope`` says what it excludes: ``"process"``, ``"machine"`` or ``"cluster"``.
 * ``load_since(id, length, revision)``: only the messages after the first ``length``, when
   the store can tell that nothing but appends changed ``id`` since ``revision`` (else ``None``).
-* ``commit_turn(..., release=lease)``: the last write under a lease (``_commit``);
-  ``turn_lock_saving(id, start)``: the lease and the turn's first checkpoint (``_start``).
-* ``append_and_delete(id, messages, expected_length, ...)``: commit a turn: append
-  it and delete its checkpoints, in one transaction when both share a database.
+* ``take_turn(TakeTurn) -> TakenTurn`` and ``commit_turn(CommitTurn) -> revision``: a
+  turn's two calls, each one request (``_turn_requests``); their defaults are built from
+  the methods above, a store overrides them to do the same in fewer round trips.
 * ``BaseCheckpointStore.save_and_delete(turn_id, checkpoint, delete, fence=)``:
   save a checkpoint and delete the records it replaces, in one transaction where it can.
 * ``claim_stale(ids)``: a sweep's claim of the unheld; ``turn_held(id)``/``held_sessions``:
@@ -58,9 +57,9 @@ from ._checks import (
     validate_session_id,
     validate_turn_id,
 )
-from ._commit import TurnCommit
-from ._start import StartCheckpoint, TurnStart
 from ._summaries import PruneResult, SessionInfo
+from ._turn_requests import CommitTurn, ReadAhead, StartCheckpoint, TakenTurn, TakeTurn
+from ._waiting import waiting_for_lease
 from .lease import Lease, LocalLeases
 
 __all__ = [
@@ -73,12 +72,15 @@ __all__ = [
     "BaseCheckpointStore",
     "BaseSessionStore",
     "CheckpointStore",
+    "CommitTurn",
     "Lease",
     "LockScope",
     "PruneResult",
     "SessionInfo",
     "SessionStore",
     "StartCheckpoint",
+    "TakeTurn",
+    "TakenTurn",
     "approval_sort_key",
     "check_approval_record",
     "decode_json_object",
@@ -171,7 +173,7 @@ class _Closeable:
         self.close()
 
 
-class BaseSessionStore(_Closeable, TurnCommit, TurnStart, ABC):
+class BaseSessionStore(_Closeable, ABC):
     """The session store contract: ``load``/``save``/``delete`` required, the rest with safe defaults.
 
     Defaults, each meant to be overridden by a store that can do better:
@@ -196,6 +198,9 @@ class BaseSessionStore(_Closeable, TurnCommit, TurnStart, ABC):
     lock_scope: LockScope = "process"
     #: Whether ``append(..., fence=)`` refuses a stale fence.
     fenced_writes: bool = True
+    #: Whether ``take_turn`` may save the offered first checkpoint (``TakeTurn.checkpoint``)
+    #: with the lease: a session builds that checkpoint before the lease only then.
+    saves_start_checkpoint: bool = False
 
     @abstractmethod
     def load(self, id: str) -> list[Message] | None:
@@ -242,39 +247,48 @@ class BaseSessionStore(_Closeable, TurnCommit, TurnStart, ABC):
         """The messages of ``id`` after its first ``length``, or ``None``: "load it all".
 
         A caller holding the first ``length`` messages as of ``revision`` (as returned by
-        ``revision(id)`` or ``append_and_delete``) gets the ones added since. A store
+        ``revision(id)`` or ``commit_turn``) gets the ones added since. A store
         returns a list only when it knows that nothing but appends changed ``id`` since
         ``revision`` (no ``save`` or ``delete``); else ``None``, and the caller calls
         ``load``. The default always returns ``None``.
         """
         return None
 
-    def append_and_delete(
-        self,
-        id: str,
-        messages: Sequence[Message],
-        expected_length: int,
-        *,
-        checkpoints: BaseCheckpointStore | None = None,
-        delete: Sequence[str] = (),
-        fence: int | None = None,
-    ) -> object | None:
-        """Commit a finished turn: ``append`` its messages, then delete the checkpoints
-        ``delete`` from ``checkpoints``; returns the session's revision after the write.
+    def take_turn(self, request: TakeTurn) -> TakenTurn:
+        """Hold session ``request.id`` for a turn and read what it starts from (``TakenTurn``).
+
+        The default: ``turn_lock`` (waiting as ``request.timeout`` and ``request.signal``
+        allow), then ``revision``, then only the messages added since what the request
+        holds (``load_since``) or the whole transcript (``load``). It saves no checkpoint
+        (``saved_checkpoint`` false: the caller saves it) and does not look for one
+        (``no_checkpoints`` false). The lease is released if the read fails.
+        """
+        with waiting_for_lease(request.signal):
+            lease = self.turn_lock(request.id, timeout=request.timeout)
+        try:
+            revision = self.revision(request.id)
+        except BaseException:
+            lease.release()
+            raise
+        return ReadAhead(self, request).taken(lease, revision)
+
+    def commit_turn(self, request: CommitTurn) -> object | None:
+        """Commit a finished turn (``CommitTurn``): ``append`` its messages, then delete its
+        checkpoints; returns the session's revision after the write.
 
         Raises what ``append`` raises (``StoreConflictError``, ``LeaseLostError``), and
-        then nothing was written. A store that keeps ``checkpoints`` in the same
-        database overrides this to do both in one transaction. The default appends,
-        then deletes each checkpoint with the same ``fence``; a delete that fails after
-        the append is logged, not raised: the turn is committed, and its checkpoint's
-        turn id is behind the transcript now, so no turn loads it again (``prune()``,
-        ``clear()`` and ``discard_pending()`` remove it).
+        then nothing was written. The default appends, then deletes each checkpoint with
+        the same fence; a delete that fails after the append is logged, not raised: the
+        turn is committed, and its checkpoint's turn id is behind the transcript now, so
+        no turn loads it again (``prune()``, ``clear()`` and ``discard_pending()`` remove
+        it). It ignores ``release``: the caller releases the lease.
         """
-        self.append(id, messages, expected_length, fence=fence)
-        if checkpoints is not None:
-            for turn_id in delete:
+        id, fence = request.id, request.fence
+        self.append(id, request.messages, request.expected_length, fence=fence)
+        if request.checkpoints is not None:
+            for turn_id in request.delete:
                 try:
-                    checkpoints.delete(turn_id, fence=fence)
+                    request.checkpoints.delete(turn_id, fence=fence)
                 except Exception:
                     log.warning("could not delete checkpoint %s", turn_id, exc_info=True)
         return self.revision(id)
