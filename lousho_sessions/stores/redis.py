@@ -372,7 +372,10 @@ class RedisSessionStore(BaseSessionStore):
         """Whether the append of ``rows`` at ``expected_length`` landed (``_commit_check``):
         the messages there are these. ``lost``: the error that lost the script's reply
         (``None``: the reply came, a refusal after a retry); when the session cannot be
-        read, ``CommitUnknownError`` for a lost reply, else ``lost`` is raised as it was."""
+        read, ``CommitUnknownError`` for a lost reply, else ``lost`` is raised as it was.
+        Nothing to look for (no messages, or a length no append could have) is not landed."""
+        if not rows or expected_length < 0:
+            return False
         try:
             with self.store.call(f"look again at {id!r}") as client:
                 stored = client.lrange(
