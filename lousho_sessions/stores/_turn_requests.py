@@ -19,12 +19,15 @@ one way: a verb may call the smaller methods, never the reverse.
 
 from __future__ import annotations
 
+import inspect
 import logging
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from ..errors import StoreError
 from ..messages import Message
 from ..serde import encode_json_object
 from ._checks import validate_turn_id
@@ -33,7 +36,22 @@ from .lease import Lease, fence_session_id
 if TYPE_CHECKING:
     from .base import BaseCheckpointStore, BaseSessionStore
 
-__all__ = ["CommitTurn", "ReadAhead", "StartCheckpoint", "TakeTurn", "TakenTurn", "start_body"]
+__all__ = [
+    "CommitTurn",
+    "ReadAhead",
+    "StartCheckpoint",
+    "TakeTurn",
+    "TakenTurn",
+    "check_retired",
+    "start_body",
+]
+
+#: Methods of earlier releases a turn no longer calls, and what does their work now.
+RETIRED = {
+    "append_and_delete": "commit_turn(CommitTurn(...))",
+    "turn_lock_saving": "take_turn(TakeTurn(..., checkpoint=...))",
+    "turn_lock_waiting": "take_turn(TakeTurn(..., held_length=...)) with ReadAhead",
+}
 
 log = logging.getLogger("lousho_sessions.stores")
 
@@ -194,3 +212,31 @@ class ReadAhead:
             lease.release()
             raise
         return TakenTurn(lease, revision, messages, since, no_checkpoints, saved_checkpoint)
+
+
+def check_retired(cls: type) -> None:
+    """Warn when the session store class ``cls`` defines a method a turn no longer calls
+    (``RETIRED``: still correct, but its work is done by the defaults now); refuse a
+    ``commit_turn`` of the earlier form (``id, messages, expected_length, ...``), which a
+    turn would call with one ``CommitTurn`` and fail."""
+    for name, now in RETIRED.items():
+        if name in vars(cls):
+            warnings.warn(
+                f"{cls.__name__}.{name}() is no longer called by a turn; override {now} "
+                "instead (see the store contract in docs/stores.md)",
+                DeprecationWarning,
+                stacklevel=3,
+            )
+    own = vars(cls).get("commit_turn")
+    if own is None:
+        return
+    try:
+        parameters = inspect.signature(own).parameters
+    except (TypeError, ValueError):
+        return
+    if "expected_length" in parameters or "messages" in parameters:
+        raise StoreError(
+            f"{cls.__name__}.commit_turn{inspect.signature(own)}: the store contract's "
+            "commit_turn takes one request, commit_turn(self, request: CommitTurn) -> revision "
+            "(its fields: id, messages, expected_length, checkpoints, delete, fence, release)"
+        )

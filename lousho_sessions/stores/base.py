@@ -15,17 +15,14 @@ do more subclass the base classes (``BaseSessionStore``, ``BaseCheckpointStore``
   ``lock_scope`` says what it excludes: ``"process"``, ``"machine"`` or ``"cluster"``.
 * ``load_since(id, length, revision)``: only the messages after the first ``length``, when
   the store can tell that nothing but appends changed ``id`` since ``revision`` (else ``None``).
-* ``take_turn(TakeTurn) -> TakenTurn`` and ``commit_turn(CommitTurn) -> revision``: a
-  turn's two calls, each one request (``_turn_requests``); their defaults are built from
-  the methods above, a store overrides them to do the same in fewer round trips.
+* ``take_turn(TakeTurn) -> TakenTurn``, ``commit_turn(CommitTurn) -> revision``: a turn's
+  two calls (``_turn_requests``), by default built from the methods above.
 * ``BaseCheckpointStore.save_and_delete(turn_id, checkpoint, delete, fence=)``:
   save a checkpoint and delete the records it replaces, in one transaction where it can.
 * ``claim_stale(ids)``: a sweep's claim of the unheld; ``turn_held(id)``/``held_sessions``:
   whether a live turn holds them (``None``: cannot tell); ``take_over(id)``: a new fence, not
   waiting for the holder; ``pending_turns()``/``pending_fields()``: what recovery sweeps.
-* ``prune(older_than)``: delete what was not updated for that long (never a held session).
-* ``list_ids()``, ``info(id)``: the session ids, a session's length and last write;
-  ``usage(id)``: the transcript's usage totals (a database sums them in one query).
+* ``prune(older_than)``, ``list_ids()``, ``info(id)``, ``usage(id)``: maintenance and totals.
 """
 
 from __future__ import annotations
@@ -58,7 +55,14 @@ from ._checks import (
     validate_turn_id,
 )
 from ._summaries import PruneResult, SessionInfo
-from ._turn_requests import CommitTurn, ReadAhead, StartCheckpoint, TakenTurn, TakeTurn
+from ._turn_requests import (
+    CommitTurn,
+    ReadAhead,
+    StartCheckpoint,
+    TakenTurn,
+    TakeTurn,
+    check_retired,
+)
 from ._waiting import waiting_for_lease
 from .lease import Lease, LocalLeases
 
@@ -201,6 +205,10 @@ class BaseSessionStore(_Closeable, ABC):
     #: Whether ``take_turn`` may save the offered first checkpoint (``TakeTurn.checkpoint``)
     #: with the lease: a session builds that checkpoint before the lease only then.
     saves_start_checkpoint: bool = False
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        check_retired(cls)  # methods of earlier releases: warned about, or refused
 
     @abstractmethod
     def load(self, id: str) -> list[Message] | None:
