@@ -120,7 +120,7 @@ def _taken_stale(taken: TakenTurn, request: TakeTurn) -> TakenTurn:
 
 
 def _taken_misses_appended(taken: TakenTurn, request: TakeTurn) -> TakenTurn:
-    """"Nothing new" after what the request holds, always."""
+    """ "Nothing new" after what the request holds, always."""
     held = request.held_length
     return taken if held is None else attrs.evolve(taken, messages=[], since=held)
 
