@@ -32,7 +32,7 @@ from .errors import (
 )
 from .events import Event
 from .inputs import Input
-from .messages import ImagePart, Message, Part, TextPart, ToolCall, Usage
+from .messages import ImagePart, Message, Part, ReasoningPart, TextPart, ToolCall, Usage
 from .pricing import Pricing, register_pricing
 from .providers.anthropic import AnthropicProvider
 from .providers.base import (
@@ -46,7 +46,9 @@ from .providers.base import (
 from .providers.caching import CachePolicy
 from .providers.demo import DemoProvider
 from .providers.function import FunctionProvider, ScriptedProvider
+from .providers.gemini import GeminiProvider
 from .providers.openai import OpenAIProvider
+from .providers.openai_responses import OpenAIResponsesProvider
 from .results import CompactionResult, ExecutionResult, Limits, PendingTurn
 from .run import AgentRun
 from .session import Session
@@ -102,6 +104,7 @@ __all__ = [
     "FileCheckpointStore",
     "FileSessionStore",
     "FunctionProvider",
+    "GeminiProvider",
     "ImagePart",
     "Input",
     "InvalidSessionIdError",
@@ -117,6 +120,7 @@ __all__ = [
     "ModelRequest",
     "ModelResponse",
     "OpenAIProvider",
+    "OpenAIResponsesProvider",
     "OutputSchema",
     "OutputValidationError",
     "Part",
@@ -127,6 +131,7 @@ __all__ = [
     "ProviderConfigError",
     "ProviderError",
     "PruneResult",
+    "ReasoningPart",
     "SchemaVersionError",
     "ScriptedProvider",
     "Session",

@@ -21,11 +21,43 @@ from .stores.memory import MemoryApprovalStore, MemorySessionStore
 from .stores.urls import URLStore, open_store, store_from_environment
 from .tools import Tool, as_tool
 
-__all__ = ["AgentConfig", "Approve", "find_project_instructions", "resolve_provider"]
+__all__ = [
+    "AgentConfig",
+    "AgentOptions",
+    "Approve",
+    "find_project_instructions",
+    "resolve_provider",
+]
 
 
 #: Decides a tool call that needs approval: True/False, or None to pause the turn.
 Approve = Callable[[ApprovalRequest], "bool | None"]
+
+
+@attrs.frozen(kw_only=True)
+class AgentOptions:
+    """What ``create_agent`` was given, as one value: the keywords are written out once,
+    in ``create_agent``'s signature, and travel as this object (``AgentConfig.build``)."""
+
+    instructions: str | None = None
+    provider: Provider | None = None
+    model: str | None = None
+    tools: Sequence[Tool | Callable[..., Any]] = ()
+    store: Any = None
+    limits: Limits | None = None
+    approve: Approve | None = None
+    project_instructions: bool | str | os.PathLike[str] = False
+    compaction: Compaction | None = None
+    pricing: Mapping[str, Pricing] | None = None
+    max_steps: int = 20
+    settings: Mapping[str, Any] | None = None
+    check_key: bool = True
+    name: str | None = None
+    tracer_provider: Any = None
+    meter_provider: Any = None
+    trace_content: bool = False
+    output_type: Any = None
+    output_retries: int = 1
 
 
 @attrs.frozen
@@ -70,24 +102,11 @@ class AgentConfig:
         return output_spec(output_type, self.output_retries)
 
     @classmethod
-    def build(
-        cls,
-        *,
-        instructions: str | None,
-        provider: Provider | None,
-        model: str | None,
-        tools: Sequence[Tool | Callable[..., Any]],
-        store: Any,
-        project_instructions: bool | str | os.PathLike[str],
-        pricing: Mapping[str, Pricing] | None,
-        max_steps: int,
-        settings: Mapping[str, Any] | None,
-        check_key: bool = True,
-        output_type: Any = None,
-        output_retries: int = 1,
-        **rest: Any,
-    ) -> AgentConfig:
+    def build(cls, options: AgentOptions) -> AgentConfig:
         """Check the arguments, resolve the provider, read AGENTS.md, make the tools."""
+        o = options
+        provider, model, store, pricing = o.provider, o.model, o.store, o.pricing
+        max_steps, output_type, output_retries = o.max_steps, o.output_type, o.output_retries
         if max_steps < 1:
             raise ValueError(f"max_steps must be at least 1, got {max_steps}")
         if isinstance(output_retries, bool) or not isinstance(output_retries, int):
@@ -97,11 +116,11 @@ class AgentConfig:
         output = output_spec(output_type, output_retries) if output_type is not None else None
         if provider is None:
             model = model or os.environ.get("LOUSHO_MODEL") or "demo"
-            provider = resolve_provider(model, pricing, check_key=check_key)
-        project = find_project_instructions(project_instructions)
-        parts = [p for p in (instructions, project) if p]
+            provider = resolve_provider(model, pricing, check_key=o.check_key)
+        project = find_project_instructions(o.project_instructions)
+        parts = [p for p in (o.instructions, project) if p]
         built: dict[str, Tool] = {}
-        for t in tools:
+        for t in o.tools:
             one = as_tool(t)
             if one.name in built:
                 raise ValueError(f"two tools are named {one.name!r}")
@@ -120,15 +139,21 @@ class AgentConfig:
             tools=built,
             store=stores,
             approvals=stores.approvals or MemoryApprovalStore(),
-            instructions=instructions,
+            instructions=o.instructions,
             model_name=getattr(provider, "model", None) or model,
+            limits=o.limits,
+            approve=o.approve,
+            compaction=o.compaction,
             pricing=pricing,
             max_steps=max_steps,
-            settings=dict(settings or {}),
+            settings=dict(o.settings or {}),
+            name=o.name,
+            tracer_provider=o.tracer_provider,
+            meter_provider=o.meter_provider,
+            trace_content=o.trace_content,
             opened_store=opened,
             output=output,
             output_retries=output_retries,
-            **rest,
         )
 
 

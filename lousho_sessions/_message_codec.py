@@ -26,7 +26,18 @@ from typing import Any
 
 import attrs
 
-from .messages import EMPTY, FrozenMapping, ImagePart, Message, TextPart, ToolCall, Usage, thaw
+from .messages import (
+    EMPTY,
+    FrozenMapping,
+    ImagePart,
+    Message,
+    Part,
+    ReasoningPart,
+    TextPart,
+    ToolCall,
+    Usage,
+    thaw,
+)
 
 __all__ = ["LoadCache", "message_dict", "message_from_canonical"]
 
@@ -62,6 +73,7 @@ _USAGE_KEYS = frozenset(
 _USAGE_ALWAYS = frozenset({"input_tokens", "output_tokens", "cost_usd"})
 _USAGE_COUNTS = ("cache_read_tokens", "cache_write_tokens", "reasoning_tokens")
 _TOOL_CALL_KEYS = frozenset({"id", "name", "arguments", "raw_arguments"})
+_REASONING_KEYS = frozenset({"text", "provider", "signature", "data", "id", "type"})
 
 
 def _plain(mapping: Mapping[str, Any]) -> dict[str, Any]:
@@ -88,6 +100,18 @@ def _part_dict(part: Any) -> dict[str, Any] | None:
                 "data": None if data is None else base64.b64encode(data).decode("ascii"),
                 "media_type": part.media_type,
                 "type": "image",
+            },
+            part.extra,
+        )
+    if kind is ReasoningPart:
+        return _with_extra(
+            {
+                "text": part.text,
+                "provider": part.provider,
+                "signature": part.signature,
+                "data": part.data,
+                "id": part.id,
+                "type": "reasoning",
             },
             part.extra,
         )
@@ -166,14 +190,31 @@ def _frozen(value: Any) -> FrozenMapping | None:
     return frozen
 
 
-def _part(data: Any) -> TextPart | None:
-    if type(data) is not dict or data.get("type") != "text" or len(data) != 2:
+def _part(data: Any) -> Part | None:
+    if type(data) is not dict:
+        return None
+    kind = data.get("type")
+    if kind == "reasoning":
+        return _reasoning(data)
+    if kind != "text" or len(data) != 2:
         return None
     text = data.get("text")
     return TextPart(text) if type(text) is str else None
 
 
-def _parts(items: list[Any]) -> tuple[TextPart, ...] | None:
+def _reasoning(data: dict[str, Any]) -> ReasoningPart | None:
+    if data.keys() != _REASONING_KEYS:
+        return None
+    text, provider = data["text"], data["provider"]
+    if type(text) is not str or type(provider) is not str:
+        return None
+    opaque = (data["signature"], data["data"], data["id"])
+    if any(value is not None and type(value) is not str for value in opaque):
+        return None
+    return ReasoningPart(text, provider, *opaque)
+
+
+def _parts(items: list[Any]) -> tuple[Part, ...] | None:
     content = []
     for item in items:
         part = _part(item)
@@ -289,7 +330,7 @@ def _message_reader() -> Callable[..., Message]:
 
     def read(
         role: str,
-        content: tuple[TextPart, ...],
+        content: tuple[Part, ...],
         calls: tuple[ToolCall, ...],
         call_id: str | None,
         is_error: bool,
@@ -319,7 +360,7 @@ _read_message = _message_reader()
 
 def message_from_canonical(data: Any, cache: LoadCache | None = None) -> Message | None:
     """The message ``serde.message_from_dict`` reads from ``data`` when ``data`` has exactly the
-    shape this release writes (no unknown fields, text parts only); else ``None``.
+    shape this release writes (no unknown fields, text and reasoning parts only); else ``None``.
 
     ``cache``, one for the messages of one load, shares equal usages and equal single-text
     contents among them."""
@@ -336,10 +377,11 @@ def message_from_canonical(data: Any, cache: LoadCache | None = None) -> Message
     raw_content, raw_calls = data["content"], data["tool_calls"]
     if metadata is None or type(raw_content) is not list or type(raw_calls) is not list:
         return None
-    content: tuple[TextPart, ...] | None
+    content: tuple[Part, ...] | None
+    content = None
     if cache is not None and len(raw_content) == 1:
         content = _single_text(raw_content[0], cache)
-    else:
+    if content is None:
         content = _parts(raw_content)
     if content is None:
         return None

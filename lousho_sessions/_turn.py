@@ -24,7 +24,7 @@ from typing import Any
 import attrs
 
 from ._effects import RERUN_NOTE, ledger, rerun_approval_id
-from ._inbox import Inbox
+from ._inbox import Inbox, take_queued
 from ._limits import limit_reached, tool_calls_left
 from ._tool_calls import MAX_MALFORMED_TOOL_CALLS, check_malformed, malformed_text, unique_call_ids
 from ._turn_config import ToolOutcome, TurnConfig
@@ -41,6 +41,7 @@ from .events import (
     ApprovalRequested,
     Event,
     InputApplied,
+    ReasoningDeltaEvent,
     RunStart,
     StepStart,
     TextDelta,
@@ -51,13 +52,13 @@ from .inputs import check_message
 from .messages import Message, ToolCall, Usage
 from .pricing import price_usage
 from .providers.base import (
+    ModelReasoningDelta,
     ModelRequest,
     ModelResponse,
     ModelTextDelta,
     ModelToolCallDelta,
 )
 from .results import ExecutionResult, FinishReason
-from .serde import message_from_dict
 from .tools import Tool, ToolContext, tool_error_text
 
 __all__ = [
@@ -204,6 +205,11 @@ class Turn:
                         self._emitted = True
                         if emit is not None:  # built only when someone listens
                             emit(TextDelta(state.run_id, event.text))
+                elif isinstance(event, ModelReasoningDelta):
+                    if event.text:
+                        self._emitted = True
+                        if emit is not None:
+                            emit(ReasoningDeltaEvent(state.run_id, event.text))
                 elif isinstance(event, ModelToolCallDelta):
                     self._emitted = True
                 elif isinstance(event, ModelResponse):
@@ -438,20 +444,9 @@ class Turn:
 
     def _apply_queued(self, *, final: bool) -> bool:
         """Move queued input into the turn; at the final answer, close the inbox if none waits."""
-        state, inbox = self.state, self.config.inbox
-        applied: list[str] = []
-        # input queued by an earlier attempt of this turn (kept in its checkpoint)
-        for item in state.queued:
-            state.new.extend(message_from_dict(m) for m in item["messages"])
-            applied.append(str(item["input_id"]))
-        state.queued.clear()
-        if inbox is not None and not (final and not applied and inbox.close_if_empty()):
-            for ticket in inbox.take():
-                state.new.extend(ticket.messages)
-                ticket.applied = True
-                applied.append(ticket.input_id)
+        applied = take_queued(self.state, self.config.inbox, final=final)
         for input_id in applied:
-            self._emit(InputApplied(state.run_id, input_id))
+            self._emit(InputApplied(self.state.run_id, input_id))
         if applied:
             self._checkpoint()
         return bool(applied)

@@ -15,7 +15,7 @@ from concurrent.futures import Future
 from typing import Any, overload
 
 from ._calls import Stop, Stoppable, linked, wait
-from ._config import AgentConfig
+from ._config import AgentConfig, AgentOptions
 from ._runner import TurnRunner
 from ._runtime import Runtime
 from ._single import AgentExecutor, SingleTurns
@@ -35,7 +35,14 @@ from .stores.base import CheckpointStore, validate_session_id
 from .stores.memory import MemorySessionStore
 from .tools import Tool
 
-__all__ = ["Agent", "AgentConfig", "AgentExecutor", "Approvals", "create_agent"]
+__all__ = [
+    "Agent",
+    "AgentConfig",
+    "AgentExecutor",
+    "AgentOptions",
+    "Approvals",
+    "create_agent",
+]
 
 
 def create_agent(
@@ -81,7 +88,7 @@ def create_agent(
     ``output_retries`` times, then ``OutputValidationError``. ``send``/``stream`` take
     an ``output_type`` of their own.
     """
-    return Agent(**locals())  # the same keywords, given once
+    return Agent(AgentOptions(**locals()))  # the keywords, written out once
 
 
 class Agent:
@@ -92,50 +99,11 @@ class Agent:
     ``with``) stops and joins them.
     """
 
-    def __init__(
-        self,
-        *,
-        instructions: str | None = None,
-        provider: Provider | None = None,
-        model: str | None = None,
-        tools: Sequence[Tool | Callable[..., Any]] = (),
-        store: Any = None,
-        limits: Limits | None = None,
-        approve: Callable[[ApprovalRequest], bool | None] | None = None,
-        project_instructions: bool | str | os.PathLike[str] = False,
-        compaction: Compaction | None = None,
-        pricing: Mapping[str, Pricing] | None = None,
-        max_steps: int = 20,
-        settings: Mapping[str, Any] | None = None,
-        check_key: bool = True,
-        name: str | None = None,
-        tracer_provider: Any = None,
-        meter_provider: Any = None,
-        trace_content: bool = False,
-        output_type: Any = None,
-        output_retries: int = 1,
-    ) -> None:
-        self.config = AgentConfig.build(
-            instructions=instructions,
-            provider=provider,
-            model=model,
-            tools=tools,
-            store=store,
-            project_instructions=project_instructions,
-            pricing=pricing,
-            max_steps=max_steps,
-            settings=settings,
-            check_key=check_key,
-            limits=limits,
-            approve=approve,
-            compaction=compaction,
-            name=name,
-            tracer_provider=tracer_provider,
-            meter_provider=meter_provider,
-            trace_content=trace_content,
-            output_type=output_type,
-            output_retries=output_retries,
-        )
+    def __init__(self, options: AgentOptions | None = None, /, **keywords: Any) -> None:
+        """``Agent(AgentOptions(...))`` or ``Agent(**keywords)``: ``create_agent``'s keywords."""
+        if options is not None and keywords:
+            raise TypeError("Agent() takes an AgentOptions or keywords, not both")
+        self.config = AgentConfig.build(options or AgentOptions(**keywords))
         self.runtime = Runtime()
         self.runner = TurnRunner(self.config, self.runtime)
         self.approvals = Approvals(

@@ -1,6 +1,7 @@
 """Compaction: replace older messages with one summary written by the agent's model.
 
-Tokens are estimated, not counted: ``ceil(characters / 4)`` per text part plus a
+Tokens are estimated, not counted: ``ceil(characters / 4)`` per text part (and per
+reasoning part, its visible text and opaque data) plus a
 fixed 4 per message and 256 per image, which is close to what OpenAI and
 Anthropic tokenizers give for English text. The threshold of
 ``Compaction(max_tokens=...)`` is compared with that estimate for the system
@@ -17,7 +18,7 @@ import attrs
 
 from .abort import AbortSignal
 from .events import CompactionDone, CompactionStart
-from .messages import ImagePart, Message, TextPart, Usage, thaw
+from .messages import ImagePart, Message, ReasoningPart, TextPart, Usage, thaw
 from .providers.base import ModelRequest, Provider, complete
 from .results import CompactionResult
 from .usage_totals import SUMMARY_KEY
@@ -66,6 +67,8 @@ def estimate_tokens(messages: Sequence[Message], system: str | None = None) -> i
                 total += -(-len(part.text) // 4)
             elif isinstance(part, ImagePart):
                 total += 256
+            elif isinstance(part, ReasoningPart):  # sent back to the family that made it
+                total += -(-(len(part.text) + len(part.data or "")) // 4)
         for call in m.tool_calls:
             total += -(-(len(call.name) + len(json.dumps(thaw(call.arguments)))) // 4)
     return total
@@ -73,7 +76,8 @@ def estimate_tokens(messages: Sequence[Message], system: str | None = None) -> i
 
 def split_point(messages: Sequence[Message], keep_last: int) -> int:
     """Index where the kept tail starts: at most ``keep_last`` messages are kept, and a
-    tool call is never separated from its results."""
+    tool call is never separated from its results, nor from the assistant message that
+    made it (whose reasoning parts its provider needs back with the results)."""
     index = max(0, len(messages) - keep_last)
     while 0 < index < len(messages) and messages[index].role == "tool":
         index -= 1  # keep the assistant message that made the calls with its results

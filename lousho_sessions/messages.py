@@ -24,6 +24,7 @@ __all__ = [
     "ImagePart",
     "Message",
     "Part",
+    "ReasoningPart",
     "Role",
     "TextPart",
     "ToolCall",
@@ -265,7 +266,31 @@ class ImagePart:
             )
 
 
-Part = Union[TextPart, ImagePart]
+@attrs.frozen(weakref_slot=False)
+class ReasoningPart:
+    """A model's reasoning, kept on the assistant message that holds it.
+
+    ``text`` is the visible reasoning (may be empty: redacted or encrypted reasoning
+    shows nothing). ``provider`` is the family of API that made it (``"anthropic"``,
+    ``"openai"``, ``"gemini"``, ...): it goes back only to that family, in the place it
+    came, and is left out of calls to any other. ``signature``, ``data`` (redacted or
+    encrypted content) and ``id`` are opaque values the provider needs back verbatim;
+    ``extra`` holds anything else it returned that must be echoed. ``Message.text``
+    leaves reasoning out; ``Message.reasoning`` joins its visible text.
+    """
+
+    text: str = ""
+    provider: str = ""
+    signature: str | None = None
+    data: str | None = None
+    id: str | None = None
+    type: Literal["reasoning"] = attrs.field(default="reasoning", init=False)
+    extra: Mapping[str, Any] = attrs.field(
+        default=EMPTY, converter=_frozen_mapping, repr=False, kw_only=True
+    )
+
+
+Part = Union[TextPart, ImagePart, ReasoningPart]
 
 
 @attrs.frozen(weakref_slot=False)
@@ -337,6 +362,9 @@ def _parts(value: str | Sequence[Part]) -> tuple[Part, ...]:
     return tuple(value)
 
 
+_PART_TYPES = (TextPart, ImagePart, ReasoningPart)
+
+
 def _part_tuple(value: str | Iterable[Part]) -> tuple[Part, ...]:
     """``Message(content=)``: a string is one ``TextPart``; anything else must be parts
     (a string taken as an iterable would store one "part" per character, which no
@@ -345,9 +373,10 @@ def _part_tuple(value: str | Iterable[Part]) -> tuple[Part, ...]:
         return (TextPart(value),)
     parts = tuple(value)
     for n, part in enumerate(parts):
-        if part.__class__ is not TextPart and not isinstance(part, (TextPart, ImagePart)):
+        if part.__class__ is not TextPart and not isinstance(part, _PART_TYPES):
             raise TypeError(
-                f"Message content[{n}]: expected TextPart or ImagePart, got {type(part).__name__}"
+                f"Message content[{n}]: expected TextPart, ImagePart or ReasoningPart, "
+                f"got {type(part).__name__}"
             )
     return parts
 
@@ -398,8 +427,13 @@ class Message:
 
     @property
     def text(self) -> str:
-        """The text parts joined together."""
+        """The text parts joined together (reasoning is not text: see :attr:`reasoning`)."""
         return "".join(p.text for p in self.content if isinstance(p, TextPart))
+
+    @property
+    def reasoning(self) -> str:
+        """The visible text of the reasoning parts, joined together (often empty)."""
+        return "".join(p.text for p in self.content if isinstance(p, ReasoningPart))
 
     @classmethod
     def user(cls, content: str | Sequence[Part], **kwargs: Any) -> Message:

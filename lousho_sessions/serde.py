@@ -31,6 +31,7 @@ from .messages import (
     ImagePart,
     Message,
     Part,
+    ReasoningPart,
     TextPart,
     ToolCall,
     Usage,
@@ -228,13 +229,13 @@ def _with_extra(
 
 
 # in this order: a class's hooks are built from those of the classes it holds
-_with_extra(TextPart)
-_with_extra(ImagePart)
+for _part in (TextPart, ImagePart, ReasoningPart):
+    _with_extra(_part)
 _with_extra(ToolCall, omit_none=("raw_arguments",))
 _with_extra(Usage, omit_zero=("cache_read_tokens", "cache_write_tokens", "reasoning_tokens"))
 _with_extra(Message)
 
-_PARTS: dict[str, type[Any]] = {"text": TextPart, "image": ImagePart}
+_PARTS: dict[str, type[Any]] = {"text": TextPart, "image": ImagePart, "reasoning": ReasoningPart}
 
 
 def _structure_part(data: Mapping[str, Any], _: Any) -> Part:
@@ -252,11 +253,9 @@ converter.register_unstructure_hook_func(
 )
 
 
-def _structure_parts(data: Iterable[Mapping[str, Any]], _: Any) -> tuple[Part, ...]:
-    return tuple(_structure_part(d, None) for d in data)
-
-
-converter.register_structure_hook_func(lambda t: t == tuple[Part, ...], _structure_parts)
+converter.register_structure_hook_func(
+    lambda t: t == tuple[Part, ...], lambda data, _: tuple(_structure_part(d, None) for d in data)
+)
 
 
 def message_to_dict(message: Message) -> dict[str, Any]:

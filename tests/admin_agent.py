@@ -18,6 +18,8 @@ from lousho_sessions import (
     FunctionProvider,
     Message,
     ModelRequest,
+    ReasoningPart,
+    TextPart,
     ToolCall,
     Usage,
     create_agent,
@@ -43,8 +45,11 @@ def model(request: ModelRequest) -> Message:
     last = request.messages[-1]
     if last.role == "user" and last.text.startswith("call "):
         name = last.text.split()[1]
-        call = ToolCall(f"c{len(request.messages)}", name, {})
-        return Message.assistant("", tool_calls=(call,), usage=USAGE)
+        # reasoning before the call, as a thinking model sends it: every store, checkpoint,
+        # migrate and export the admin tests run must keep it (and the call's place) exactly
+        thinking = ReasoningPart(f"{name} it is", "anthropic", signature=f"sig-{name}")
+        call = ToolCall(f"c{len(request.messages)}", name, {}, extra={"after_parts": 1})
+        return Message.assistant([thinking, TextPart("on it")], tool_calls=(call,), usage=USAGE)
     if last.role == "tool":
         return Message.assistant(f"done: {last.text}", usage=USAGE)
     return Message.assistant(f"echo: {last.text}", usage=USAGE)

@@ -176,7 +176,24 @@ def anthropic_reply(text: str) -> SSEReply:
     return SSEReply(events)
 
 
-REPLIES = {"openai": openai_reply, "anthropic": anthropic_reply}
+def gemini_reply(text: str) -> SSEReply:
+    """The Gemini API streaming ``text`` as a JSON answer (``responseMimeType``)."""
+    events = []
+    chunks = pieces(text)
+    for n, piece in enumerate(chunks):
+        candidate: dict[str, Any] = {
+            "content": {"parts": [{"text": piece}], "role": "model"},
+            "index": 0,
+        }
+        if n == len(chunks) - 1:
+            candidate["finishReason"] = "STOP"
+        usage = {"promptTokenCount": 20, "candidatesTokenCount": 10, "totalTokenCount": 30}
+        chunk = {"candidates": [candidate], "usageMetadata": usage, "modelVersion": "test-model"}
+        events.append(_sse(None, chunk))
+    return SSEReply(events)
+
+
+REPLIES = {"openai": openai_reply, "anthropic": anthropic_reply, "gemini": gemini_reply}
 
 
 def scripted(*texts: str, seen: list[ModelRequest] | None = None) -> FunctionProvider:

@@ -1,8 +1,8 @@
 """Typed output (``output_type``): every supported type on every wire, sync and aio,
 streamed and not; repair rounds; the final failure; what each wire is asked.
 
-The wires: a ``FunctionProvider`` (the model boundary), and the OpenAI and Anthropic
-providers against the loopback server (tests/provider_server.py), which answers with
+The wires: a ``FunctionProvider`` (the model boundary), and the OpenAI, Anthropic and
+Gemini providers against the loopback server (tests/provider_server.py), which answers with
 the events each vendor streams for a structured answer (tests/output_cases.py).
 """
 
@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from typing import Any, Literal
 
 import pytest
+from gemini_rules import check_request
 from output_cases import (
     BAD_BILL,
     BAD_PROBLEM,
@@ -43,8 +44,9 @@ from lousho_sessions import (
 )
 from lousho_sessions.aio import AsyncAgent
 from lousho_sessions.events import RunDone, StepStart, TextDelta
+from lousho_sessions.providers import GeminiProvider
 
-WIRE_NAMES = ["function", "openai", "anthropic"]
+WIRE_NAMES = ["function", "openai", "anthropic", "gemini"]
 MODES = ["sync-send", "sync-stream", "aio-send", "aio-stream"]
 
 
@@ -58,12 +60,23 @@ def agent_on(
         provider: Provider
         if wire == "function":
             provider = scripted(*texts, seen=seen)
+        elif wire == "gemini":  # not in provider_wires.WIRES: its own provider here
+            server.reply(*(REPLIES[wire](t) for t in texts))
+            stack.callback(_check_gemini_bodies, server)
+            provider = stack.enter_context(
+                GeminiProvider("test-model", api_key="AIza-test", base_url=server.url)
+            )
         else:
             server.reply(*(REPLIES[wire](t) for t in texts))
             provider = stack.enter_context(provider_factory(WIRES[wire], server))()
         agent = create_agent(provider=provider, **options)
         stack.callback(agent.close)
         yield agent, seen
+
+
+def _check_gemini_bodies(server: ProviderServer) -> None:
+    for recorded in server.requests:
+        check_request(recorded.body)  # against the google-genai types
 
 
 def turn(agent: Agent, mode: str, text: str, **options: Any) -> tuple[ExecutionResult, str]:
@@ -272,6 +285,9 @@ def test_a_bad_reply_gets_a_repair_round(wire: str, mode: str, server: ProviderS
     # the model saw the problem, with its path
     if wire == "function":
         assert BAD_PROBLEM in seen[1].messages[-1].text
+    elif wire == "gemini":
+        parts = server.requests[1].body["contents"][-1]["parts"]
+        assert any(BAD_PROBLEM in p.get("text", "") for p in parts)
     else:
         content = server.requests[1].body["messages"][-1]["content"]
         texts = [content] if isinstance(content, str) else [b["text"] for b in content]

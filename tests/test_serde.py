@@ -32,6 +32,7 @@ from lousho_sessions.messages import (
     FrozenMapping,
     ImagePart,
     Message,
+    ReasoningPart,
     TextPart,
     ToolCall,
     Usage,
@@ -68,6 +69,9 @@ IMAGE_PARTS = st.one_of(
     st.builds(ImagePart, url=TEXT, media_type=st.none() | TEXT, extra=UNKNOWN),
     st.builds(ImagePart, data=st.binary(max_size=64), media_type=st.none() | TEXT, extra=UNKNOWN),
 )
+OPAQUE = st.none() | st.text(max_size=40)
+FAMILIES = st.sampled_from(["anthropic", "openai", "gemini", ""]) | TEXT
+REASONING_PARTS = st.builds(ReasoningPart, TEXT, FAMILIES, OPAQUE, OPAQUE, OPAQUE, extra=UNKNOWN)
 TOOL_CALLS = st.builds(
     ToolCall, TEXT, TEXT, JSON_OBJECTS, raw_arguments=st.none() | TEXT, extra=UNKNOWN
 )
@@ -83,7 +87,7 @@ USAGE = st.builds(
 MESSAGES = st.builds(
     Message,
     role=st.sampled_from(["user", "assistant", "tool", "system"]),
-    content=st.lists(TEXT_PARTS | IMAGE_PARTS, max_size=3).map(tuple),
+    content=st.lists(TEXT_PARTS | IMAGE_PARTS | REASONING_PARTS, max_size=3).map(tuple),
     tool_calls=st.lists(TOOL_CALLS, max_size=2).map(tuple),
     tool_call_id=st.none() | TEXT,
     is_error=st.booleans(),
@@ -99,7 +103,11 @@ MESSAGES = st.builds(
 PLAIN_MESSAGES = st.builds(
     Message,
     role=st.sampled_from(["user", "assistant", "tool", "system"]),
-    content=st.lists(st.builds(TextPart, TEXT), max_size=3).map(tuple),
+    content=st.lists(
+        st.builds(TextPart, TEXT)
+        | st.builds(ReasoningPart, TEXT, FAMILIES, OPAQUE, OPAQUE, OPAQUE),
+        max_size=3,
+    ).map(tuple),
     tool_calls=st.lists(
         st.builds(ToolCall, TEXT, TEXT, JSON_OBJECTS, raw_arguments=st.none() | TEXT), max_size=2
     ).map(tuple),
@@ -461,7 +469,7 @@ def test_turn_state_round_trips_through_its_checkpoint(
 ) -> None:
     state.history = tuple(history)
     data = json.loads(json.dumps(turn_checkpoint(state)))
-    assert (data["format"], data["version"]) == ("lousho.turn", 2)
+    assert (data["format"], data["version"]) == ("lousho.turn", 3)
     assert "history" not in data  # the session store holds it
     again = turn_state_from_checkpoint(data, history, source="test")
     assert again == state
@@ -522,7 +530,7 @@ def test_malformed_checkpoints_name_the_source(data: Any) -> None:
         turn_state_from_checkpoint(data, (), source="checkpoint 'x.turn-0'")
 
 
-def test_golden_checkpoint_v1_is_written_back_as_v2_with_the_new_fields_defaulted() -> None:
+def test_golden_checkpoint_v1_is_written_back_as_v3_with_the_new_fields_defaulted() -> None:
     golden = json.loads((FIXTURES / "checkpoint-v1.json").read_text())
     state = turn_state_from_checkpoint(golden, (), source="golden")
     assert [m.id for m in state.new] == ["m-user", "m-asst"] and state.steps == 1
@@ -530,14 +538,31 @@ def test_golden_checkpoint_v1_is_written_back_as_v2_with_the_new_fields_defaulte
     assert (state.attempts, state.started, state.fence) == (0, [], None)
     again = turn_checkpoint(state)
     assert again.pop("updated_at") != golden.pop("updated_at")
-    assert again == {**golden, "version": 2, "attempts": 0, "started": [], "fence": None}
+    assert again == {**golden, "version": 3, "attempts": 0, "started": [], "fence": None}
 
 
-def test_golden_checkpoint_v2_is_written_back_exactly() -> None:
+def test_golden_checkpoint_v2_is_written_back_as_v3_unchanged_otherwise() -> None:
     """Version 2: ``attempts``, ``started`` (the effect ledger's intents), ``fence``."""
     golden = json.loads((FIXTURES / "checkpoint-v2.json").read_text())
     state = turn_state_from_checkpoint(golden, (), source="golden")
     assert (state.attempts, state.started, state.fence) == (2, ["call-1"], 1764633600000000000)
+    again = turn_checkpoint(state)
+    assert again.pop("updated_at") != golden.pop("updated_at")
+    assert again == {**golden, "version": 3}
+
+
+def test_golden_checkpoint_v3_keeps_reasoning_and_call_places_exactly() -> None:
+    """Version 3: reasoning parts (thinking, redacted thinking) and a call's ``after_parts``."""
+    golden = json.loads((FIXTURES / "checkpoint-v3.json").read_text())
+    state = turn_state_from_checkpoint(golden, (), source="golden")
+    assistant = state.new[1]
+    thinking, redacted, _, between = assistant.content
+    assert isinstance(thinking, ReasoningPart) and thinking.provider == "anthropic"
+    assert thinking.signature == "EqQBCgIYAhIM1gbcDa9GJwZA2b3hGgxBdjrkzLoky3dl1pkiMOYds"
+    assert isinstance(redacted, ReasoningPart) and redacted.data and not redacted.text
+    assert assistant.text == "Checking." and isinstance(between, ReasoningPart)
+    assert assistant.reasoning == thinking.text + between.text
+    assert assistant.tool_calls[0].extra == {"after_parts": 3}
     again = turn_checkpoint(state)
     assert again.pop("updated_at") != golden.pop("updated_at")
     assert again == golden

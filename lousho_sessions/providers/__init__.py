@@ -2,5 +2,7 @@
 
 from ._http import RetryPolicy
 from .caching import CachePolicy
+from .gemini import GeminiProvider
+from .openai_responses import OpenAIResponsesProvider
 
-__all__ = ["CachePolicy", "RetryPolicy"]
+__all__ = ["CachePolicy", "GeminiProvider", "OpenAIResponsesProvider", "RetryPolicy"]

@@ -23,6 +23,7 @@ from ..errors import ProviderError
 from ..messages import Message, ToolCall, Usage
 from ..pricing import Pricing, price_usage
 from ._http import HttpClient, RetryPolicy, Timeout
+from ._reasoning import ReplyBlocks
 from ._redact import Secret
 from ._sse import DEFAULT_MAX_EVENT_SIZE, ServerSentEvent
 from ._wire import api_key_from, env
@@ -63,12 +64,14 @@ class _Call:
 
 @attrs.define
 class Reply:
-    """What the stream told so far: text, tool calls by index, token counts, stop reason."""
+    """What the stream told so far: text, reasoning, tool calls by index, token counts, stop reason."""
 
     provider: str
     request_id: str | None
     text: list[str] = attrs.field(factory=list)
     calls: dict[int, _Call] = attrs.field(factory=dict)
+    #: the order of text, reasoning and calls (reasoning blocks are started through it)
+    blocks: ReplyBlocks = attrs.field(factory=ReplyBlocks)
     input_tokens: int = 0
     output_tokens: int = 0
     #: of ``input_tokens``, those read from and written to the provider's prompt cache
@@ -84,11 +87,14 @@ class Reply:
     done: bool = False
     #: the tool whose input is the structured answer (``HttpProvider.output_tool``)
     output_tool: str | None = None
+    #: a wire format's own record of the reply (Gemini: its parts and their signatures)
+    wire: Any = None
 
     def add_text(self, text: object) -> Iterator[ModelTextDelta]:
         """Keep ``text`` (when it is a non-empty string) and give its delta."""
         if isinstance(text, str) and text:
             self.text.append(text)
+            self.blocks.text(text)
             yield ModelTextDelta(text)
 
     def add_call(
@@ -99,6 +105,7 @@ class Reply:
         An id or name is kept once: servers that repeat them must not double them.
         """
         call = self.calls.setdefault(index, _Call())
+        self.blocks.call(index)
         if id and not call.id:
             call.id = id
         if name and not call.name:
@@ -284,7 +291,7 @@ class HttpProvider(ProviderBase):
                 retryable=False,
             )
         body = self.build_body(request)
-        with self._http.stream(self.PATH, body, signal) as stream:
+        with self._http.stream(self.path(), body, signal) as stream:
             reply = Reply(self.name, stream.request_id, output_tool=self.output_tool(request))
             yield from self._read(stream.events(), reply)
             if reply.done:
@@ -313,7 +320,13 @@ class HttpProvider(ProviderBase):
         usage = price_usage(
             counted, self.model, self.pricing, cache_write_1h_tokens=reply.cache_write_1h_tokens
         )
-        message = Message.assistant("".join(reply.text), tool_calls=calls, usage=usage)
+        if reply.blocks.has_reasoning:  # reasoning keeps its place among text and calls
+            parts, calls = reply.blocks.message_parts(
+                dict(zip(sorted(reply.calls), calls, strict=True))
+            )
+            message = Message.assistant(parts, tool_calls=calls, usage=usage)
+        else:
+            message = Message.assistant("".join(reply.text), tool_calls=calls, usage=usage)
         return ModelResponse(message=message, usage=usage, finish_reason=finish, model=reply.model)
 
     # --- what a wire format gives ---------------------------------------------------
@@ -329,6 +342,10 @@ class HttpProvider(ProviderBase):
     def _read(self, events: Iterator[ServerSentEvent], reply: Reply) -> Iterator[ModelEvent]:
         """Turn events into deltas while filling ``reply``; return once ``reply.done``."""
         raise NotImplementedError
+
+    def path(self) -> str:
+        """Where requests go, after ``base_url`` (``PATH``, unless the wire's depends on more)."""
+        return self.PATH
 
     def output_tool(self, request: ModelRequest) -> str | None:
         """The tool a wire forces for ``request.output_schema``, whose input is the answer

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ProviderError
-from ..messages import ImagePart, Message, TextPart
+from ..messages import Message, Part, ReasoningPart, TextPart, ToolCall
 from ._breakpoints import mark_breakpoints
 from ._http_provider import HttpOptions, HttpProvider, Reply
+from ._reasoning import ReasoningBlock, replay_blocks
 from ._redact import Secret
 from ._sse import ServerSentEvent
 from ._wire import image_base64, image_media_type, pick_settings, plain_json
@@ -24,6 +25,8 @@ DEFAULT_BASE_URL = "https://api.anthropic.com"
 API_VERSION = "2023-06-01"
 #: the tool forced for a structured answer (``output_type``); its input is the answer
 OUTPUT_TOOL = "final_output"
+#: The family of the reasoning parts this provider makes and sends back.
+FAMILY = "anthropic"
 
 #: ``ModelRequest.settings`` keys sent as request-body fields (``stop`` becomes ``stop_sequences``).
 SETTINGS = (
@@ -170,6 +173,7 @@ class AnthropicProvider(HttpProvider):
 
     def _read(self, events: Iterator[ServerSentEvent], reply: Reply) -> Iterator[ModelEvent]:
         blocks: dict[int, tuple[str, int]] = {}  # content block index -> (type, call index)
+        thinking: dict[int, ReasoningBlock] = {}  # content block index -> its reasoning
         for event in events:
             data = reply.json(event)
             kind = str(data.get("type") or event.event)
@@ -180,9 +184,18 @@ class AnthropicProvider(HttpProvider):
                 _usage(reply, message.get("usage") or {})
             elif kind == "content_block_start":
                 index = int(data.get("index", len(blocks)))
-                yield from _start(reply, blocks, index, data.get("content_block") or {})
+                block = data.get("content_block") or {}
+                if block.get("type") in ("thinking", "redacted_thinking"):
+                    blocks[index] = (str(block["type"]), -1)
+                    yield from _start_thinking(reply, thinking, index, block)
+                else:
+                    yield from _start(reply, blocks, index, block)
             elif kind == "content_block_delta":
-                yield from _delta(reply, blocks, int(data.get("index", 0)), data)
+                index = int(data.get("index", 0))
+                if index in thinking:
+                    yield from _thinking_delta(reply, thinking[index], data)
+                else:
+                    yield from _delta(reply, blocks, index, data)
             elif kind == "message_delta":
                 stop = (data.get("delta") or {}).get("stop_reason")
                 if stop == "tool_use" and not reply.calls and reply.output_tool:
@@ -245,6 +258,32 @@ def _start(
     yield reply.add_call(call_index, block.get("id"), block.get("name"), arguments)
 
 
+def _start_thinking(
+    reply: Reply, thinking: dict[int, ReasoningBlock], index: int, block: Mapping[str, Any]
+) -> Iterator[ModelEvent]:
+    """A ``thinking`` or ``redacted_thinking`` block starts: kept in its place, verbatim."""
+    data = block.get("data")
+    signature = block.get("signature")
+    part = thinking[index] = reply.blocks.reasoning(
+        FAMILY,
+        signature=signature if isinstance(signature, str) and signature else None,
+        data=data if block.get("type") == "redacted_thinking" and isinstance(data, str) else None,
+    )
+    yield from reply.blocks.add_reasoning_text(part, block.get("thinking"))
+
+
+def _thinking_delta(
+    reply: Reply, part: ReasoningBlock, data: Mapping[str, Any]
+) -> Iterator[ModelEvent]:
+    delta = data.get("delta") or {}
+    if delta.get("type") == "thinking_delta":
+        yield from reply.blocks.add_reasoning_text(part, delta.get("thinking"))
+    elif delta.get("type") == "signature_delta":
+        signature = delta.get("signature")
+        if isinstance(signature, str):
+            part.signature = (part.signature or "") + signature
+
+
 def _delta(
     reply: Reply, blocks: dict[int, tuple[str, int]], index: int, data: Mapping[str, Any]
 ) -> Iterator[ModelEvent]:
@@ -258,7 +297,7 @@ def _delta(
         fragment = delta.get("partial_json")
         if isinstance(fragment, str) and fragment:
             yield reply.add_call(call_index, arguments=fragment)
-    # thinking, signature and citation deltas are not part of the transcript
+    # citation deltas are not part of the transcript (thinking ones go to _thinking_delta)
 
 
 def _messages(
@@ -276,17 +315,7 @@ def _messages(
         if message.role == "system":
             continue  # sent as the top-level system text
         if message.role == "assistant":
-            content = _content(message.content)
-            for call in message.tool_calls:
-                content.append(
-                    {
-                        "type": "tool_use",
-                        "id": call.id,
-                        "name": call.name,
-                        "input": plain_json(call.arguments),
-                    }
-                )
-            role = "assistant"
+            content, role = _assistant_content(message), "assistant"
         elif message.role == "tool":
             result: dict[str, Any] = {
                 "type": "tool_result",
@@ -308,9 +337,38 @@ def _messages(
     return out, ends
 
 
-def _content(parts: tuple[TextPart | ImagePart, ...]) -> list[dict[str, Any]]:
+def _assistant_content(message: Message) -> list[dict[str, Any]]:
+    """An assistant turn's blocks in the order the model sent them: thinking (verbatim,
+    signature and all; only what an Anthropic model made), text and tool use."""
+    content: list[dict[str, Any]] = []
+    for block in replay_blocks(message, FAMILY):
+        if isinstance(block, ToolCall):
+            content.append(
+                {
+                    "type": "tool_use",
+                    "id": block.id,
+                    "name": block.name,
+                    "input": plain_json(block.arguments),
+                }
+            )
+        elif isinstance(block, ReasoningPart):
+            content.append(_thinking(block))
+        else:
+            content += _content((block,))
+    return content
+
+
+def _thinking(part: ReasoningPart) -> dict[str, Any]:
+    if part.data is not None:
+        return {"type": "redacted_thinking", "data": part.data}
+    return {"type": "thinking", "thinking": part.text, "signature": part.signature or ""}
+
+
+def _content(parts: Iterable[Part]) -> list[dict[str, Any]]:
     blocks: list[dict[str, Any]] = []
     for part in parts:
+        if isinstance(part, ReasoningPart):
+            continue  # only assistant turns carry reasoning back
         if isinstance(part, TextPart):
             if part.text:  # the API rejects empty text blocks
                 blocks.append({"type": "text", "text": part.text})

@@ -1,7 +1,7 @@
 """The ``Provider`` Protocol and what flows through it.
 
-A provider turns a ``ModelRequest`` into an iterator of ``ModelEvent``: text
-deltas and tool-call deltas as they arrive, then exactly one ``ModelResponse``
+A provider turns a ``ModelRequest`` into an iterator of ``ModelEvent``: text,
+reasoning and tool-call deltas as they arrive, then exactly one ``ModelResponse``
 (the assistant message, its usage and why the model stopped). A non-streamed
 call simply drains the iterator (:func:`complete`).
 """
@@ -19,6 +19,7 @@ from ..messages import Message, Usage
 
 __all__ = [
     "ModelEvent",
+    "ModelReasoningDelta",
     "ModelRequest",
     "ModelResponse",
     "ModelTextDelta",
@@ -92,6 +93,18 @@ class ModelTextDelta:
 
 
 @attrs.frozen
+class ModelReasoningDelta:
+    """A piece of the model's visible reasoning (the turn streams it as ``reasoning.delta``).
+
+    The reasoning itself reaches the transcript as ``ReasoningPart`` s of the
+    ``ModelResponse`` message; these deltas only show it as it arrives.
+    """
+
+    text: str
+    type: Literal["reasoning.delta"] = "reasoning.delta"
+
+
+@attrs.frozen
 class ModelToolCallDelta:
     """A piece of a tool call: ``index`` orders calls; ``arguments`` is a JSON text fragment."""
 
@@ -114,7 +127,7 @@ class ModelResponse:
     model: str | None = None
 
 
-ModelEvent = Union[ModelTextDelta, ModelToolCallDelta, ModelResponse]
+ModelEvent = Union[ModelTextDelta, ModelReasoningDelta, ModelToolCallDelta, ModelResponse]
 
 
 @runtime_checkable

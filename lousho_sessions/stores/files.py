@@ -89,6 +89,7 @@ log = logging.getLogger("lousho_sessions.stores.files")
 #: version, adds a line here, a migration in ``_parse_session`` and a golden fixture.
 SESSION_FILE_VERSIONS: Mapping[int, str] = {
     1: "first version: messages as serde dicts, a random revision token per write",
+    2: "messages may hold reasoning parts and tool calls their place (after_parts); v1 reads as is",
 }
 SESSION_FILE_VERSION = max(SESSION_FILE_VERSIONS)
 _FORMAT = "lousho.session"
