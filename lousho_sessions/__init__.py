@@ -11,6 +11,7 @@ from .approvals import ApprovalRequest, Approvals
 from .compaction import Compaction
 from .errors import (
     ApprovalAlreadyResolvedError,
+    ApprovalDecisionError,
     ApprovalNotFoundError,
     CommitUnknownError,
     InvalidSessionIdError,
@@ -85,6 +86,7 @@ __all__ = [
     "AgentStore",
     "AnthropicProvider",
     "ApprovalAlreadyResolvedError",
+    "ApprovalDecisionError",
     "ApprovalNotFoundError",
     "ApprovalRequest",
     "ApprovalStore",

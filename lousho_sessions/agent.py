@@ -107,7 +107,11 @@ class Agent:
         self.runtime = Runtime()
         self.runner = TurnRunner(self.config, self.runtime)
         self.approvals = Approvals(
-            self.config.approvals, self._resume_turn, self._resume_stream, self.config.output_for
+            self.config.approvals,
+            self._resume_turn,
+            self._resume_stream,
+            self.config.output_for,
+            tools=self.config.tools,
         )
         self._singles = SingleTurns(self.runner)
         self._sessions: weakref.WeakValueDictionary[str, Session] = weakref.WeakValueDictionary()
@@ -163,6 +167,11 @@ class Agent:
         )
         self._sessions[session_id] = session
         return session
+
+    def fork(self, session_id: str, new_id: str, at: int | str | None = None) -> Session:
+        """``session(session_id).fork(new_id, at)``: a new session holding the messages of
+        ``session_id`` before ``at`` (``None``: all); see ``Session.fork``."""
+        return self._session_for(validate_session_id(session_id)).fork(new_id, at)
 
     def _session_for(self, session_id: str) -> Session:
         live = self._sessions.get(session_id)

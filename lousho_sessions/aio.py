@@ -16,13 +16,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from concurrent.futures import Future
 from types import TracebackType
 from typing import Any, Generic, ParamSpec, TypeVar, overload
 
 from . import _worker
 from ._calls import Stoppable
+from ._session_history import again, point_of
 from .abort import AbortSignal
 from .agent import Agent
 from .agent import create_agent as _create_agent
@@ -33,6 +34,7 @@ from .messages import Message, Usage
 from .results import CompactionResult, ExecutionResult, OutputT, PendingTurn
 from .run import AgentRun
 from .session import Session
+from .stores._summaries import SessionInfo
 
 __all__ = ["AsyncAgent", "AsyncAgentRun", "AsyncApprovals", "AsyncSession", "create_agent"]
 
@@ -270,6 +272,38 @@ class AsyncSession:
     async def pending(self) -> PendingTurn | None:
         return await _wait(self.sync._pending_future())
 
+    async def rewind(self, to: int | str) -> list[Message]:
+        """``Session.rewind``: keep the messages before ``to``; the removed ones."""
+        return await _wait(self.sync._rewind_future(lambda m: point_of(self.id, m, to)))
+
+    async def regenerate(self, **options: Any) -> ExecutionResult:
+        """``Session.regenerate``: rewind to the last user message and send it again."""
+        removed = await _wait(self.sync._rewind_future(self.sync._last_user))
+        return await self.send(again(removed[0]), **options)
+
+    async def regenerate_stream(self, **options: Any) -> AsyncAgentRun:
+        """``Session.regenerate_stream``: await the rewind, then ``async for`` the new turn."""
+        removed = await _wait(self.sync._rewind_future(self.sync._last_user))
+        return self.stream(again(removed[0]), **options)
+
+    async def edit(self, message_id: str, input: Input, **options: Any) -> ExecutionResult:
+        """``Session.edit``: rewind to the user message ``message_id`` and send ``input``."""
+        await _wait(self.sync._rewind_future(self.sync._user_message(message_id)))
+        return await self.send(input, **options)
+
+    async def edit_stream(self, message_id: str, input: Input, **options: Any) -> AsyncAgentRun:
+        """``Session.edit_stream``: await the rewind, then ``async for`` the new turn."""
+        await _wait(self.sync._rewind_future(self.sync._user_message(message_id)))
+        return self.stream(input, **options)
+
+    async def fork(self, new_id: str, at: int | str | None = None) -> AsyncSession:
+        """``Session.fork``: the new session, for asyncio."""
+        return AsyncSession(await _wait(self.sync._fork_future(new_id, at)))
+
+    async def info(self) -> SessionInfo | None:
+        """``Session.info``: length, last write, and a fork's parent and fork point."""
+        return await asyncio.to_thread(self.sync.info)
+
     async def discard_pending(self) -> None:
         await _wait(self.sync._discard_pending_future())
 
@@ -302,6 +336,7 @@ class AsyncApprovals:
         *,
         approved: bool,
         reason: str | None = None,
+        arguments: Mapping[str, Any] | None = None,
         context: Any = None,
         output_type: Any = None,
     ) -> ExecutionResult | None:
@@ -309,7 +344,8 @@ class AsyncApprovals:
 
         Cancelling the awaiting task aborts the continued turn (the decision stays recorded).
         """
-        return await _drive(self.sync._resolve_steps(id, approved, reason, context, output_type))
+        steps = self.sync._resolve_steps(id, approved, reason, context, output_type, arguments)
+        return await _drive(steps)
 
     async def resolve_stream(
         self,
@@ -317,6 +353,7 @@ class AsyncApprovals:
         *,
         approved: bool,
         reason: str | None = None,
+        arguments: Mapping[str, Any] | None = None,
         context: Any = None,
         output_type: Any = None,
     ) -> AsyncAgentRun:
@@ -325,9 +362,7 @@ class AsyncApprovals:
         ``ApprovalAlreadyResolvedError`` is raised by the ``await``, before any run exists.
         """
         self.sync._check_output(output_type)
-        record = await asyncio.to_thread(
-            self.sync._store.resolve, id, approved=approved, reason=reason
-        )
+        record = await asyncio.to_thread(self.sync._decide, id, approved, reason, arguments)
         return AsyncAgentRun(self.sync._continue_stream(record, context, output_type))
 
     async def get(self, id: str) -> ApprovalRequest:
@@ -349,6 +384,11 @@ class AsyncAgent:
     def session(self, id: str | None = None, **options: Any) -> AsyncSession:
         """``Agent.session(id, **options)``, wrapped; makes no store call, so nothing to await."""
         return AsyncSession(self.sync.session(id, **options))
+
+    async def fork(self, session_id: str, new_id: str, at: int | str | None = None) -> AsyncSession:
+        """``Agent.fork``: the new session, for asyncio."""
+        source = self.sync._session_for(session_id)
+        return AsyncSession(await _wait(source._fork_future(new_id, at)))
 
     @overload
     async def send(self, input: Input, *, signal: AbortSignal | None = None,

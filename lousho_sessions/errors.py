@@ -20,7 +20,8 @@
     ├── ProviderError                     .status .retryable .request_id .retry_after
     │   └── ProviderConfigError (ValueError)
     ├── ApprovalNotFoundError (LookupError)
-    └── ApprovalAlreadyResolvedError
+    ├── ApprovalAlreadyResolvedError
+    └── ApprovalDecisionError (ValueError)  a decision that cannot be made as asked
 
 Foreign errors are wrapped where they cross into the SDK, with ``raise … from exc``.
 """
@@ -31,11 +32,14 @@ from typing import Any
 
 __all__ = [
     "ApprovalAlreadyResolvedError",
+    "ApprovalCancelledError",
+    "ApprovalDecisionError",
     "ApprovalNotFoundError",
     "CommitUnknownError",
     "InvalidSessionIdError",
     "LeaseLostError",
     "LoushoError",
+    "MessageNotFoundError",
     "OutputValidationError",
     "PropagatingToolError",
     "ProviderConfigError",
@@ -43,6 +47,7 @@ __all__ = [
     "SchemaVersionError",
     "SessionAwaitingApprovalError",
     "SessionBusyError",
+    "SessionExistsError",
     "StoreClosedError",
     "StoreConflictError",
     "StoreCorruptError",
@@ -108,6 +113,19 @@ class StoreConflictError(StoreError):
     """An append expected a transcript length the store no longer has."""
 
     code = "LOUSHO_STORE_CONFLICT"
+
+
+class SessionExistsError(StoreConflictError):
+    """A session was to be created (``fork``) under an id that is already stored."""
+
+    code = "LOUSHO_SESSION_EXISTS"
+
+
+class MessageNotFoundError(LoushoError, LookupError, ValueError):
+    """``rewind``/``edit``/``fork`` named a message id the transcript does not hold, or an
+    index beyond its end."""
+
+    code = "LOUSHO_MESSAGE_NOT_FOUND"
 
 
 class LeaseLostError(StoreError):
@@ -216,6 +234,21 @@ class ApprovalAlreadyResolvedError(LoushoError):
     """The approval was resolved before (here or in another process)."""
 
     code = "LOUSHO_APPROVAL_ALREADY_RESOLVED"
+
+
+class ApprovalCancelledError(ApprovalAlreadyResolvedError):
+    """The approval's turn was dropped before it was resolved (the session was rewound, or
+    its pending turn discarded): its status is ``"cancelled"`` and it can no longer be resolved."""
+
+    code = "LOUSHO_APPROVAL_CANCELLED"
+
+
+class ApprovalDecisionError(LoushoError, ValueError):
+    """A decision that cannot be made as asked (nothing was recorded): ``arguments`` with a
+    denial, edited arguments for a call this agent has no tool for, or for an approval to
+    run again a call that may have run."""
+
+    code = "LOUSHO_APPROVAL_DECISION"
 
 
 class OutputValidationError(LoushoError, ValueError):

@@ -23,6 +23,7 @@ from ._durable import SessionTurns, TurnJob
 from ._inbox import Ticket
 from ._output import OutputSpec
 from ._runner import TurnRunner, settle
+from ._session_history import HistoryMixin
 from ._transcript import Transcript
 from ._worker import Job, inside
 from .abort import AbortController, AbortSignal
@@ -50,7 +51,7 @@ TurnPolicy = Literal["wait", "queue", "steer"]
 _POLICIES = ("wait", "queue", "steer")
 
 
-class Session:
+class Session(HistoryMixin):
     """A conversation: ``send()``/``stream()`` turns that see the whole transcript.
 
     Create one with ``agent.session(...)``. See the docs for the guarantees:

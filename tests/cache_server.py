@@ -33,6 +33,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from wire_types import request_problem
+
 __all__ = ["LOOKBACK", "CacheServer", "Served", "tokens"]
 
 #: how many blocks before a mark Anthropic looks for a cached prefix
@@ -106,6 +108,10 @@ class _Handler(BaseHTTPRequestHandler):
         received = time.perf_counter()
         owner = self.server.owner
         body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
+        problem = request_problem(self.path, body)
+        if problem is not None:  # the vendor's published request type refuses it
+            with owner._lock:
+                owner.wire_problems.append(f"POST {self.path}: {problem}")
         wire = "anthropic" if self.path.endswith("/messages") else "openai"
         served = owner._serve(wire, body, received)
         events = list(owner._events(wire, body, served.usage))
@@ -170,6 +176,9 @@ class CacheServer:
     min_tokens: int = 1024  #: Anthropic's smallest cacheable prefix (Sonnet, Opus 4/4.1)
     reply: Reply | None = None
     served: list[Served] = field(default_factory=list)
+    #: bodies their vendor's published request type refuses (tests/wire_types.py): leaving
+    #: the server fails the test that sent them
+    wire_problems: list[str] = field(default_factory=list)
     url: str = ""
     _anthropic: dict[str, float] = field(default_factory=dict)  # prefix hash -> expiry
     _openai: dict[str, float] = field(default_factory=dict)
@@ -186,11 +195,13 @@ class CacheServer:
         self._thread.start()
         return self
 
-    def __exit__(self, *exc_info: object) -> None:
+    def __exit__(self, kind: type[BaseException] | None, *exc_info: object) -> None:
         assert self._http is not None and self._thread is not None
         self._http.shutdown()
         self._http.server_close()
         self._thread.join(10)
+        if kind is None:
+            assert not self.wire_problems, "\n".join(self.wire_problems)
 
     def clear(self) -> None:
         """Forget the cache and what was served."""

@@ -1,11 +1,12 @@
 """Typed output test material: one case per supported type, and replies on each wire.
 
 ``CASES`` pairs an ``output_type`` with the JSON a model answers and the value
-``result.output`` must then hold. ``openai_reply``/``anthropic_reply`` build the
-server-sent events each vendor streams for a structured answer (Chat Completions:
-the JSON as ``content`` deltas; Messages API: the input of the forced
-``final_output`` tool as ``input_json_delta`` fragments), cut into pieces so a
-streamed turn sees several deltas.
+``result.output`` must then hold. ``openai_reply``/``responses_reply``/
+``anthropic_reply``/``gemini_reply`` build the server-sent events each vendor streams
+for a structured answer (Chat Completions: the JSON as ``content`` deltas; the
+Responses API: a message item's ``output_text`` deltas; Messages API: the input of the
+forced ``final_output`` tool as ``input_json_delta`` fragments; Gemini: text parts),
+cut into pieces so a streamed turn sees several deltas.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any, Literal, TypedDict
 
 import attrs
 from provider_server import SSEReply
+from responses_server import stream_events
 
 from lousho_sessions import FunctionProvider, Message, ModelRequest
 
@@ -193,7 +195,25 @@ def gemini_reply(text: str) -> SSEReply:
     return SSEReply(events)
 
 
-REPLIES = {"openai": openai_reply, "anthropic": anthropic_reply, "gemini": gemini_reply}
+def responses_reply(text: str) -> SSEReply:
+    """The Responses API streaming ``text`` as one assistant message's ``output_text``."""
+    item = {
+        "id": "msg_1",
+        "type": "message",
+        "status": "completed",
+        "role": "assistant",
+        "content": [{"type": "output_text", "text": text, "annotations": []}],
+    }
+    events = stream_events("resp_1", "test-model", [item], {"input": 20, "output": 10})
+    return SSEReply([f"event: {e['type']}\ndata: {json.dumps(e)}\n\n".encode() for e in events])
+
+
+REPLIES = {
+    "openai": openai_reply,
+    "responses": responses_reply,
+    "anthropic": anthropic_reply,
+    "gemini": gemini_reply,
+}
 
 
 def scripted(*texts: str, seen: list[ModelRequest] | None = None) -> FunctionProvider:

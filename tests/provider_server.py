@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import pytest
-from wire_types import anthropic_request_problem
+from wire_types import request_problem
 
 FIXTURES = Path(__file__).parent / "fixtures" / "providers"
 
@@ -148,10 +148,10 @@ class _Handler(BaseHTTPRequestHandler):
             "POST", self.path, headers, body, time.monotonic(), self.client_address[1]
         )
         number = owner._record(recorded)
+        refusal = owner._conformance(self.path, body)
         if owner.route:
-            reply = owner.route(recorded)
+            reply = owner.route(recorded)  # a route checks and answers in the API's words
         else:
-            refusal = owner._conformance(self.path, body)
             if refusal is None and owner.rules is not None:
                 refusal = owner.rules.check(owner.requests[number - 1])
             reply = refusal or owner.next_reply()
@@ -281,8 +281,9 @@ class ProviderServer:
 
     def __init__(self, rules: Rules | None = None) -> None:
         self.rules = rules
-        #: request bodies that do not match the vendor's published request type: each is
-        #: answered 400, and leaving the server (``with``) fails the test that sent it
+        #: request bodies that do not match the vendor's published request type (every
+        #: wire): each is answered 400 (by ``route`` when set), and leaving the server
+        #: (``with``) fails the test that sent it
         self.wire_problems: list[str] = []
         self.requests: list[Recorded] = []
         self.release = threading.Event()  # set: stalled replies may finish
@@ -321,15 +322,25 @@ class ProviderServer:
         )
 
     def _conformance(self, path: str, body: Any) -> Reply | None:
-        """A 400 for an Anthropic request body that its SDK's types refuse, else ``None``."""
-        if not path.endswith("/v1/messages"):
-            return None
-        problem = anthropic_request_problem(body)
+        """A 400 for a request body that its vendor's published types refuse, else ``None``.
+
+        Every wire is checked (tests/wire_types.py); the problem is kept in
+        ``wire_problems``, which fails the test when the server is left.
+        """
+        problem = request_problem(path, body)
         if problem is None:
             return None
         with self._lock:
             self.wire_problems.append(f"POST {path}: {problem}")
-        error = {"type": "error", "error": {"type": "invalid_request_error", "message": problem}}
+        if "/v1/messages" in path:
+            error = {
+                "type": "error",
+                "error": {"type": "invalid_request_error", "message": problem},
+            }
+        elif ":" in path.rsplit("/", 1)[-1]:  # Gemini's models/{model}:method
+            error = {"error": {"code": 400, "message": problem, "status": "INVALID_ARGUMENT"}}
+        else:
+            error = {"error": {"message": problem, "type": "invalid_request_error"}}
         return JSONReply(400, json.dumps(error))
 
     def _record(self, recorded: Recorded) -> int:

@@ -1,9 +1,11 @@
 """Typed output (``output_type``): every supported type on every wire, sync and aio,
 streamed and not; repair rounds; the final failure; what each wire is asked.
 
-The wires: a ``FunctionProvider`` (the model boundary), and the OpenAI, Anthropic and
-Gemini providers against the loopback server (tests/provider_server.py), which answers with
-the events each vendor streams for a structured answer (tests/output_cases.py).
+The wires: a ``FunctionProvider`` (the model boundary), and the OpenAI (Chat Completions
+and Responses), Anthropic and Gemini providers against the loopback server
+(tests/provider_server.py, which checks every body against the vendor's published
+request type), answering with the events each vendor streams for a structured answer
+(tests/output_cases.py).
 """
 
 from __future__ import annotations
@@ -15,7 +17,6 @@ from collections.abc import Iterator
 from typing import Any, Literal
 
 import pytest
-from gemini_rules import check_request
 from output_cases import (
     BAD_BILL,
     BAD_PROBLEM,
@@ -44,9 +45,8 @@ from lousho_sessions import (
 )
 from lousho_sessions.aio import AsyncAgent
 from lousho_sessions.events import RunDone, StepStart, TextDelta
-from lousho_sessions.providers import GeminiProvider
 
-WIRE_NAMES = ["function", "openai", "anthropic", "gemini"]
+WIRE_NAMES = ["function", "openai", "responses", "anthropic", "gemini"]
 MODES = ["sync-send", "sync-stream", "aio-send", "aio-stream"]
 
 
@@ -60,23 +60,12 @@ def agent_on(
         provider: Provider
         if wire == "function":
             provider = scripted(*texts, seen=seen)
-        elif wire == "gemini":  # not in provider_wires.WIRES: its own provider here
-            server.reply(*(REPLIES[wire](t) for t in texts))
-            stack.callback(_check_gemini_bodies, server)
-            provider = stack.enter_context(
-                GeminiProvider("test-model", api_key="AIza-test", base_url=server.url)
-            )
         else:
             server.reply(*(REPLIES[wire](t) for t in texts))
             provider = stack.enter_context(provider_factory(WIRES[wire], server))()
         agent = create_agent(provider=provider, **options)
         stack.callback(agent.close)
         yield agent, seen
-
-
-def _check_gemini_bodies(server: ProviderServer) -> None:
-    for recorded in server.requests:
-        check_request(recorded.body)  # against the google-genai types
 
 
 def turn(agent: Agent, mode: str, text: str, **options: Any) -> tuple[ExecutionResult, str]:
@@ -165,6 +154,48 @@ def test_openai_is_asked_for_strict_json_schema(server: ProviderServer) -> None:
     assert item["properties"]["qty"] == {"anyOf": [{"type": "integer"}, {"type": "null"}]}
     assert "default" not in json.dumps(spec["schema"])
     assert spec["schema"]["required"] == ["items", "total", "paid"]
+
+
+def test_the_responses_api_is_asked_for_strict_json_schema_in_text_format(
+    server: ProviderServer,
+) -> None:
+    with agent_on("responses", server, json.dumps(GOOD_BILL)) as (agent, _):
+        agent.session().send("bill", output_type=Bill)
+    fmt = server.requests[0].body["text"]["format"]
+    assert (fmt["type"], fmt["name"], fmt["strict"]) == ("json_schema", "Bill", True)
+    item = fmt["schema"]["properties"]["items"]["items"]
+    # the same strict rewrite as Chat Completions: all required, optional ones nullable
+    assert item["required"] == ["name", "price", "note", "qty"]
+    assert item["additionalProperties"] is False
+    assert item["properties"]["qty"] == {"anyOf": [{"type": "integer"}, {"type": "null"}]}
+    assert "default" not in json.dumps(fmt["schema"])
+
+
+def test_the_responses_api_keeps_a_schema_strict_mode_cannot_take_and_records_docstrings(
+    server: ProviderServer,
+) -> None:
+    with agent_on("responses", server, '{"value": {"a": 1}}', '{"name": "a", "price": 1}') as (
+        agent,
+        _,
+    ):
+        assert agent.session("a").send("map", output_type=dict[str, int]).output == {"a": 1}
+        assert agent.session("b").send("item", output_type=Item).output == Item("a", 1.0)
+    loose, described = (r.body["text"]["format"] for r in server.requests)
+    assert loose["strict"] is False
+    assert loose["schema"]["properties"]["value"]["additionalProperties"] == {"type": "integer"}
+    assert described["description"] == "A line of a bill." and described["strict"] is True
+
+
+def test_a_text_format_in_responses_settings_wins_and_other_text_options_stay(
+    server: ProviderServer,
+) -> None:
+    mine = {"type": "json_object"}
+    for text in ({"format": mine}, {"verbosity": "low"}):
+        with agent_on("responses", server, '{"value": 1}', settings={"text": text}) as (agent, _):
+            assert agent.session().send("n", output_type=int).output == 1
+    first, second = (r.body["text"] for r in server.requests)
+    assert first == {"format": mine}
+    assert second["verbosity"] == "low" and second["format"]["type"] == "json_schema"
 
 
 def test_openai_gets_a_schema_strict_mode_cannot_take_as_not_strict(
@@ -289,7 +320,8 @@ def test_a_bad_reply_gets_a_repair_round(wire: str, mode: str, server: ProviderS
         parts = server.requests[1].body["contents"][-1]["parts"]
         assert any(BAD_PROBLEM in p.get("text", "") for p in parts)
     else:
-        content = server.requests[1].body["messages"][-1]["content"]
+        body = server.requests[1].body
+        content = body["input" if wire == "responses" else "messages"][-1]["content"]
         texts = [content] if isinstance(content, str) else [b["text"] for b in content]
         assert any(BAD_PROBLEM in t for t in texts)
 

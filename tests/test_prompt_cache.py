@@ -18,6 +18,7 @@ from lousho_sessions.providers._breakpoints import MAX_BREAKPOINTS
 from lousho_sessions.providers.anthropic import AnthropicProvider
 from lousho_sessions.providers.base import ModelRequest, ToolSpec
 from lousho_sessions.providers.openai import OpenAIProvider
+from lousho_sessions.providers.openai_responses import OpenAIResponsesProvider
 
 WEATHER = ToolSpec("get_weather", "Weather for a city.")
 CLOCK = ToolSpec("get_time", "The time in a zone.")
@@ -136,14 +137,14 @@ def test_caching_changes_nothing_the_model_sees(
     cache: bool | CachePolicy,
 ) -> None:
     req = ModelRequest(system, messages, tools=tools, session_id="s-1")
-    for kind in (AnthropicProvider, OpenAIProvider):
+    for kind in (AnthropicProvider, OpenAIProvider, OpenAIResponsesProvider):
         on = kind("m", api_key=KEY, base_url="http://127.0.0.1:9", cache=cache).build_body(req)
         off = kind("m", api_key=KEY, base_url="http://127.0.0.1:9", cache=False).build_body(req)
         assert _strip(copy.deepcopy(on)) == off  # only cache fields differ
         assert len(_marks(on)) <= MAX_BREAKPOINTS
         assert _marks(off) == []
         assert all(m.get("type") not in ("thinking", "redacted_thinking") for m in _marks(on))
-        if kind is OpenAIProvider:
+        if kind is not AnthropicProvider:
             assert on["prompt_cache_key"] == "s-1" and "prompt_cache_key" not in off
 
 
@@ -169,6 +170,41 @@ def test_openai_sends_the_session_id_as_its_prompt_cache_key(server: ProviderSer
         "24h",
     )
     assert "prompt_cache_key" not in plain and "prompt_cache_retention" not in plain
+
+
+def test_the_responses_api_sends_the_session_id_as_its_prompt_cache_key(
+    server: ProviderServer,
+) -> None:
+    for _ in range(5):
+        server.reply(SSEReply(sse_events("responses", "text")))
+    url = server.url + "/v1"
+
+    def make(**options: Any) -> OpenAIResponsesProvider:
+        return OpenAIResponsesProvider("gpt-x", api_key=KEY, base_url=url, retry=FAST, **options)
+
+    with make() as provider:
+        agent = create_agent(provider=provider, store=memory_store())
+        agent.session("customer-42").send("hi")
+        agent.close()
+    with make(cache=CachePolicy(key="tenant-7", retention="24h")) as keyed:
+        run(keyed, request())
+    with make() as no_session:
+        run(no_session, request())  # a request outside a session: no key to send
+    with make(cache=False) as off:
+        run(off, ModelRequest("sys", (Message.user("hi"),), session_id="s-9"))
+    with make() as given:  # a key given per call wins over the session id
+        hi = (Message.user("hi"),)
+        run(given, ModelRequest(None, hi, settings={"prompt_cache_key": "mine"}, session_id="s-9"))
+    session, keyed_body, plain, uncached, mine = (r.body for r in server.requests)
+    assert all(r.path == "/v1/responses" for r in server.requests)
+    assert session["prompt_cache_key"] == "customer-42"
+    assert (keyed_body["prompt_cache_key"], keyed_body["prompt_cache_retention"]) == (
+        "tenant-7",
+        "24h",
+    )
+    for body in (plain, uncached):
+        assert "prompt_cache_key" not in body and "prompt_cache_retention" not in body
+    assert mine["prompt_cache_key"] == "mine"
 
 
 @tool

@@ -7,33 +7,15 @@ whose ``__cause__`` is the encoding error).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 from provider_server import DripReply, ProviderServer, SSEReply, StallReply
-from provider_wires import WIRES, HttpProvider, Wire, fail, provider_factory, request, run
+from provider_wires import HttpProvider, Wire, fail, request, run
 
 from lousho_sessions.errors import ProviderConfigError
 from lousho_sessions.messages import Message
 from lousho_sessions.providers.base import ModelRequest
-
-
-@pytest.fixture
-def server() -> Iterator[ProviderServer]:
-    with ProviderServer() as running:
-        yield running
-
-
-@pytest.fixture(params=sorted(WIRES))
-def wire(request: pytest.FixtureRequest) -> Wire:
-    return WIRES[request.param]
-
-
-@pytest.fixture
-def make(wire: Wire, server: ProviderServer) -> Iterator[Callable[..., HttpProvider]]:
-    with provider_factory(wire, server) as factory:
-        yield factory
-
 
 # --- event size ----------------------------------------------------------------------
 

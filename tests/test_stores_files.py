@@ -105,7 +105,7 @@ def test_golden_v2_session_file_keeps_reasoning_parts_exactly(tmp_path: Path) ->
     original = json.loads((FIXTURES / "session_v2.json").read_text())["messages"]
     store.save("golden", messages)
     data = json.loads((tmp_path / "golden.json").read_text())
-    assert data["version"] == SESSION_FILE_VERSION == 2
+    assert data["version"] == SESSION_FILE_VERSION == 3
     assert data["messages"] == original
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 from provider_server import ProviderServer, SSEReply, sse_events
-from provider_wires import FAST, KEY, WIRES
+from provider_wires import FAST, KEY, WIRES, HttpProvider
 
 from lousho_sessions import (
     FunctionProvider,
@@ -29,8 +29,6 @@ from lousho_sessions import (
 )
 from lousho_sessions._turn import MAX_MALFORMED_TOOL_CALLS
 from lousho_sessions.events import ToolResultEvent
-from lousho_sessions.providers.anthropic import AnthropicProvider
-from lousho_sessions.providers.openai import OpenAIProvider
 from lousho_sessions.sqlite import SqliteStore
 
 ran: list[str] = []
@@ -61,7 +59,7 @@ def db(tmp_path: Path) -> Iterator[SqliteStore]:
     store.close()
 
 
-def _provider(kind: str, server: ProviderServer) -> OpenAIProvider | AnthropicProvider:
+def _provider(kind: str, server: ProviderServer) -> HttpProvider:
     base = server.url + ("/v1" if kind == "openai" else "")
     return WIRES[kind].make_provider(
         "test-model", api_key=KEY, base_url=base, retry=FAST, timeout=(2.0, 2.0)

@@ -418,18 +418,29 @@ def test_a_lost_lease_is_counted(otel: Otel, tmp_path: Path) -> None:
 def test_http_providers_report_the_response_model_and_cache_tokens(
     otel: Otel, wire: Wire, server: ProviderServer, make: Callable[..., HttpProvider]
 ) -> None:
-    cached = {"openai": (b'"cached_tokens":0', b'"cached_tokens":200')}
-    cached["anthropic"] = (b'"cache_read_input_tokens":0', b'"cache_read_input_tokens":200')
+    cached = {
+        "openai": (b'"cached_tokens":0', b'"cached_tokens":200'),
+        "responses": (b'"cached_tokens": 1024', b'"cached_tokens": 200'),
+        "anthropic": (b'"cache_read_input_tokens":0', b'"cache_read_input_tokens":200'),
+        "gemini": (b'"cachedContentTokenCount": 1024', b'"cachedContentTokenCount": 200'),
+    }
     old, new = cached[wire.kind]
     events = [e.replace(old, new) for e in sse_events(wire.kind, "text")]
+    assert any(new in e for e in events)
     server.reply(SSEReply(events))
     agent = otel.agent(provider=make())
     agent.send("hi")
     [chat] = otel.named("chat")
     a = attrs_of(chat)
-    assert chat.name == "chat test-model" and a["gen_ai.provider.name"] == wire.kind
+    kind = {"responses": "openai"}.get(wire.kind, wire.kind)
+    assert chat.name == "chat test-model" and a["gen_ai.provider.name"] == kind
     assert a["gen_ai.request.model"] == "test-model"
-    served = {"openai": "gpt-4o-mini-2024-07-18", "anthropic": "claude-3-5-haiku-20241022"}
+    served = {
+        "openai": "gpt-4o-mini-2024-07-18",
+        "responses": "gpt-4o-mini-2024-07-18",
+        "anthropic": "claude-3-5-haiku-20241022",
+        "gemini": "gemini-2.5-flash",
+    }
     assert a["gen_ai.response.model"] == served[wire.kind]
     assert a["gen_ai.usage.cache_read.input_tokens"] == 200
     assert "gen_ai.usage.cache_creation.input_tokens" not in a  # zero: not reported

@@ -145,11 +145,27 @@ OPENAI_CACHED = [
 ]
 
 
+RESPONSES_CACHED = [
+    (b'"cached_tokens": 1024', b'"cached_tokens": 700'),
+    (b'"reasoning_tokens": 0', b'"reasoning_tokens": 120'),
+]
+GEMINI_CACHED = [
+    (b'"cachedContentTokenCount": 1024', b'"cachedContentTokenCount": 700'),
+    (b'"candidatesTokenCount": 260', b'"candidatesTokenCount": 180'),
+    (b'"thoughtsTokenCount": 40', b'"thoughtsTokenCount": 120'),
+]
+CACHED = {
+    "anthropic": ANTHROPIC_CACHED,
+    "openai": OPENAI_CACHED,
+    "responses": RESPONSES_CACHED,
+    "gemini": GEMINI_CACHED,
+}
+
+
 def test_each_wire_fills_the_cache_and_reasoning_counts(
     wire: Wire, server: ProviderServer, make: Callable[..., HttpProvider]
 ) -> None:
-    edits = ANTHROPIC_CACHED if wire.kind == "anthropic" else OPENAI_CACHED
-    server.reply(_edited(wire.kind, "text", edits))
+    server.reply(_edited(wire.kind, "text", CACHED[wire.kind]))
     price = Pricing(
         1.0,
         2.0,

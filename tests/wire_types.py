@@ -1,5 +1,9 @@
 """Request bodies checked against the vendors' own published request types.
 
+:func:`request_problem` says what is wrong with a body sent to any of our wires
+(Anthropic Messages, OpenAI Chat Completions and Responses, Gemini), by its path; the
+loopback servers record it and fail the test that sent it.
+
 The ``anthropic`` package (a test-only dependency, the ``dev`` extra) publishes the
 Messages API's request as ``TypedDict`` s; pydantic's ``TypeAdapter`` validates a body
 against them. Two things are made stricter than a plain ``validate_python``: a key the
@@ -19,7 +23,7 @@ from typing import Any
 from anthropic.types.message_create_params import MessageCreateParamsStreaming
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
-__all__ = ["UNTYPED_SETTINGS", "anthropic_request_problem"]
+__all__ = ["UNTYPED_SETTINGS", "anthropic_request_problem", "request_problem"]
 
 #: Sampling settings the provider forwards from ``settings=`` as the user gave them, which
 #: the SDK's 2.x request types no longer list (newer models take none): the user's choice,
@@ -71,4 +75,28 @@ def _unknown_keys(sent: Any, checked: Any, path: str) -> str | None:
             problem = _unknown_keys(a, b, f"{path}[{n}]")
             if problem:
                 return problem
+    return None
+
+
+def request_problem(path: str, body: Any) -> str | None:
+    """What is wrong with ``body`` as a request to ``path`` by the vendor's published
+    types; ``None`` if nothing is, or if ``path`` is none of our wires."""
+    route = path.split("?", 1)[0]
+    if route.endswith("/messages"):
+        return anthropic_request_problem(body)
+    # the checks for the other wires live beside their loopback servers, which import
+    # this module: imported here, when first needed
+    check: Any
+    if route.endswith("/chat/completions"):
+        from responses_server import check_chat_request as check
+    elif route.endswith("/responses"):
+        from responses_server import check_request as check
+    elif ":streamGenerateContent" in route or ":generateContent" in route:
+        from gemini_rules import check_request as check
+    else:
+        return None
+    try:
+        check(body)
+    except Exception as exc:  # pydantic's ValidationError, or ValueError naming the field
+        return str(exc)
     return None

@@ -1,4 +1,4 @@
-"""``lousho sessions list|show|export|rm``."""
+"""``lousho sessions list|show|export|rm|fork``."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import json
 from collections import Counter
 from typing import Any
 
-from ..errors import SessionBusyError
+from ..errors import SessionBusyError, StoreConflictError
 from ..messages import Usage
-from ..stores.base import is_session_id
+from ..stores.base import ForkRequest, is_session_id
 from ..usage_totals import USAGE_FIELDS
 from ._context import Context
 from ._data import EXPORT_FORMAT, dump_session, session_ids, turn_rows
@@ -69,6 +69,19 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
         "--force", action="store_true", help="delete even while a turn holds the session"
     )
     p.set_defaults(run=remove_sessions)
+
+    p = sub.add_parser(
+        "fork",
+        parents=[common],
+        help="a new session holding another's messages (all, or those before --at)",
+        description="Create NEW_ID holding the messages of SOURCE before --at (an index, or "
+        "a message id; default: all), in one store write. Refused if NEW_ID exists or a turn "
+        "holds SOURCE. The new session names SOURCE as its parent.",
+    )
+    p.add_argument("source", help="the session to fork")
+    p.add_argument("new_id", help="the new session's id")
+    p.add_argument("--at", metavar="INDEX|MESSAGE_ID", help="keep the messages before this")
+    p.set_defaults(run=fork_session)
 
 
 def _check_id(id: str) -> str:
@@ -248,3 +261,44 @@ def remove_sessions(ctx: Context) -> int:
         results.append({"id": id, "outcome": "deleted"})
     ctx.out.emit(results, results, ["id", "outcome"])
     return EXIT_OK if all(r["outcome"] == "deleted" for r in results) else EXIT_FOUND
+
+
+def fork_session(ctx: Context) -> int:
+    parts = ctx.parts
+    source, new_id = _check_id(ctx.args.source), _check_id(ctx.args.new_id)
+    try:
+        lease = parts.sessions.turn_lock(source, timeout=0)
+    except SessionBusyError as exc:
+        raise CommandError(f"session {source!r} is busy: a turn holds it ({exc})") from exc
+    try:
+        keep = _fork_point(ctx, source, ctx.args.at)
+        done = parts.sessions.fork(ForkRequest(source, new_id, keep))
+    except StoreConflictError as exc:
+        raise CommandError(str(exc)) from exc
+    finally:
+        lease.release()
+    row = {"id": new_id, "parent": source, "fork_point": done.messages, "messages": done.messages}
+    ctx.out.emit(row, [row], ["id", "parent", "fork_point", "messages"])
+    return EXIT_OK
+
+
+def _fork_point(ctx: Context, source: str, at: str | None) -> int | None:
+    """``--at`` as a message count: an index as given (negative: from the end), a message id
+    looked up in the transcript; ``None`` without it."""
+    if at is None:
+        return None
+    info = ctx.parts.sessions.info(source)
+    if info is None:
+        raise CommandError(f"no session {source!r} in {ctx.store.url}")
+    try:
+        index = int(at)
+    except ValueError:
+        messages = ctx.parts.sessions.load(source) or []
+        for i, m in enumerate(messages):
+            if m.id == at:
+                return i
+        raise CommandError(f"session {source!r} has no message with id {at!r}") from None
+    keep = index if index >= 0 else info.messages + index
+    if not 0 <= keep <= info.messages:
+        raise CommandError(f"--at {at}: session {source!r} holds {info.messages} messages")
+    return keep

@@ -11,11 +11,14 @@ out is made nullable instead (the reader drops those nulls: ``_output``), and
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._wire import plain_json
 
-__all__ = ["strict_schema"]
+if TYPE_CHECKING:
+    from .base import OutputSchema
+
+__all__ = ["json_schema_format", "strict_schema"]
 
 _DROPPED = ("default", "uniqueItems")
 _JSON_TYPES = ((bool, "boolean"), (int, "integer"), (float, "number"), (str, "string"))
@@ -23,6 +26,23 @@ _JSON_TYPES = ((bool, "boolean"), (int, "integer"), (float, "number"), (str, "st
 
 class _NotStrict(Exception):
     pass
+
+
+def json_schema_format(output: OutputSchema) -> dict[str, Any]:
+    """``output`` as OpenAI's ``json_schema`` format fields: strict where it can be.
+
+    Chat Completions nests them in ``response_format.json_schema``; the Responses API
+    puts them in ``text.format`` beside ``"type": "json_schema"``.
+    """
+    strict = strict_schema(output.schema) if output.strict else None
+    fields: dict[str, Any] = {
+        "name": output.name,
+        "schema": strict if strict is not None else plain_json(output.schema),
+        "strict": strict is not None,
+    }
+    if output.description:
+        fields["description"] = output.description
+    return fields
 
 
 def strict_schema(schema: Mapping[str, Any]) -> dict[str, Any] | None:

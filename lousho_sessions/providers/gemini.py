@@ -248,6 +248,10 @@ class GeminiProvider(HttpProvider):
                 if isinstance(finish, str) and finish:
                     reply.stop = finish
                     _check_finish(reply, parts, finish, candidate.get("finishMessage"))
+            if reply.stop is not None:
+                # the chunk with the finish reason is the last (its usage is the total): a
+                # server that keeps the body open after it must not hold the call
+                break
         reply.done = reply.stop is not None
 
     def _response(self, reply: Reply) -> ModelResponse:

@@ -14,7 +14,7 @@ from ..messages import ImagePart, Message, TextPart
 from ._http_provider import HttpProvider, Reply
 from ._redact import Secret
 from ._sse import ServerSentEvent
-from ._structured import strict_schema
+from ._structured import json_schema_format
 from ._wire import image_base64, image_media_type, pick_settings, plain_json
 from .base import FinishReason, ModelEvent, ModelRequest, OutputSchema
 
@@ -156,15 +156,7 @@ def _chunk(chunk: Mapping[str, Any], reply: Reply) -> Iterator[ModelEvent]:
 
 def response_format(output: OutputSchema) -> dict[str, Any]:
     """The ``response_format`` asking for JSON of ``output.schema``: strict where it can be."""
-    strict = strict_schema(output.schema) if output.strict else None
-    schema: dict[str, Any] = {
-        "name": output.name,
-        "schema": strict if strict is not None else plain_json(output.schema),
-        "strict": strict is not None,
-    }
-    if output.description:
-        schema["description"] = output.description
-    return {"type": "json_schema", "json_schema": schema}
+    return {"type": "json_schema", "json_schema": json_schema_format(output)}
 
 
 def _messages(request: ModelRequest) -> list[dict[str, Any]]:

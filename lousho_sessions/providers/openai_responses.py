@@ -23,6 +23,7 @@ from ._http_provider import HttpOptions, HttpProvider, Reply
 from ._redact import Secret
 from ._responses_items import FAMILY, context_digest, input_items, message_items, reasoning_extra
 from ._sse import ServerSentEvent
+from ._structured import json_schema_format
 from ._wire import pick_settings, plain_json
 from .base import FinishReason, ModelEvent, ModelRequest, ModelResponse
 
@@ -151,11 +152,26 @@ class OpenAIResponsesProvider(HttpProvider):
             ]
         if self.reasoning:
             body["reasoning"] = plain_json(self.reasoning)
+        policy = self.cache
+        if policy is not None:  # OpenAI caches prefixes itself: the key only routes the call
+            key = policy.key or request.session_id
+            if key:
+                body["prompt_cache_key"] = key
+            if policy.retention:
+                body["prompt_cache_retention"] = policy.retention
         settings = dict(request.settings)
         effort = settings.pop("reasoning_effort", None)
         body.update(pick_settings(settings, SETTINGS, {"max_tokens": "max_output_tokens"}))
         if effort is not None:
             body["reasoning"] = {**body.get("reasoning", {}), "effort": effort}
+        if request.output_schema is not None:
+            # a ``text.format`` given in settings wins; other ``text`` options are kept
+            text = body.get("text")
+            text = dict(text) if isinstance(text, Mapping) else {}
+            text.setdefault(
+                "format", {"type": "json_schema", **json_schema_format(request.output_schema)}
+            )
+            body["text"] = text
         return body
 
     def _continues(

@@ -158,7 +158,14 @@ class FileApprovalStore(BaseApprovalStore):
         raw = self._dir.read(path)
         return None if raw is None else _decode_approval(raw, path)
 
-    def resolve(self, id: str, *, approved: bool, reason: str | None = None) -> dict[str, Any]:
+    def resolve(
+        self,
+        id: str,
+        *,
+        approved: bool,
+        reason: str | None = None,
+        arguments: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]:
         path = self.path(id)
         with self._lock():
             raw = self._dir.read(path)
@@ -169,6 +176,7 @@ class FileApprovalStore(BaseApprovalStore):
                 approved=approved,
                 reason=reason,
                 source=repr(id),
+                arguments=arguments,
             )
             self._dir.write(
                 path, encode_json_object(record, what=f"approval {id!r}").encode("utf-8")

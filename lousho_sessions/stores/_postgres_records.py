@@ -170,13 +170,22 @@ class PostgresApprovalStore(PgPart, BaseApprovalStore):
         )
         return None if not rows else self._decode(id, rows[0][0])
 
-    def resolve(self, id: str, *, approved: bool, reason: str | None = None) -> dict[str, Any]:
+    def resolve(
+        self,
+        id: str,
+        *,
+        approved: bool,
+        reason: str | None = None,
+        arguments: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]:
         """Approve or deny a pending record: exactly one caller wins, on any machine."""
         validate_approval_id(id)
         current = self.get(id)
         if current is None:
             raise ApprovalNotFoundError(f"no approval with id {id!r} in {self.store.where}")
-        record = resolved_approval(current, approved=approved, reason=reason, source=repr(id))
+        record = resolved_approval(
+            current, approved=approved, reason=reason, source=repr(id), arguments=arguments
+        )
         rows = self.store.fetch(
             "UPDATE {s}.approvals SET status = %(status)s, body = %(body)s::json, "
             "resolved_at = now() WHERE id = %(id)s AND status = 'pending' RETURNING 1",

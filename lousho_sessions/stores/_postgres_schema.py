@@ -296,6 +296,10 @@ END
 $$""",
         ),
     ),
+    (
+        "4: sessions name the session they were forked from and the fork point",
+        ("ALTER TABLE {s}.sessions ADD COLUMN parent text, ADD COLUMN fork_point integer",),
+    ),
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -20,7 +20,9 @@ from ..messages import Message, Usage
 from ..serde import messages_from_json
 from ..usage_totals import postgres_usage_sql, usage_from_row
 from ._commit_check import commit_unknown, log_landed
+from ._history_requests import Forked, ForkRequest, RewindRequest, Rewound
 from ._postgres_core import FENCED, PgCore, PgPart
+from ._postgres_history import postgres_fork, postgres_rewind
 from ._postgres_lease import PostgresLease
 from ._postgres_records import PostgresCheckpointStore
 from ._turn_requests import CommitTurn, ReadAhead, TakenTurn, TakeTurn
@@ -235,11 +237,22 @@ class PostgresSessionStore(PgPart, BaseSessionStore):
     def info(self, id: str) -> SessionInfo | None:
         validate_session_id(id)
         rows = self.store.fetch(
-            "SELECT length, extract(epoch FROM updated_at)::float8 FROM {s}.sessions "
-            "WHERE id = %(id)s",
+            "SELECT length, extract(epoch FROM updated_at)::float8, parent, fork_point "
+            "FROM {s}.sessions WHERE id = %(id)s",
             {"id": id},
         )
-        return None if not rows else SessionInfo(id, int(rows[0][0]), float(rows[0][1]))
+        if not rows:
+            return None
+        length, updated, parent, point = rows[0]
+        return SessionInfo(id, int(length), float(updated), parent, point)
+
+    def rewind(self, request: RewindRequest) -> Rewound:
+        """Fenced, length-checked delete of the tail rows: one transaction (``_postgres_history``)."""
+        return postgres_rewind(self, request)
+
+    def fork(self, request: ForkRequest) -> Forked:
+        """The new session's row and one ``INSERT ... SELECT`` of the kept rows: one transaction."""
+        return postgres_fork(self, request)
 
     def usage(self, id: str) -> Usage | None:
         """The stored transcript's usage totals, summed by PostgreSQL over the message JSON."""

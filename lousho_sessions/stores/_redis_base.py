@@ -88,6 +88,9 @@ class RedisConnection:
             for name in lua.__all__
             if name != "SESSION_PARTS"
         }
+        self._scripts.update(
+            (name, self.client.register_script(body)) for name, body in _history_scripts()
+        )
 
     @property
     def closed(self) -> bool:
@@ -155,3 +158,10 @@ class RedisConnection:
     def session_of(self, key: str) -> str:
         """The session id inside ``key``'s hash tag."""
         return key[key.index("{") + 1 : key.index("}")]
+
+
+def _history_scripts() -> list[tuple[str, str]]:
+    """The scripts of ``rewind`` and ``fork`` (``_redis_history``), registered with the rest."""
+    from ._redis_history_scripts import FORK, REWIND
+
+    return [("REWIND", REWIND), ("FORK", FORK)]

@@ -197,7 +197,14 @@ class RedisApprovalStore(_Part, BaseApprovalStore):
         raw = None if group is None else self._raw(group, id)
         return None if raw is None else self._decode(id, raw)
 
-    def resolve(self, id: str, *, approved: bool, reason: str | None = None) -> dict[str, Any]:
+    def resolve(
+        self,
+        id: str,
+        *,
+        approved: bool,
+        reason: str | None = None,
+        arguments: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]:
         validate_approval_id(id)
         for _ in range(_RESOLVE_TRIES):
             group = self._indexed(id)
@@ -205,7 +212,11 @@ class RedisApprovalStore(_Part, BaseApprovalStore):
             if group is None or raw is None:
                 raise ApprovalNotFoundError(f"no approval with id {id!r} in {self.store.where}")
             record = resolved_approval(
-                self._decode(id, raw), approved=approved, reason=reason, source=repr(id)
+                self._decode(id, raw),
+                approved=approved,
+                reason=reason,
+                source=repr(id),
+                arguments=arguments,
             )
             outcome = text(
                 self.store.run(

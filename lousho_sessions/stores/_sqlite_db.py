@@ -90,6 +90,13 @@ MIGRATIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "ALTER TABLE checkpoints_v3 RENAME TO checkpoints",
         ),
     ),
+    (
+        "4: sessions name the session they were forked from and the fork point",
+        (
+            "ALTER TABLE sessions ADD COLUMN parent TEXT",
+            "ALTER TABLE sessions ADD COLUMN fork_point INTEGER",
+        ),
+    ),
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 _SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")

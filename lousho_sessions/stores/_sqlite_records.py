@@ -151,14 +151,25 @@ class SqliteApprovalStore(Part, BaseApprovalStore):
             row = conn.execute("SELECT json FROM approvals WHERE id = ?", (id,)).fetchone()
         return None if row is None else self._decode(id, row[0])
 
-    def resolve(self, id: str, *, approved: bool, reason: str | None = None) -> dict[str, Any]:
+    def resolve(
+        self,
+        id: str,
+        *,
+        approved: bool,
+        reason: str | None = None,
+        arguments: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]:
         validate_approval_id(id)
         with self.store.transaction() as conn:
             row = conn.execute("SELECT json FROM approvals WHERE id = ?", (id,)).fetchone()
             if row is None:
                 raise ApprovalNotFoundError(f"no approval with id {id!r} in {self.store.path}")
             record = resolved_approval(
-                self._decode(id, row[0]), approved=approved, reason=reason, source=repr(id)
+                self._decode(id, row[0]),
+                approved=approved,
+                reason=reason,
+                source=repr(id),
+                arguments=arguments,
             )
             updated = conn.execute(
                 "UPDATE approvals SET status = ?, json = ?, resolved_at = ? "

@@ -32,9 +32,13 @@ class SessionInfo:
     """What ``BaseSessionStore.info`` tells of a stored session without loading it all.
 
     ``updated_at`` is when it was last written (seconds since the epoch), ``None``
-    when the store does not know.
+    when the store does not know. A session made by ``fork`` names its ``parent`` and
+    ``fork_point`` (how many of the parent's messages it started with); ``None`` for
+    any other session, and in a store that keeps no session metadata.
     """
 
     id: str
     messages: int
     updated_at: float | None = None
+    parent: str | None = None
+    fork_point: int | None = None

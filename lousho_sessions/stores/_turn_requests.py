@@ -31,6 +31,7 @@ from ..errors import StoreError
 from ..messages import Message
 from ..serde import encode_json_object
 from ._checks import validate_turn_id
+from ._waiting import waiting_for_lease
 from .lease import Lease, fence_session_id
 
 if TYPE_CHECKING:
@@ -42,6 +43,7 @@ __all__ = [
     "StartCheckpoint",
     "TakeTurn",
     "TakenTurn",
+    "TurnVerbs",
     "check_retired",
     "start_body",
 ]
@@ -240,3 +242,67 @@ def check_retired(cls: type) -> None:
             "commit_turn takes one request, commit_turn(self, request: CommitTurn) -> revision "
             "(its fields: id, messages, expected_length, checkpoints, delete, fence, release)"
         )
+
+
+class TurnVerbs:
+    """The ``take_turn`` and ``commit_turn`` of ``BaseSessionStore``: their defaults, built from
+    its smaller methods (declared here for the type checker; ``BaseSessionStore``'s run)."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        check_retired(cls)  # methods of earlier releases: warned about, or refused
+
+    def turn_lock(self, id: str, *, timeout: float | None = None) -> Lease:
+        raise NotImplementedError  # BaseSessionStore's
+
+    def revision(self, id: str) -> object | None:
+        raise NotImplementedError  # BaseSessionStore's
+
+    def append(
+        self,
+        id: str,
+        messages: Sequence[Message],
+        expected_length: int,
+        *,
+        fence: int | None = None,
+    ) -> None:
+        raise NotImplementedError  # BaseSessionStore's
+
+    def take_turn(self, request: TakeTurn) -> TakenTurn:
+        """Hold session ``request.id`` for a turn and read what it starts from (``TakenTurn``).
+
+        The default: ``turn_lock`` (waiting as ``request.timeout`` and ``request.signal``
+        allow), then ``revision``, then only the messages added since what the request
+        holds (``load_since``) or the whole transcript (``load``). It saves no checkpoint
+        (``saved_checkpoint`` false: the caller saves it) and does not look for one
+        (``no_checkpoints`` false). The lease is released if the read fails.
+        """
+        with waiting_for_lease(request.signal):
+            lease = self.turn_lock(request.id, timeout=request.timeout)
+        try:
+            revision = self.revision(request.id)
+        except BaseException:
+            lease.release()
+            raise
+        return ReadAhead(self, request).taken(lease, revision)  # type: ignore[arg-type]
+
+    def commit_turn(self, request: CommitTurn) -> object | None:
+        """Commit a finished turn (``CommitTurn``): ``append`` its messages, then delete its
+        checkpoints; returns the session's revision after the write.
+
+        Raises what ``append`` raises (``StoreConflictError``, ``LeaseLostError``), and
+        then nothing was written. The default appends, then deletes each checkpoint with
+        the same fence; a delete that fails after the append is logged, not raised: the
+        turn is committed, and its checkpoint's turn id is behind the transcript now, so
+        no turn loads it again (``prune()``, ``clear()`` and ``discard_pending()`` remove
+        it). It ignores ``release``: the caller releases the lease.
+        """
+        id, fence = request.id, request.fence
+        self.append(id, request.messages, request.expected_length, fence=fence)
+        if request.checkpoints is not None:
+            for turn_id in request.delete:
+                try:
+                    request.checkpoints.delete(turn_id, fence=fence)
+                except Exception:
+                    log.warning("could not delete checkpoint %s", turn_id, exc_info=True)
+        return self.revision(id)

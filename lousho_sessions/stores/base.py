@@ -22,7 +22,9 @@ do more subclass the base classes (``BaseSessionStore``, ``BaseCheckpointStore``
 * ``claim_stale(ids)``: a sweep's claim of the unheld; ``turn_held(id)``/``held_sessions``:
   whether a live turn holds them (``None``: cannot tell); ``take_over(id)``: a new fence, not
   waiting for the holder; ``pending_turns()``/``pending_fields()``: what recovery sweeps.
-* ``prune(older_than)``, ``list_ids()``, ``info(id)``, ``usage(id)``: maintenance and totals.
+* ``rewind(RewindRequest(...))``: drop a transcript's tail (fenced, one write);
+  ``fork(ForkRequest(...))``: a new session holding a prefix of another (``_history_requests``).
+* ``prune(older_than)``, ``list_ids()``, ``info(id)`` (with a fork's parent), ``usage(id)``.
 """
 
 from __future__ import annotations
@@ -54,16 +56,9 @@ from ._checks import (
     validate_session_id,
     validate_turn_id,
 )
+from ._history_requests import Forked, ForkRequest, HistoryVerbs, RewindRequest, Rewound
 from ._summaries import PruneResult, SessionInfo
-from ._turn_requests import (
-    CommitTurn,
-    ReadAhead,
-    StartCheckpoint,
-    TakenTurn,
-    TakeTurn,
-    check_retired,
-)
-from ._waiting import waiting_for_lease
+from ._turn_requests import CommitTurn, StartCheckpoint, TakenTurn, TakeTurn, TurnVerbs
 from .lease import Lease, LocalLeases
 
 __all__ = [
@@ -77,9 +72,13 @@ __all__ = [
     "BaseSessionStore",
     "CheckpointStore",
     "CommitTurn",
+    "ForkRequest",
+    "Forked",
     "Lease",
     "LockScope",
     "PruneResult",
+    "RewindRequest",
+    "Rewound",
     "SessionInfo",
     "SessionStore",
     "StartCheckpoint",
@@ -135,7 +134,10 @@ class ApprovalStore(Protocol):
     """Keeps approval records (JSON objects with at least ``id``, ``session_id``, ``status``:
     ``"pending"``, ``"approved"`` or ``"denied"``). ``resolve`` is an atomic compare-and-set
     from ``"pending"``: one caller wins, the others get ``ApprovalAlreadyResolvedError``; an
-    unknown id raises ``ApprovalNotFoundError``."""
+    unknown id raises ``ApprovalNotFoundError``. A store whose ``resolve`` also takes
+    ``arguments`` (a JSON object, given only when approving: the call's edited arguments,
+    kept in the record's ``"arguments"`` in the same compare-and-set) lets approvers edit
+    a call's arguments."""
 
     def create(self, record: Mapping[str, Any]) -> None: ...
 
@@ -177,7 +179,7 @@ class _Closeable:
         self.close()
 
 
-class BaseSessionStore(_Closeable, ABC):
+class BaseSessionStore(_Closeable, TurnVerbs, HistoryVerbs, ABC):
     """The session store contract: ``load``/``save``/``delete`` required, the rest with safe defaults.
 
     Defaults, each meant to be overridden by a store that can do better:
@@ -205,10 +207,6 @@ class BaseSessionStore(_Closeable, ABC):
     #: Whether ``take_turn`` may save the offered first checkpoint (``TakeTurn.checkpoint``)
     #: with the lease: a session builds that checkpoint before the lease only then.
     saves_start_checkpoint: bool = False
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        check_retired(cls)  # methods of earlier releases: warned about, or refused
 
     @abstractmethod
     def load(self, id: str) -> list[Message] | None:
@@ -261,45 +259,6 @@ class BaseSessionStore(_Closeable, ABC):
         ``load``. The default always returns ``None``.
         """
         return None
-
-    def take_turn(self, request: TakeTurn) -> TakenTurn:
-        """Hold session ``request.id`` for a turn and read what it starts from (``TakenTurn``).
-
-        The default: ``turn_lock`` (waiting as ``request.timeout`` and ``request.signal``
-        allow), then ``revision``, then only the messages added since what the request
-        holds (``load_since``) or the whole transcript (``load``). It saves no checkpoint
-        (``saved_checkpoint`` false: the caller saves it) and does not look for one
-        (``no_checkpoints`` false). The lease is released if the read fails.
-        """
-        with waiting_for_lease(request.signal):
-            lease = self.turn_lock(request.id, timeout=request.timeout)
-        try:
-            revision = self.revision(request.id)
-        except BaseException:
-            lease.release()
-            raise
-        return ReadAhead(self, request).taken(lease, revision)
-
-    def commit_turn(self, request: CommitTurn) -> object | None:
-        """Commit a finished turn (``CommitTurn``): ``append`` its messages, then delete its
-        checkpoints; returns the session's revision after the write.
-
-        Raises what ``append`` raises (``StoreConflictError``, ``LeaseLostError``), and
-        then nothing was written. The default appends, then deletes each checkpoint with
-        the same fence; a delete that fails after the append is logged, not raised: the
-        turn is committed, and its checkpoint's turn id is behind the transcript now, so
-        no turn loads it again (``prune()``, ``clear()`` and ``discard_pending()`` remove
-        it). It ignores ``release``: the caller releases the lease.
-        """
-        id, fence = request.id, request.fence
-        self.append(id, request.messages, request.expected_length, fence=fence)
-        if request.checkpoints is not None:
-            for turn_id in request.delete:
-                try:
-                    request.checkpoints.delete(turn_id, fence=fence)
-                except Exception:
-                    log.warning("could not delete checkpoint %s", turn_id, exc_info=True)
-        return self.revision(id)
 
     def turn_lock(self, id: str, *, timeout: float | None = None) -> Lease:
         """Hold session ``id`` for a turn; ``SessionBusyError`` if not acquired within ``timeout`` s."""
@@ -472,8 +431,19 @@ class BaseApprovalStore(_Closeable, ABC):
         """The record, or ``None``."""
 
     @abstractmethod
-    def resolve(self, id: str, *, approved: bool, reason: str | None = None) -> dict[str, Any]:
-        """Approve or deny a pending record; exactly one concurrent caller wins."""
+    def resolve(
+        self,
+        id: str,
+        *,
+        approved: bool,
+        reason: str | None = None,
+        arguments: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """Approve or deny a pending record; exactly one concurrent caller wins.
+
+        ``arguments`` (only when approving) are the call's edited arguments: written in the
+        same compare-and-set as the decision, as the record's ``"arguments"``
+        (``resolved_approval`` builds the record every built-in store writes)."""
 
     @abstractmethod
     def list(

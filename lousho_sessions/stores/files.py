@@ -23,9 +23,11 @@ it is.
 
 A session file is a versioned JSON object::
 
-    {"format": "lousho.session", "version": 1, "revision": "<hex>", "messages": [...]}
+    {"format": "lousho.session", "version": 3, "revision": "<hex>", "messages": [...],
+     "origin": {"parent": "<id>", "fork_point": <n>}}
 
-``revision`` is a random token written with every save or append.
+``revision`` is a random token written with every save or append; ``origin`` is written
+only for a session made by ``fork`` (kept by every later write of the file).
 """
 
 from __future__ import annotations
@@ -58,7 +60,9 @@ from ..messages import Message
 from ..serde import message_from_dict
 from . import _lockfile
 from ._directory import WRITE_LOCK_TIMEOUT, Directory, check_fence_file
+from ._file_history import file_fork, file_rewind, origin_json, origin_of
 from ._file_records import FileApprovalStore, FileCheckpointStore
+from ._history_requests import Forked, ForkRequest, RewindRequest, Rewound
 from .base import (
     AgentStore,
     BaseSessionStore,
@@ -90,6 +94,7 @@ log = logging.getLogger("lousho_sessions.stores.files")
 SESSION_FILE_VERSIONS: Mapping[int, str] = {
     1: "first version: messages as serde dicts, a random revision token per write",
     2: "messages may hold reasoning parts and tool calls their place (after_parts); v1 reads as is",
+    3: "a forked session names its parent and fork point ('origin'); v1 and v2 read as is",
 }
 SESSION_FILE_VERSION = max(SESSION_FILE_VERSIONS)
 _FORMAT = "lousho.session"
@@ -106,6 +111,8 @@ class _Cached:
     revision: str
     body: str
     length: int
+    #: ``,"origin":{...}`` for a forked session, else ``""`` (written after the messages)
+    origin: str = ""
 
 
 def _revision(head: bytes, stat: os.stat_result) -> str:
@@ -117,6 +124,11 @@ def _revision(head: bytes, stat: os.stat_result) -> str:
 
 def _parse_session(path: Path, raw: bytes) -> list[dict[str, Any]]:
     """The message dicts of a session file; ``StoreCorruptError``/``SchemaVersionError`` naming ``path``."""
+    return _parse_file(path, raw)[0]
+
+
+def _parse_file(path: Path, raw: bytes) -> tuple[list[dict[str, Any]], str]:
+    """The message dicts of a session file and its ``origin`` as written after them."""
     data = decode_json_object(raw, source=str(path))
     if data.get("format") != _FORMAT:
         raise StoreCorruptError(
@@ -133,7 +145,16 @@ def _parse_session(path: Path, raw: bytes) -> list[dict[str, Any]]:
     messages = data.get("messages")
     if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
         raise StoreCorruptError(f"{path}: 'messages' must be a JSON array of objects")
-    return messages
+    origin = data.get("origin")
+    if origin is None:
+        return messages, ""
+    if not (
+        isinstance(origin, dict)
+        and isinstance(origin.get("parent"), str)
+        and isinstance(origin.get("fork_point"), int)
+    ):
+        raise StoreCorruptError(f"{path}: 'origin' must be an object with parent and fork_point")
+    return messages, origin_json(origin["parent"], origin["fork_point"])
 
 
 def _message_jsons(id: str, messages: Sequence[Message]) -> list[str]:
@@ -182,7 +203,7 @@ class FileSessionStore(BaseSessionStore):
             return None
         except OSError as exc:
             raise StoreError(f"{path}: cannot read: {exc}") from exc
-        dicts = _parse_session(path, raw)
+        dicts, origin = _parse_file(path, raw)
         messages = []
         for i, d in enumerate(dicts):
             try:
@@ -190,14 +211,15 @@ class FileSessionStore(BaseSessionStore):
             except ValueError as exc:
                 raise StoreCorruptError(f"{path}: message {i}: {exc}") from exc
         body = ",".join(json.dumps(d, separators=(",", ":")) for d in dicts)
-        self._remember(id, _Cached(_revision(raw[:_HEADER_BYTES], stat), body, len(dicts)))
+        self._remember(id, _Cached(_revision(raw[:_HEADER_BYTES], stat), body, len(dicts), origin))
         return messages
 
     def save(self, id: str, messages: Sequence[Message]) -> None:
         path = self.path(id)
         parts = _message_jsons(id, messages)
         with self._write_lock(id, path):
-            self._write(id, path, ",".join(parts), len(parts))
+            current = self._current(id, path)  # its origin, if a fork, is kept
+            self._write(id, path, ",".join(parts), len(parts), current.origin if current else "")
 
     def append(
         self,
@@ -220,7 +242,7 @@ class FileSessionStore(BaseSessionStore):
                     f"session {id!r} ({path}): expected {expected_length} stored messages, found {length}"
                 )
             body = ",".join(([current.body] if current and current.body else []) + parts)
-            self._write(id, path, body, length + len(parts))
+            self._write(id, path, body, length + len(parts), current.origin if current else "")
 
     def delete(self, id: str) -> None:
         """Delete the session file and its lock files (a lock file some process holds stays;
@@ -296,7 +318,16 @@ class FileSessionStore(BaseSessionStore):
             mtime = path.stat().st_mtime
         except OSError:
             return None  # deleted meanwhile
-        return SessionInfo(id, current.length, mtime)
+        parent, point = origin_of(current.origin)
+        return SessionInfo(id, current.length, mtime, parent, point)
+
+    def rewind(self, request: RewindRequest) -> Rewound:
+        """Keep the first ``keep`` messages: one atomic write of the file, under its write lock."""
+        return file_rewind(self, request)
+
+    def fork(self, request: ForkRequest) -> Forked:
+        """Write the new session's file (refused if it exists), under its write lock."""
+        return file_fork(self, request)
 
     def revision(self, id: str) -> str | None:
         """A value that changes with every write of ``id``; ``None`` when no file exists."""
@@ -359,15 +390,17 @@ class FileSessionStore(BaseSessionStore):
     def _write_lock(self, id: str, path: Path) -> AbstractContextManager[None]:
         return self._dir.lock(self._write_lock_path(path), WRITE_LOCK_TIMEOUT, f"session {id!r}")
 
-    def _write(self, id: str, path: Path, body: str, length: int) -> None:
+    def _write(self, id: str, path: Path, body: str, length: int, origin: str = "") -> str:
         token = uuid.uuid4().hex
         text = (
             f'{{"format":"{_FORMAT}","version":{SESSION_FILE_VERSION},"revision":"{token}",'
-            f'"messages":[{body}]}}\n'
+            f'"messages":[{body}]{origin}}}\n'
         )
         data = text.encode("utf-8")
         stat = self._dir.write(path, data)
-        self._remember(id, _Cached(_revision(data[:_HEADER_BYTES], stat), body, length))
+        revision = _revision(data[:_HEADER_BYTES], stat)
+        self._remember(id, _Cached(revision, body, length, origin))
+        return revision
 
     def _current(self, id: str, path: Path) -> _Cached | None:
         """The file's content as cached, read again only if its revision changed."""
@@ -385,9 +418,9 @@ class FileSessionStore(BaseSessionStore):
         except OSError as exc:
             raise StoreError(f"{path}: cannot read: {exc}") from exc
         log.debug("session %r changed on disk; reading %s", id, path)
-        dicts = _parse_session(path, raw)
+        dicts, origin = _parse_file(path, raw)
         body = ",".join(json.dumps(d, separators=(",", ":")) for d in dicts)
-        entry = _Cached(revision, body, len(dicts))
+        entry = _Cached(revision, body, len(dicts), origin)
         self._remember(id, entry)
         return entry
 

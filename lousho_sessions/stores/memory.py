@@ -5,13 +5,22 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from datetime import datetime, timedelta, timezone
+from datetime import timedelta
 from typing import Any
 
 import attrs
 
-from ..errors import ApprovalAlreadyResolvedError, ApprovalNotFoundError, StoreConflictError
+from ..errors import ApprovalNotFoundError, StoreConflictError
 from ..messages import Message
+from ._history_requests import (
+    Forked,
+    ForkRequest,
+    RewindRequest,
+    Rewound,
+    check_keep,
+    exists_error,
+    missing_error,
+)
 from .base import (
     AgentStore,
     BaseApprovalStore,
@@ -24,6 +33,7 @@ from .base import (
     encode_json_object,
     message_json,
     older_than_seconds,
+    resolved_approval,
     validate_approval_id,
     validate_session_id,
     validate_turn_id,
@@ -64,6 +74,8 @@ class MemorySessionStore(BaseSessionStore):
         self._data: dict[str, list[Message]] = {}
         self._revisions: dict[str, int] = {}
         self._updated: dict[str, float] = {}
+        #: forked sessions: id -> (parent, fork point)
+        self._origins: dict[str, tuple[str, int]] = {}
         self._counter = 0
 
     def load(self, id: str) -> list[Message] | None:
@@ -106,6 +118,7 @@ class MemorySessionStore(BaseSessionStore):
             self._data.pop(id, None)
             self._revisions.pop(id, None)
             self._updated.pop(id, None)
+            self._origins.pop(id, None)
 
     def prune(self, older_than: timedelta | float) -> PruneResult:
         """Delete sessions not written within ``older_than`` (seconds or a ``timedelta``)."""
@@ -118,6 +131,7 @@ class MemorySessionStore(BaseSessionStore):
             ]
             for id in old:
                 del self._data[id], self._revisions[id], self._updated[id]
+                self._origins.pop(id, None)
             leases = self._leases.forget_unheld(lambda id: id in self._data)
         return PruneResult(len(old), 0, 0, leases=leases)
 
@@ -133,7 +147,42 @@ class MemorySessionStore(BaseSessionStore):
         validate_session_id(id)
         with self._lock:
             messages = self._data.get(id)
-            return None if messages is None else SessionInfo(id, len(messages), self._updated[id])
+            if messages is None:
+                return None
+            parent, point = self._origins.get(id, (None, None))
+            return SessionInfo(id, len(messages), self._updated[id], parent, point)
+
+    def rewind(self, request: RewindRequest) -> Rewound:
+        """Keep the first ``keep`` messages (fenced, compare-and-set), under the store's lock."""
+        id = request.id
+        with self._lock:
+            self._leases.check(id, request.fence, where="memory store")
+            current = self._data.get(id)
+            if current is None:
+                raise StoreConflictError(f"cannot rewind session {id!r}: it is not stored")
+            if request.expected_length is not None and len(current) != request.expected_length:
+                raise StoreConflictError(
+                    f"session {id!r}: expected {request.expected_length} stored messages, "
+                    f"found {len(current)}"
+                )
+            keep = check_keep(id, request.keep, len(current))
+            self._data[id] = current[:keep]  # a new list: a reader's copy stays whole
+            self._bump(id)
+            return Rewound(len(current) - keep, self._revisions[id])
+
+    def fork(self, request: ForkRequest) -> Forked:
+        """Copy the first ``keep`` messages of ``source`` to the new ``new_id``, under the lock."""
+        with self._lock:
+            if request.new_id in self._data:
+                raise exists_error(request.new_id, "memory store")
+            source = self._data.get(request.source)
+            if source is None:
+                raise missing_error(request.source, "memory store")
+            keep = check_keep(request.source, request.keep, len(source))
+            self._data[request.new_id] = source[:keep]
+            self._origins[request.new_id] = (request.source, keep)
+            self._bump(request.new_id)
+            return Forked(keep, self._revisions[request.new_id])
 
     def _bump(self, id: str) -> None:
         self._counter += 1
@@ -193,10 +242,6 @@ class MemoryCheckpointStore(BaseCheckpointStore):
         return PruneResult(0, len(old), 0)
 
 
-def _now_iso() -> str:
-    return datetime.now(timezone.utc).isoformat()
-
-
 class MemoryApprovalStore(BaseApprovalStore):
     """Approval records in a dict; ``resolve`` is a compare-and-set under a lock.
 
@@ -230,19 +275,25 @@ class MemoryApprovalStore(BaseApprovalStore):
         text = self._data.get(id)
         return None if text is None else decode_json_object(text, source=f"approval {id!r}")
 
-    def resolve(self, id: str, *, approved: bool, reason: str | None = None) -> dict[str, Any]:
+    def resolve(
+        self,
+        id: str,
+        *,
+        approved: bool,
+        reason: str | None = None,
+        arguments: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]:
         validate_approval_id(id)
         with self._lock:
             text = self._data.get(id)
             if text is None:
                 raise ApprovalNotFoundError(f"no approval with id {id!r}")
-            record = decode_json_object(text, source=f"approval {id!r}")
-            if record.get("status") != "pending":
-                raise ApprovalAlreadyResolvedError(
-                    f"approval {id!r} was already resolved ({record.get('status')})"
-                )
-            record.update(
-                status="approved" if approved else "denied", reason=reason, resolved_at=_now_iso()
+            record = resolved_approval(
+                decode_json_object(text, source=f"approval {id!r}"),
+                approved=approved,
+                reason=reason,
+                source=repr(id),
+                arguments=arguments,
             )
             self._data[id] = encode_json_object(record, what=f"approval {id!r}")
             self._resolved[id] = time.time()

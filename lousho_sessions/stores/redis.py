@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from datetime import timedelta
 
 import redis
+import redis.cluster
 
 from ..errors import (
     SessionBusyError,
@@ -37,7 +38,9 @@ from ..messages import Message
 from ..serde import messages_from_json
 from ._commit_check import commit_unknown, log_landed
 from ._heartbeat import Heartbeat
+from ._history_requests import Forked, ForkRequest, RewindRequest, Rewound
 from ._redis_base import RedisConnection, text
+from ._redis_history import redis_fork, redis_info, redis_rewind
 from ._redis_lease import RedisLease
 from ._redis_records import RedisApprovalStore, RedisCheckpointStore
 from ._turn_requests import CommitTurn, ReadAhead, TakenTurn, TakeTurn, start_body
@@ -409,14 +412,18 @@ class RedisSessionStore(BaseSessionStore):
         return sorted({self.store.session_of(key) for key in keys})
 
     def info(self, id: str) -> SessionInfo | None:
-        validate_session_id(id)
-        with self.store.call(f"info of {id!r}") as client:
-            length, updated = client.hmget(self.store.key(id, "meta"), ["length", "updated"])
-        if length is None:
-            return None
-        source = f"{self.store.where}: session {id!r}"
-        at = None if updated is None else int(float(text(updated, source=source))) / 1e6
-        return SessionInfo(id, int(text(length, source=source)), at)
+        """The length, last write and (for a fork) parent and fork point, from ``meta``."""
+        return redis_info(self, id)
+
+    def rewind(self, request: RewindRequest) -> Rewound:
+        """Fenced, length-checked ``LTRIM``: one script (``_redis_history``)."""
+        return redis_rewind(self, request)
+
+    def fork(self, request: ForkRequest) -> Forked:
+        """One script over both sessions' keys; on Redis Cluster the contract's default."""
+        if isinstance(self.store.client, redis.cluster.RedisCluster):
+            return super().fork(request)
+        return redis_fork(self, request)
 
     def turn_lock(self, id: str, *, timeout: float | None = None) -> Lease:
         """Hold session ``id`` for a turn; see ``RedisStore.turn_lock``."""

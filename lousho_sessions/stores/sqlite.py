@@ -26,7 +26,9 @@ from ..messages import Message, Usage
 from ..serde import messages_from_json_texts
 from ..usage_totals import sqlite_usage_sql, usage_from_row
 from . import _lockfile
+from ._history_requests import Forked, ForkRequest, RewindRequest, Rewound
 from ._sqlite_db import MIGRATIONS, SCHEMA_VERSION, SqliteDatabase
+from ._sqlite_history import sqlite_fork, sqlite_rewind
 from ._sqlite_records import (
     Part,
     SqliteApprovalStore,
@@ -265,9 +267,17 @@ class SqliteSessionStore(Part, BaseSessionStore):
         validate_session_id(id)
         with self.store.connection() as conn:
             row = conn.execute(
-                "SELECT length, updated_at FROM sessions WHERE id = ?", (id,)
+                "SELECT length, updated_at, parent, fork_point FROM sessions WHERE id = ?", (id,)
             ).fetchone()
-        return None if row is None else SessionInfo(id, int(row[0]), float(row[1]))
+        return None if row is None else SessionInfo(id, int(row[0]), float(row[1]), *row[2:])
+
+    def rewind(self, request: RewindRequest) -> Rewound:
+        """Delete the tail rows and write a new revision generation: one transaction."""
+        return sqlite_rewind(self, request, _touch)
+
+    def fork(self, request: ForkRequest) -> Forked:
+        """One ``INSERT ... SELECT`` of the kept rows and the new session's row: one transaction."""
+        return sqlite_fork(self, request, _touch)
 
     def usage(self, id: str) -> Usage | None:
         """The stored transcript's usage totals, summed by SQLite over the message JSON."""

@@ -84,8 +84,18 @@ EXERCISED: dict[str, tuple[str, ...]] = {
         "test_usage_is_the_sum_over_the_transcript",
         "test_session_usage_is_the_sum_over_its_transcript",
     ),
+    f"{_S}.rewind": (
+        "test_rewind_keeps_a_prefix_and_returns_what_it_removed",
+        "test_rewind_refuses_what_it_may_not_do_and_changes_nothing",
+        "test_rewind_with_a_stale_fence_changes_nothing",
+        "test_load_since_after_a_rewind_never_answers_a_wrong_list",
+    ),
+    f"{_S}.fork": (
+        "test_fork_copies_a_prefix_and_names_its_parent",
+        "test_fork_refuses_an_existing_id_or_a_missing_source",
+    ),
     f"{_S}.list_ids": ("test_list_ids_and_info",),
-    f"{_S}.info": ("test_list_ids_and_info",),
+    f"{_S}.info": ("test_list_ids_and_info", "test_fork_copies_a_prefix_and_names_its_parent"),
     f"{_S}.close": ("test_reopened_store_keeps_transcripts",),
     f"{_C}.load": ("test_checkpoints", "test_checkpoint_unknown_fields_round_trip"),
     f"{_C}.save": (
@@ -109,6 +119,7 @@ EXERCISED: dict[str, tuple[str, ...]] = {
     f"{_A}.resolve": (
         "test_approval_resolve",
         "test_approval_resolve_has_exactly_one_winner",
+        "test_approval_resolve_with_edited_arguments",
         "test_end_to_end_approval_resolved_once",
     ),
     f"{_A}.list": ("test_approvals_create_get_list", "test_approval_resolve"),

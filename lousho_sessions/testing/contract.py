@@ -5,6 +5,7 @@ from __future__ import annotations
 from ._coverage import CoverageTests
 from ._end_to_end import EndToEndTests
 from ._fastpaths import FastPathTests
+from ._history import HistoryTests
 from ._leases import LeaseTests
 from ._records import ApprovalTests, CheckpointTests
 from ._sessions import SessionTests
@@ -21,6 +22,7 @@ class StoreContractTests(
     CheckpointTests,
     ApprovalTests,
     FastPathTests,
+    HistoryTests,
     EndToEndTests,
     CoverageTests,
 ):
@@ -37,7 +39,8 @@ class StoreContractTests(
     and error types, never the wording of messages.
 
     Besides each method of the contract on its own, it calls the fast paths a turn
-    takes (``load_since``, ``take_turn``, ``commit_turn``, ``save_and_delete``), runs the public API over the store end to end (two sessions
+    takes (``load_since``, ``take_turn``, ``commit_turn``, ``save_and_delete``), rewinds and
+    forks sessions (``rewind``, ``fork``), runs the public API over the store end to end (two sessions
     taking turns, a durable turn with a tool, a turn killed in another process and
     resumed, an approval), and fails naming any contract method the store overrides
     that no test of the kit exercises (``test_kit_exercises_every_override``).
