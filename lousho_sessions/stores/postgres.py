@@ -44,6 +44,7 @@ from ._postgres_schema import (
     validate_schema,
 )
 from ._postgres_sessions import PostgresSessionStore
+from ._secrets import scrub, secrets_of
 from ._start import StartCheckpoint, start_body
 from .base import (
     PruneResult,
@@ -203,6 +204,7 @@ class PostgresStore(PgCore):
         return psycopg.connect(self._conninfo, **kwargs)
 
     def _open_schema(self, run: bool) -> None:
+        failure: StoreError | None = None
         try:
             with self._connect() as conn:
                 if run:
@@ -210,7 +212,13 @@ class PostgresStore(PgCore):
                     return
                 version = stored_version(conn, self.schema)
         except psycopg.Error as exc:
-            raise StoreError(f"{self.where}: cannot open the schema: {exc}") from exc
+            # libpq copies a password it cannot decode (a raw "%") into its message
+            message = scrub(str(exc), secrets_of(self._conninfo))
+            failure = StoreError(f"{self.where}: cannot open the schema: {message}")
+            if message == str(exc):
+                raise failure from exc
+        if failure is not None:  # outside the except block: no __context__ with the password
+            raise failure
         if version != SCHEMA_VERSION:
             newer = version > SCHEMA_VERSION
             raise SchemaVersionError(
