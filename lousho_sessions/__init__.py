@@ -12,6 +12,7 @@ from .compaction import Compaction
 from .errors import (
     ApprovalAlreadyResolvedError,
     ApprovalNotFoundError,
+    InvalidApprovalError,
     InvalidSessionIdError,
     LeaseLostError,
     LoushoError,
@@ -92,6 +93,7 @@ __all__ = [
     "FunctionProvider",
     "ImagePart",
     "Input",
+    "InvalidApprovalError",
     "InvalidSessionIdError",
     "Lease",
     "LeaseLostError",

@@ -9,9 +9,16 @@ from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import Any
 
-from ..errors import ApprovalAlreadyResolvedError, StoreCorruptError
+from ..errors import ApprovalAlreadyResolvedError, InvalidApprovalError, StoreCorruptError
 
-__all__ = ["approval_sort_key", "check_approval_record", "resolved_approval", "shown"]
+__all__ = [
+    "approval_sort_key",
+    "check_approval_record",
+    "check_decision",
+    "check_new_approval",
+    "resolved_approval",
+    "shown",
+]
 
 
 #: Ids longer than this are shown cut short in error messages.
@@ -34,6 +41,7 @@ def resolved_approval(
     Stores call this inside their compare-and-set (a lock, a transaction) so every
     store writes the same fields: ``status``, ``reason`` and ``resolved_at`` (ISO 8601, UTC).
     """
+    check_decision(approved, reason, source=source)
     status = record.get("status")
     if status != "pending":
         raise ApprovalAlreadyResolvedError(f"approval {source} was already resolved ({status})")
@@ -70,3 +78,31 @@ def check_approval_record(record: Mapping[str, Any], *, source: str) -> dict[str
     if problem:
         raise StoreCorruptError(f"{source}: not a valid approval record: {problem}")
     return dict(record)
+
+
+def check_decision(approved: object, reason: object, *, source: str) -> None:
+    """``InvalidApprovalError`` unless ``approved`` is a bool and ``reason`` text or ``None``
+    (``approved="no"`` would otherwise approve)."""
+    if not isinstance(approved, bool):
+        raise InvalidApprovalError(
+            f"approval {source}: approved must be True or False, got {shown(approved)}"
+        )
+    if reason is not None and not isinstance(reason, str):
+        raise InvalidApprovalError(
+            f"approval {source}: reason must be text or None, got {type(reason).__name__}"
+        )
+
+
+def check_new_approval(record: object) -> Mapping[str, Any]:
+    """``record`` if it is a mapping a store may create; ``InvalidApprovalError`` naming what
+    is wrong if not (the same checks as ``check_approval_record``: what was given is
+    wrong, nothing stored is corrupt)."""
+    if not isinstance(record, Mapping):
+        raise InvalidApprovalError(
+            f"an approval record must be a mapping (a dict), got {type(record).__name__}"
+        )
+    try:
+        check_approval_record(record, source=f"approval {shown(record.get('id'))}")
+    except StoreCorruptError as exc:
+        raise InvalidApprovalError(str(exc).replace("not a valid", "not a valid new")) from None
+    return record

@@ -25,6 +25,7 @@ from .base import (
     PruneResult,
     approval_sort_key,
     check_approval_record,
+    check_new_approval,
     decode_json_object,
     encode_json_object,
     older_than_seconds,
@@ -134,9 +135,8 @@ class FileApprovalStore(BaseApprovalStore):
 
     def create(self, record: Mapping[str, Any], *, fence: int | None = None) -> None:
         """Store a new record; ``ValueError`` if one with its ``id`` exists or it is malformed."""
-        approval_id = validate_approval_id(record.get("id"))
+        approval_id = validate_approval_id(check_new_approval(record).get("id"))
         path = self.path(approval_id)
-        check_approval_record(record, source=f"approval {approval_id!r}")
         text = encode_json_object(record, what=f"approval {approval_id!r}")
         session_id = record.get("session_id")
         with self._lock():

@@ -14,6 +14,7 @@ from .base import (
     BaseCheckpointStore,
     PruneResult,
     check_approval_record,
+    check_new_approval,
     decode_json_object,
     encode_json_object,
     resolved_approval,
@@ -124,8 +125,7 @@ class PostgresApprovalStore(PgPart, BaseApprovalStore):
 
     def create(self, record: Mapping[str, Any], *, fence: int | None = None) -> None:
         """Store a new record; ``ValueError`` if one with its ``id`` exists or it is malformed."""
-        approval_id = validate_approval_id(record.get("id"))
-        check_approval_record(record, source=f"approval {approval_id!r}")
+        approval_id = validate_approval_id(check_new_approval(record).get("id"))
         text = encode_json_object(record, what=f"approval {approval_id!r}")
         status = str(record["status"])
         session_id = record.get("session_id")

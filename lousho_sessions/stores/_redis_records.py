@@ -26,6 +26,7 @@ from .base import (
     PruneResult,
     approval_sort_key,
     check_approval_record,
+    check_new_approval,
     decode_json_object,
     encode_json_object,
     older_than_seconds,
@@ -166,8 +167,7 @@ class RedisApprovalStore(_Part, BaseApprovalStore):
 
     def create(self, record: Mapping[str, Any], *, fence: int | None = None) -> None:
         """Store a new record; ``ValueError`` if one with its ``id`` exists or it is malformed."""
-        approval_id = validate_approval_id(record.get("id"))
-        check_approval_record(record, source=f"approval {approval_id!r}")
+        approval_id = validate_approval_id(check_new_approval(record).get("id"))
         body = encode_json_object(record, what=f"approval {approval_id!r}")
         group = self._group(record.get("session_id"))
         known = self._indexed(approval_id)
