@@ -63,9 +63,12 @@ class RedisStore(RedisConnection):
     that long; a live holder renews it every third of it. ``ttl`` (seconds or a
     ``timedelta``, default none) lets a finished session expire that long after its
     last write; see docs/stores.md "Redis". A waiting ``turn_lock`` blocks in
-    ``BLPOP`` for at most ``wake_poll`` seconds at a time, so a client's
-    ``socket_timeout``, if set, must be longer. After ``close()`` every call raises
-    ``StoreClosedError``.
+    ``BLPOP`` for at most ``wake_poll`` seconds at a time: with a client
+    ``socket_timeout`` at or below it, ``wake_poll`` is lowered to half of it. A server
+    whose ``maxmemory-policy`` may evict keys is refused on first use (``StoreError``)
+    unless ``eviction="warn"``, which logs a warning instead; a value larger than the
+    server takes (``proto-max-bulk-len``, 512 MB) is refused before it is sent. After
+    ``close()`` every call raises ``StoreClosedError``.
     """
 
     def __init__(
@@ -76,8 +79,16 @@ class RedisStore(RedisConnection):
         lease_ttl: float = 20.0,
         ttl: timedelta | float | None = None,
         wake_poll: float = 2.0,
+        eviction: str = "refuse",
     ) -> None:
-        super().__init__(client, prefix=prefix, lease_ttl=lease_ttl, ttl=ttl, wake_poll=wake_poll)
+        super().__init__(
+            client,
+            prefix=prefix,
+            lease_ttl=lease_ttl,
+            ttl=ttl,
+            wake_poll=wake_poll,
+            eviction=eviction,
+        )
         self._leases: weakref.WeakSet[RedisLease] = weakref.WeakSet()
         #: renews every lease this store holds (one thread, started on the first lease)
         self.heartbeat = Heartbeat(f"lousho-redis-heartbeat-{prefix}")

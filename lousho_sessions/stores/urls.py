@@ -226,8 +226,9 @@ def _postgres(shown: str, parts: Any, options: dict[str, str]) -> URLStore:
 
 def _redis(shown: str, parts: Any, options: dict[str, str]) -> URLStore:
     kwargs: dict[str, Any] = {}
-    if "prefix" in options:
-        kwargs["prefix"] = options.pop("prefix")
+    for name in ("prefix", "eviction"):
+        if name in options:
+            kwargs[name] = options.pop(name)
     for name in ("lease_ttl", "ttl", "wake_poll"):
         if name in options:
             kwargs[name] = _number(shown, name, options.pop(name), float)
