@@ -35,12 +35,14 @@ def test_an_evicting_policy_with_eviction_warn_logs_and_works(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     with private_redis("--maxmemory-policy", "volatile-lru") as url:
-        with caplog.at_level(logging.WARNING, "lousho_sessions.stores.redis"):
-            with open_store(f"{url}?prefix=warned&eviction=warn") as store:
-                assert store.sessions is not None
-                store.sessions.save("s1", [Message.user("hi")])
-                store.sessions.save("s2", [Message.user("hi")])
-                assert [m.text for m in store.sessions.load("s1") or []] == ["hi"]
+        with (
+            caplog.at_level(logging.WARNING, "lousho_sessions.stores.redis"),
+            open_store(f"{url}?prefix=warned&eviction=warn") as store,
+        ):
+            assert store.sessions is not None
+            store.sessions.save("s1", [Message.user("hi")])
+            store.sessions.save("s2", [Message.user("hi")])
+            assert [m.text for m in store.sessions.load("s1") or []] == ["hi"]
         warned = [r for r in caplog.records if "volatile-lru" in r.getMessage()]
         assert len(warned) == 1  # once, not per call
 
