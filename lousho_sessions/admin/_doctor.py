@@ -50,7 +50,7 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
         metavar="AGE",
         help="count a stale turn only once its checkpoint was not written for this long",
     )
-    p.set_defaults(run=doctor)
+    p.set_defaults(run=doctor, read_only=True)
 
 
 def _check(name: str, status: str, detail: str) -> Check:
