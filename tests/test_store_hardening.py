@@ -722,7 +722,7 @@ def test_a_ticket_the_counter_shows_is_already_in_line(
                 os.close(probe)
         return written
 
-    monkeypatch.setattr(_lockfile_mod.os, "pwrite", pwrite)
+    monkeypatch.setattr(os, "pwrite", pwrite)  # what _lockfile calls: os.pwrite
     got: list[Callable[[], None]] = []
     thread = threading.Thread(target=lambda: got.append(_lockfile_mod.acquire(path, None)))
     thread.start()
