@@ -57,6 +57,15 @@ def _seconds(value: timedelta | float | None, what: str) -> float | None:
     return seconds
 
 
+def _config_value(reply: object) -> str | None:
+    """The value of a one-parameter ``CONFIG GET`` reply (a dict; on Cluster, one per node)."""
+    while isinstance(reply, dict):
+        if not reply:
+            return None
+        reply = next(iter(reply.values()))
+    return None if reply is None else text(reply, source="CONFIG GET")
+
+
 class RedisConnection:
     """A Redis client, a key prefix and the store's scripts; Redis errors become ``StoreError``."""
 
@@ -162,23 +171,16 @@ class RedisConnection:
         reached is checked at the next call.
         """
         try:
-            pipe = self.client.pipeline(transaction=False)
-            pipe.config_get("maxmemory-policy")
-            pipe.config_get("proto-max-bulk-len")
-            policy_reply, bulk_reply = pipe.execute(raise_on_error=False)
-        except redis.ConnectionError:
-            return None  # the call itself says so
-        except redis.RedisError as exc:
+            policy = _config_value(self.client.config_get("maxmemory-policy"))
+            bulk = _config_value(self.client.config_get("proto-max-bulk-len"))
+        except (redis.ConnectionError, redis.TimeoutError):
+            return None  # the call itself says so; checked at the next one
+        except Exception as exc:  # CONFIG refused (managed servers, ACLs), or a Cluster reply
             log.debug("%s: cannot read the server's config: %s", self.where, exc)
             self._server_checked = True
             return None
-        if isinstance(bulk_reply, dict):
-            raw = next(iter(bulk_reply.values()), None)
-            if raw is not None and str(text(raw, source="CONFIG")).isdigit():
-                self.max_value_bytes = int(text(raw, source="CONFIG"))
-        policy = None
-        if isinstance(policy_reply, dict) and policy_reply:
-            policy = text(next(iter(policy_reply.values())), source="CONFIG")
+        if bulk is not None and bulk.isdigit():
+            self.max_value_bytes = int(bulk)
         if policy is not None and policy != "noeviction":
             message = (
                 f"{self.where}: the server's maxmemory-policy is {policy!r}: under memory "
