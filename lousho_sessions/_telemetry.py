@@ -457,9 +457,8 @@ def _metric_attributes(
 
 
 def _fail(otel: Any, span: Any, error: BaseException, content: bool) -> None:
-    """Mark ``span`` failed by ``error``. Its message goes in the status description only
-    with ``trace_content``: ``str(exc)`` often quotes tool arguments, user input or what a
-    server sent back; without it the description is the error's type (and ``code``)."""
+    """Mark ``span`` failed; ``str(error)`` (often quoting tool arguments or user input) is
+    its status description only with ``content``, else the error's type and ``code``."""
     kind = _error_type(error)
     span.set_attribute("error.type", kind)
     code = getattr(error, "code", None)
