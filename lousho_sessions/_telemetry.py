@@ -459,9 +459,8 @@ def _metric_attributes(
 def _fail(otel: Any, span: Any, error: BaseException, content: bool) -> None:
     """Mark ``span`` failed; ``str(error)`` (often quoting tool arguments or user input) is
     its status description only with ``content``, else the error's type and ``code``."""
-    kind = _error_type(error)
+    kind, code = _error_type(error), getattr(error, "code", None)
     span.set_attribute("error.type", kind)
-    code = getattr(error, "code", None)
     described = str(error) if content else kind if not isinstance(code, str) else f"{kind} ({code})"
     span.set_status(otel.Status(otel.error, described))
 
