@@ -32,6 +32,9 @@ from lousho_sessions import open_store
 from lousho_sessions.recovery import stale_turns
 
 TESTS = Path(__file__).parent
+#: tests/ importable (for ``--agent``) in the commands run, and the package this run
+#: imports (a worktree's PYTHONPATH), not whichever is installed
+PATH = os.pathsep.join(p for p in (str(TESTS), os.environ.get("PYTHONPATH", "")) if p)
 KINDS = ("sqlite", "files", "postgres", "redis")
 ALL = sorted(DONE + APPROVING + CRASHED)
 
@@ -41,7 +44,7 @@ def lousho(
 ) -> subprocess.CompletedProcess[str]:
     """``python -m lousho_sessions ARGS``, with tests/ importable (for ``--agent``)."""
     full_env = {k: v for k, v in os.environ.items() if k != "LOUSHO_STORE"}
-    full_env.update(PYTHONPATH=str(TESTS), **(env or {}))
+    full_env.update(PYTHONPATH=PATH, **(env or {}))
     return subprocess.run(
         [sys.executable, "-m", "lousho_sessions", *args],
         stdout=subprocess.PIPE,
@@ -60,7 +63,7 @@ def ok_json(*args: str, code: int = 0) -> Any:
 
 
 def populate(url: str) -> None:
-    env = {**os.environ, "PYTHONPATH": str(TESTS)}
+    env = {**os.environ, "PYTHONPATH": PATH}
     subprocess.run(
         [sys.executable, str(TESTS / "admin_agent.py"), url], env=env, check=True, timeout=120
     )
@@ -231,7 +234,7 @@ def batch(store: str | None, *commands: Sequence[str]) -> list[Ran]:
         input=json.dumps(argvs),
         capture_output=True,
         text=True,
-        env={**env, "PYTHONPATH": str(TESTS)},
+        env={**env, "PYTHONPATH": PATH},
         timeout=300,
         check=True,
     )
@@ -557,7 +560,7 @@ def test_sweep_every_runs_until_sigterm(tmp_path: Path) -> None:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env={**env, "PYTHONPATH": str(TESTS)},
+        env={**env, "PYTHONPATH": PATH},
     )  # fmt: skip
     try:
         assert child.stdout is not None

@@ -26,6 +26,7 @@ from storekit import WAIT, Kit, open_kit
 
 from lousho_sessions import FunctionProvider, create_agent
 from lousho_sessions.errors import (
+    InvalidApprovalError,
     InvalidSessionIdError,
     StoreCorruptError,
     StoreError,
@@ -162,8 +163,10 @@ def test_agent_approvals_list_survives_a_corrupt_record(tmp_path: Path) -> None:
 
 
 def test_malformed_approval_is_refused_on_create(store: Kit) -> None:
+    """What was given is wrong, not what is stored: an input error, not StoreCorruptError
+    (issue 27 item 11; tests/test_approval_input.py covers every store)."""
     for record in ({"id": "a1", "status": "maybe"}, {"id": "a1", "status": "pending", "call": 1}):
-        with pytest.raises(StoreCorruptError, match="a1"):
+        with pytest.raises(InvalidApprovalError, match="a1"):
             store.approvals.create(record)
     assert store.approvals.get("a1") is None
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ApprovalNotFoundError, StoreCorruptError
+from ._approval_records import check_new_approval
 from ._directory import WRITE_LOCK_TIMEOUT, Directory, check_fence_file
 from .base import (
     BaseApprovalStore,
@@ -25,7 +26,6 @@ from .base import (
     PruneResult,
     approval_sort_key,
     check_approval_record,
-    check_new_approval,
     decode_json_object,
     encode_json_object,
     older_than_seconds,

@@ -8,13 +8,13 @@ from datetime import timedelta
 from typing import Any
 
 from ..errors import ApprovalAlreadyResolvedError, ApprovalNotFoundError, StoreCorruptError
+from ._approval_records import check_new_approval
 from ._postgres_core import FENCED, PgPart
 from .base import (
     BaseApprovalStore,
     BaseCheckpointStore,
     PruneResult,
     check_approval_record,
-    check_new_approval,
     decode_json_object,
     encode_json_object,
     resolved_approval,

@@ -18,6 +18,7 @@ from datetime import timedelta
 from typing import Any
 
 from ..errors import ApprovalAlreadyResolvedError, ApprovalNotFoundError, StoreCorruptError
+from ._approval_records import check_new_approval
 from ._redis_base import NO_SESSION, RedisConnection, text
 from .base import (
     SESSION_ID_PATTERN,
@@ -26,7 +27,6 @@ from .base import (
     PruneResult,
     approval_sort_key,
     check_approval_record,
-    check_new_approval,
     decode_json_object,
     encode_json_object,
     older_than_seconds,

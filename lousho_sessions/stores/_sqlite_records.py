@@ -10,13 +10,13 @@ from datetime import timedelta
 from typing import Any
 
 from ..errors import ApprovalNotFoundError, StoreCorruptError
+from ._approval_records import check_new_approval
 from ._sqlite_db import SqliteDatabase
 from .base import (
     BaseApprovalStore,
     BaseCheckpointStore,
     PruneResult,
     check_approval_record,
-    check_new_approval,
     decode_json_object,
     encode_json_object,
     older_than_seconds,

@@ -48,14 +48,7 @@ import attrs
 from ..errors import SessionBusyError, StoreConflictError, StoreCorruptError
 from ..messages import Message
 from ..serde import decode_json_object, encode_json_object, message_json
-from ._approval_records import (
-    approval_sort_key,
-    check_approval_record,
-    check_decision,
-    check_new_approval,
-    resolved_approval,
-    shown,
-)
+from ._approval_records import approval_sort_key, check_approval_record, resolved_approval, shown
 from ._checks import (
     APPROVAL_ID_PATTERN,
     SESSION_ID_PATTERN,
@@ -88,8 +81,6 @@ __all__ = [
     "StartCheckpoint",
     "approval_sort_key",
     "check_approval_record",
-    "check_decision",
-    "check_new_approval",
     "decode_json_object",
     "encode_json_object",
     "is_session_id",

@@ -12,6 +12,7 @@ import attrs
 
 from ..errors import ApprovalAlreadyResolvedError, ApprovalNotFoundError, StoreConflictError
 from ..messages import Message
+from ._approval_records import check_decision, check_new_approval
 from .base import (
     AgentStore,
     BaseApprovalStore,
@@ -19,8 +20,6 @@ from .base import (
     BaseSessionStore,
     PruneResult,
     SessionInfo,
-    check_decision,
-    check_new_approval,
     decode_json_object,
     encode_json_object,
     message_json,
