@@ -12,10 +12,12 @@ from .compaction import Compaction
 from .errors import (
     ApprovalAlreadyResolvedError,
     ApprovalNotFoundError,
+    CommitUnknownError,
     InvalidApprovalError,
     InvalidSessionIdError,
     LeaseLostError,
     LoushoError,
+    OutputValidationError,
     PropagatingToolError,
     ProviderConfigError,
     ProviderError,
@@ -31,13 +33,23 @@ from .errors import (
 )
 from .events import Event
 from .inputs import Input
-from .messages import ImagePart, Message, Part, TextPart, ToolCall, Usage
-from .pricing import Pricing
+from .messages import ImagePart, Message, Part, ReasoningPart, TextPart, ToolCall, Usage
+from .pricing import Pricing, register_pricing
 from .providers.anthropic import AnthropicProvider
-from .providers.base import ModelEvent, ModelRequest, ModelResponse, Provider, ToolSpec
+from .providers.base import (
+    ModelEvent,
+    ModelRequest,
+    ModelResponse,
+    OutputSchema,
+    Provider,
+    ToolSpec,
+)
+from .providers.caching import CachePolicy
 from .providers.demo import DemoProvider
 from .providers.function import FunctionProvider, ScriptedProvider
+from .providers.gemini import GeminiProvider
 from .providers.openai import OpenAIProvider
+from .providers.openai_responses import OpenAIResponsesProvider
 from .results import CompactionResult, ExecutionResult, Limits, PendingTurn
 from .run import AgentRun
 from .session import Session
@@ -81,7 +93,9 @@ __all__ = [
     "BaseApprovalStore",
     "BaseCheckpointStore",
     "BaseSessionStore",
+    "CachePolicy",
     "CheckpointStore",
+    "CommitUnknownError",
     "Compaction",
     "CompactionResult",
     "DemoProvider",
@@ -91,6 +105,7 @@ __all__ = [
     "FileCheckpointStore",
     "FileSessionStore",
     "FunctionProvider",
+    "GeminiProvider",
     "ImagePart",
     "Input",
     "InvalidApprovalError",
@@ -107,6 +122,9 @@ __all__ = [
     "ModelRequest",
     "ModelResponse",
     "OpenAIProvider",
+    "OpenAIResponsesProvider",
+    "OutputSchema",
+    "OutputValidationError",
     "Part",
     "PendingTurn",
     "Pricing",
@@ -115,6 +133,7 @@ __all__ = [
     "ProviderConfigError",
     "ProviderError",
     "PruneResult",
+    "ReasoningPart",
     "SchemaVersionError",
     "ScriptedProvider",
     "Session",
@@ -137,5 +156,6 @@ __all__ = [
     "file_store",
     "memory_store",
     "open_store",
+    "register_pricing",
     "tool",
 ]

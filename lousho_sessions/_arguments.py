@@ -35,6 +35,7 @@ __all__ = [
     "describe_type",
     "describe_value",
     "malformed_arguments_problem",
+    "value_problems",
 ]
 
 NONE_TYPE = type(None)
@@ -322,6 +323,15 @@ def argument_problems(exc: Exception, name: str) -> list[str]:
     for line in cattrs.transform_error(exc, path=name, format_exception=_format):
         message, _, path = line.rpartition(" @ ")
         out.append(f"argument {path!r}: {message}" if message else f"argument {name!r}: {line}")
+    return out
+
+
+def value_problems(exc: Exception, path: str = "$") -> list[str]:
+    """One ``"<path>: <message>"`` per failure inside ``exc`` (``$.items[2].price: ...``)."""
+    out: list[str] = []
+    for line in cattrs.transform_error(exc, path=path, format_exception=_format):
+        message, _, where = line.rpartition(" @ ")
+        out.append(f"{where}: {message}" if message else f"{path}: {line}")
     return out
 
 

@@ -24,9 +24,10 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from ._checkpoint_codec import turn_checkpoint, turn_result_dict
 from ._turn_state import TurnState
 from .errors import StoreCorruptError
-from .serde import message_from_dict, turn_checkpoint, turn_result_dict
+from .serde import message_from_dict
 from .stores.adapters import adapt_checkpoints
 from .stores.base import BaseCheckpointStore, CheckpointStore
 
@@ -80,6 +81,15 @@ class TurnCheckpoints:
         )
         self._record_key, self._record, self._started = None, {}, []
         state.records.clear()
+
+    def keep(self, state: TurnState) -> None:
+        """Save the whole state even when not durable (an aborted turn that stays pending:
+        without a checkpoint store, a resumed approved turn, in memory)."""
+        durable, self.durable = self.durable, True
+        try:
+            self.save(state)
+        finally:
+            self.durable = durable
 
     def save_result(self, state: TurnState, call_id: str) -> None:
         """Save the recorded result of ``call_id`` in the step's current result record."""

@@ -9,6 +9,7 @@ from typing import Any
 
 import attrs
 
+from ._output import OutputSpec, output_spec
 from .approvals import ApprovalRequest
 from .compaction import Compaction
 from .pricing import Pricing
@@ -57,6 +58,16 @@ class AgentConfig:
     #: the store this agent opened from a URL (``store="sqlite:///..."``, ``LOUSHO_STORE``):
     #: the agent's to close
     opened_store: URLStore | None = None
+    #: the type every final answer is parsed into (``output_type=``); None: free text
+    output: OutputSpec | None = None
+    #: repair rounds a reply that does not fit gets before ``OutputValidationError``
+    output_retries: int = 1
+
+    def output_for(self, output_type: Any) -> OutputSpec | None:
+        """The output of a call given ``output_type`` (None: the agent's own)."""
+        if output_type is None:
+            return self.output
+        return output_spec(output_type, self.output_retries)
 
     @classmethod
     def build(
@@ -72,11 +83,18 @@ class AgentConfig:
         max_steps: int,
         settings: Mapping[str, Any] | None,
         check_key: bool = True,
+        output_type: Any = None,
+        output_retries: int = 1,
         **rest: Any,
     ) -> AgentConfig:
         """Check the arguments, resolve the provider, read AGENTS.md, make the tools."""
         if max_steps < 1:
             raise ValueError(f"max_steps must be at least 1, got {max_steps}")
+        if isinstance(output_retries, bool) or not isinstance(output_retries, int):
+            raise TypeError(f"output_retries must be an int, got {output_retries!r}")
+        if output_retries < 0:
+            raise ValueError(f"output_retries must be >= 0, got {output_retries}")
+        output = output_spec(output_type, output_retries) if output_type is not None else None
         if provider is None:
             model = model or os.environ.get("LOUSHO_MODEL") or "demo"
             provider = resolve_provider(model, pricing, check_key=check_key)
@@ -108,6 +126,8 @@ class AgentConfig:
             max_steps=max_steps,
             settings=dict(settings or {}),
             opened_store=opened,
+            output=output,
+            output_retries=output_retries,
             **rest,
         )
 

@@ -14,9 +14,11 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from ._checkpoint_codec import turn_checkpoint
 from ._checkpoints import TurnCheckpoints
 from ._config import Approve
 from ._inbox import Inbox, Ticket
+from ._output import OutputSpec
 from ._runner import TurnRunner
 from ._transcript import Transcript
 from ._turn import TurnState
@@ -24,14 +26,13 @@ from .abort import AbortController, AbortSignal
 from .approvals import TurnKey
 from .errors import SessionAwaitingApprovalError, SessionBusyError, StoreCorruptError
 from .events import Event
-from .messages import Message
+from .messages import Message, _new_id
 from .results import ExecutionResult, Limits
-from .serde import turn_checkpoint
 from .stores._start import StartCheckpoint
 from .stores.adapters import adapt_checkpoints
 from .stores.base import BaseCheckpointStore, CheckpointStore
 
-__all__ = ["SessionTurns"]
+__all__ = ["SessionTurns", "TurnJob"]
 
 log = logging.getLogger("lousho_sessions.session")
 
@@ -75,6 +76,7 @@ class SessionTurns:
         requeue: Callable[[Ticket], None] | None,
         resumed: bool = False,
         context: Any = None,
+        output: OutputSpec | None = None,
     ) -> ExecutionResult:
         """Run ``state`` to an end; a finished turn is appended to the transcript.
 
@@ -98,6 +100,7 @@ class SessionTurns:
             commit=self.transcript.commit,
             requeue=requeue,
             context=context,
+            output=output,
         )
 
     def checkpoints(self, state: TurnState | None = None) -> TurnCheckpoints:
@@ -195,6 +198,7 @@ class SessionTurns:
         link: AbortSignal | None = None,
         emit: Callable[[Event], None] | None = None,
         context: Any = None,
+        output: OutputSpec | None = None,
     ) -> ExecutionResult | None:
         """Run the pending turn to an end (it becomes part of the transcript); None if none.
 
@@ -221,6 +225,7 @@ class SessionTurns:
             requeue=None,
             resumed=True,
             context=context,
+            output=output,
         )
 
     def refuse_clear(self) -> None:
@@ -255,3 +260,29 @@ class SessionTurns:
             if data and isinstance(data.get("approval_id"), str):
                 approvals.delete(data["approval_id"])
             self.pauses.delete(turn_id, fence=self.transcript.fence)
+
+
+class TurnJob:
+    """What a session's queued turn carries until its worker runs it."""
+
+    __slots__ = (
+        "approve", "context", "controller", "emit", "inbox", "messages", "output", "run_id",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        messages: list[Message],
+        controller: AbortController,
+        emit: Callable[[Event], None] | None,
+        approve: Approve | None,
+        context: Any,
+        output: OutputSpec | None = None,
+    ) -> None:
+        self.context = context
+        self.messages = messages
+        self.controller = controller
+        self.emit = emit
+        self.approve = approve
+        self.output = output
+        self.inbox = Inbox()
+        self.run_id = "run-" + _new_id()

@@ -6,14 +6,18 @@ import threading
 import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
 from .events import Event, InputQueued
 from .messages import Message
+from .serde import message_from_dict
 
-__all__ = ["Inbox", "Ticket"]
+if TYPE_CHECKING:
+    from ._turn_state import TurnState
+
+__all__ = ["Inbox", "Ticket", "take_queued"]
 
 
 @attrs.define
@@ -84,3 +88,23 @@ class Inbox:
     def has_steer(self) -> bool:
         with self._lock:
             return any(t.steer for t in self._waiting)
+
+
+def take_queued(state: TurnState, inbox: Inbox | None, *, final: bool) -> list[str]:
+    """Move queued input into ``state``'s turn; the ids of the inputs applied, in order.
+
+    First the input an earlier attempt of this turn queued (kept in its checkpoint), then
+    what waits in ``inbox``; at the final answer (``final``) the inbox is closed instead
+    when nothing was applied and none waits.
+    """
+    applied: list[str] = []
+    for item in state.queued:
+        state.new.extend(message_from_dict(m) for m in item["messages"])
+        applied.append(str(item["input_id"]))
+    state.queued.clear()
+    if inbox is not None and not (final and not applied and inbox.close_if_empty()):
+        for ticket in inbox.take():
+            state.new.extend(ticket.messages)
+            ticket.applied = True
+            applied.append(ticket.input_id)
+    return applied

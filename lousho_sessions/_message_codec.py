@@ -26,7 +26,18 @@ from typing import Any
 
 import attrs
 
-from .messages import EMPTY, FrozenMapping, ImagePart, Message, TextPart, ToolCall, Usage, thaw
+from .messages import (
+    EMPTY,
+    FrozenMapping,
+    ImagePart,
+    Message,
+    Part,
+    ReasoningPart,
+    TextPart,
+    ToolCall,
+    Usage,
+    thaw,
+)
 
 __all__ = ["LoadCache", "message_dict", "message_from_canonical"]
 
@@ -46,8 +57,23 @@ _MESSAGE_FIELDS = (
 )
 #: the keys of a message this release writes (``extra``'s own keys are merged in, when any)
 _MESSAGE_KEYS = frozenset(_MESSAGE_FIELDS) - {"extra"}
-_USAGE_KEYS = frozenset({"input_tokens", "output_tokens", "cost_usd"})
+#: the keys of ``usage`` this release writes: the counts added with prompt caching and
+#: reasoning only when not 0 (so a message that has none is written as before them, and
+#: a message written before them reads them as 0)
+_USAGE_KEYS = frozenset(
+    {
+        "input_tokens",
+        "output_tokens",
+        "cost_usd",
+        "cache_read_tokens",
+        "cache_write_tokens",
+        "reasoning_tokens",
+    }
+)
+_USAGE_ALWAYS = frozenset({"input_tokens", "output_tokens", "cost_usd"})
+_USAGE_COUNTS = ("cache_read_tokens", "cache_write_tokens", "reasoning_tokens")
 _TOOL_CALL_KEYS = frozenset({"id", "name", "arguments", "raw_arguments"})
+_REASONING_KEYS = frozenset({"text", "provider", "signature", "data", "id", "type"})
 
 
 def _plain(mapping: Mapping[str, Any]) -> dict[str, Any]:
@@ -77,6 +103,18 @@ def _part_dict(part: Any) -> dict[str, Any] | None:
             },
             part.extra,
         )
+    if kind is ReasoningPart:
+        return _with_extra(
+            {
+                "text": part.text,
+                "provider": part.provider,
+                "signature": part.signature,
+                "data": part.data,
+                "id": part.id,
+                "type": "reasoning",
+            },
+            part.extra,
+        )
     return None
 
 
@@ -90,14 +128,18 @@ def _call_dict(call: Any) -> dict[str, Any] | None:
 
 
 def _usage_dict(usage: Usage) -> dict[str, Any]:
-    return _with_extra(
-        {
-            "input_tokens": usage.input_tokens,
-            "output_tokens": usage.output_tokens,
-            "cost_usd": usage.cost_usd,
-        },
-        usage.extra,
-    )
+    data: dict[str, Any] = {
+        "input_tokens": usage.input_tokens,
+        "output_tokens": usage.output_tokens,
+        "cost_usd": usage.cost_usd,
+    }
+    if usage.cache_read_tokens:
+        data["cache_read_tokens"] = usage.cache_read_tokens
+    if usage.cache_write_tokens:
+        data["cache_write_tokens"] = usage.cache_write_tokens
+    if usage.reasoning_tokens:
+        data["reasoning_tokens"] = usage.reasoning_tokens
+    return _with_extra(data, usage.extra)
 
 
 def message_dict(message: Message) -> dict[str, Any] | None:
@@ -148,14 +190,31 @@ def _frozen(value: Any) -> FrozenMapping | None:
     return frozen
 
 
-def _part(data: Any) -> TextPart | None:
-    if type(data) is not dict or data.get("type") != "text" or len(data) != 2:
+def _part(data: Any) -> Part | None:
+    if type(data) is not dict:
+        return None
+    kind = data.get("type")
+    if kind == "reasoning":
+        return _reasoning(data)
+    if kind != "text" or len(data) != 2:
         return None
     text = data.get("text")
     return TextPart(text) if type(text) is str else None
 
 
-def _parts(items: list[Any]) -> tuple[TextPart, ...] | None:
+def _reasoning(data: dict[str, Any]) -> ReasoningPart | None:
+    if data.keys() != _REASONING_KEYS:
+        return None
+    text, provider = data["text"], data["provider"]
+    if type(text) is not str or type(provider) is not str:
+        return None
+    opaque = (data["signature"], data["data"], data["id"])
+    if any(value is not None and type(value) is not str for value in opaque):
+        return None
+    return ReasoningPart(text, provider, *opaque)
+
+
+def _parts(items: list[Any]) -> tuple[Part, ...] | None:
     content = []
     for item in items:
         part = _part(item)
@@ -187,15 +246,26 @@ class LoadCache:
     __slots__ = ("contents", "usages")
 
     def __init__(self) -> None:
-        #: ``(input_tokens, output_tokens, cost key)`` -> the ``Usage`` read with them.
-        self.usages: dict[tuple[int, int, Any], Usage] = {}
+        #: ``(input_tokens, output_tokens, cost key, cache read, cache write, reasoning)``
+        #: -> the ``Usage`` read with them.
+        self.usages: dict[tuple[int, int, Any, int, int, int], Usage] = {}
         #: A single text part's text -> the content tuple ``(TextPart(text),)``.
         self.contents: dict[str, tuple[TextPart]] = {}
 
 
 def _usage(data: Any, cache: LoadCache | None) -> Usage | None:
-    if type(data) is not dict or data.keys() != _USAGE_KEYS:
+    if type(data) is not dict:
         return None
+    keys = data.keys()
+    read = write = reasoning = 0
+    if len(keys) != 3 or keys != _USAGE_ALWAYS:
+        if not _USAGE_ALWAYS <= keys <= _USAGE_KEYS:
+            return None
+        read, write, reasoning = (data.get(name, 0) for name in _USAGE_COUNTS)
+        for name in _USAGE_COUNTS:  # written only when not 0: a 0 is not this release's shape
+            value = data.get(name)
+            if value is not None and (type(value) is not int or not value):
+                return None
     tokens_in, tokens_out, cost = data["input_tokens"], data["output_tokens"], data["cost_usd"]
     if type(tokens_in) is not int or type(tokens_out) is not int:
         return None
@@ -203,13 +273,27 @@ def _usage(data: Any, cache: LoadCache | None) -> Usage | None:
         return None
     cost = float(cost)
     if cache is None:
-        return Usage(tokens_in, tokens_out, cost)
+        return Usage(
+            tokens_in,
+            tokens_out,
+            cost,
+            cache_read_tokens=read,
+            cache_write_tokens=write,
+            reasoning_tokens=reasoning,
+        )
     # Zero is keyed by its text: 0.0 and -0.0 are equal but write apart.
-    key = (tokens_in, tokens_out, cost if cost else repr(cost))
+    key = (tokens_in, tokens_out, cost if cost else repr(cost), read, write, reasoning)
     usages = cache.usages
     usage = usages.get(key)
     if usage is None:
-        usage = Usage(tokens_in, tokens_out, cost)
+        usage = Usage(
+            tokens_in,
+            tokens_out,
+            cost,
+            cache_read_tokens=read,
+            cache_write_tokens=write,
+            reasoning_tokens=reasoning,
+        )
         if len(usages) < LoadCache.SIZE:
             usages[key] = usage
     return usage
@@ -246,7 +330,7 @@ def _message_reader() -> Callable[..., Message]:
 
     def read(
         role: str,
-        content: tuple[TextPart, ...],
+        content: tuple[Part, ...],
         calls: tuple[ToolCall, ...],
         call_id: str | None,
         is_error: bool,
@@ -276,7 +360,7 @@ _read_message = _message_reader()
 
 def message_from_canonical(data: Any, cache: LoadCache | None = None) -> Message | None:
     """The message ``serde.message_from_dict`` reads from ``data`` when ``data`` has exactly the
-    shape this release writes (no unknown fields, text parts only); else ``None``.
+    shape this release writes (no unknown fields, text and reasoning parts only); else ``None``.
 
     ``cache``, one for the messages of one load, shares equal usages and equal single-text
     contents among them."""
@@ -293,10 +377,11 @@ def message_from_canonical(data: Any, cache: LoadCache | None = None) -> Message
     raw_content, raw_calls = data["content"], data["tool_calls"]
     if metadata is None or type(raw_content) is not list or type(raw_calls) is not list:
         return None
-    content: tuple[TextPart, ...] | None
+    content: tuple[Part, ...] | None
+    content = None
     if cache is not None and len(raw_content) == 1:
         content = _single_text(raw_content[0], cache)
-    else:
+    if content is None:
         content = _parts(raw_content)
     if content is None:
         return None

@@ -8,7 +8,9 @@ taken is handed to the job that runs the turn, which releases it. Under that lea
 checkpoint is loaded again (another sweeper may have finished it meanwhile), its
 ``attempts`` raised and saved with the new fence (or, past ``max_attempts``, its status
 set to ``"abandoned"``), and the turn runs as ``resume()`` would run it (the agent's
-``approve=`` callback included). Everything runs on the session's lane of the agent's
+``approve=`` callback included). A turn paused on an approval is ``"parked"`` while the
+approval is pending; once it is decided (its resolver died while the turn went on) the
+claim applies the decision, as ``resume()`` would. Everything runs on the session's lane of the agent's
 workers, like every other call on that session.
 """
 
@@ -69,6 +71,7 @@ def _attempt(
     *,
     max_attempts: int,
     fence: int | None,
+    decided: Callable[[TurnState], bool],
 ) -> Recovered:
     """Count the attempt of the claimed ``state`` and run it (see the module docstring)."""
     if state is None:
@@ -76,7 +79,9 @@ def _attempt(
     if fence is not None and state.fence != fence:
         return Recovered("taken", state.attempts)  # claimed by someone else since
     if state.status == "awaiting-approval":
-        return Recovered("parked", state.attempts)  # never swept: a human decides
+        if not decided(state):
+            return Recovered("parked", state.attempts)  # never swept: a human decides
+        state.status, state.approval_id = "running", None  # decided: apply it now
     if state.status == "abandoned":
         return Recovered("abandoned", state.attempts)
     if state.attempts >= max_attempts:
@@ -135,7 +140,14 @@ def recover_session_turn(
                     context=context,
                 )
 
-            return _attempt(state, checkpoints, run, max_attempts=max_attempts, fence=fence)
+            return _attempt(
+                state,
+                checkpoints,
+                run,
+                max_attempts=max_attempts,
+                fence=fence,
+                decided=turns.runner.decided,
+            )
 
         return _claimed(transcript.turn_lock(lease), body)
 
@@ -173,7 +185,14 @@ def recover_send(
                     context=context,
                 )
 
-            return _attempt(state, checkpoints, run, max_attempts=max_attempts, fence=fence)
+            return _attempt(
+                state,
+                checkpoints,
+                run,
+                max_attempts=max_attempts,
+                fence=fence,
+                decided=runner.decided,
+            )
 
         return _claimed(singles.lease(key, True, held=lease), body)
 

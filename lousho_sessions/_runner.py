@@ -20,9 +20,13 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
+import attrs
+
+from ._checkpoint_codec import turn_state_from_checkpoint
 from ._checkpoints import TurnCheckpoints
 from ._config import AgentConfig, Approve
 from ._inbox import Inbox, Ticket
+from ._output import OutputSpec
 from ._runtime import Runtime
 from ._telemetry import Telemetry
 from ._turn import Turn, TurnConfig, TurnState
@@ -32,8 +36,8 @@ from .errors import LeaseLostError, StoreCorruptError
 from .events import Event
 from .failures import is_permanent
 from .messages import Message, Usage
-from .results import ExecutionResult, Limits
-from .serde import message_to_dict, turn_state_from_checkpoint
+from .results import ExecutionResult, Limits, PendingTurn
+from .serde import message_to_dict
 from .stores.adapters import adapt_approvals
 from .stores.base import ApprovalStore, BaseCheckpointStore
 
@@ -84,12 +88,14 @@ class TurnRunner:
         requeue: Callable[[Ticket], None] | None = None,
         approvals: ApprovalStore | None = None,
         context: Any = None,
+        output: OutputSpec | None = None,
     ) -> ExecutionResult:
         """Run ``state`` to an end and settle it; raises the turn's error.
 
         ``commit`` saves a finished turn's messages (a session's transcript) and deletes
         its checkpoint in one go. ``requeue`` runs input the turn never took as the next turn.
-        ``context`` is the caller's object for tools (``ToolContext.context``).
+        ``context`` is the caller's object for tools (``ToolContext.context``); ``output``
+        the type the answer is parsed into (None: the agent's).
         """
         c = self.config
         if resumed:
@@ -117,6 +123,7 @@ class TurnRunner:
             inbox=inbox,
             turn=turn,
             context=context,
+            output=output if output is not None else c.output,
         )
         kept = checkpoints.durable or resumed  # a checkpoint may exist
         trace = None  # started last: nothing between it and the try can leave it open
@@ -168,7 +175,10 @@ class TurnRunner:
             )  # fmt: skip
         if trace is not None:
             trace.end(result)
-        if kept and reason != "awaiting-approval":
+        if reason == "aborted" and (resumed or (checkpoints.durable and state.tool_calls)):
+            # what ran is never dropped: the turn stays pending with what finished recorded
+            result = _keep_aborted(checkpoints, state, result)
+        elif kept and reason != "awaiting-approval":
             checkpoints.forget(state)
         settle(inbox, result, None, requeue)
         return result
@@ -184,10 +194,15 @@ class TurnRunner:
             state.status = "running"
         if state.status != "awaiting-approval":
             return
-        record = self.config.approvals.get(state.approval_id or "")
-        if record is None or record.get("status") == "pending":
+        if not self.decided(state):
             raise waiting(state.approval_id)
         state.status, state.approval_id = "running", None
+
+    def decided(self, state: TurnState) -> bool:
+        """Whether the approval the paused ``state`` waits on is decided (its record there,
+        not pending): the turn may go on and apply the decision."""
+        record = self.config.approvals.get(state.approval_id or "")
+        return record is not None and record.get("status") != "pending"
 
     def load(
         self, checkpoints: TurnCheckpoints, turn: TurnKey, history: Sequence[Message] = ()
@@ -217,6 +232,22 @@ class TurnRunner:
                 f"checkpoint {turn_id!r}: cannot read checkpoint: {exc!r}"
             ) from exc
         return state
+
+
+def _keep_aborted(
+    checkpoints: TurnCheckpoints, state: TurnState, result: ExecutionResult
+) -> ExecutionResult:
+    """Keep an aborted turn that was resumed or whose tools ran pending, saved whole with what
+    finished (a failed save is logged: its earlier checkpoint and result records stay)."""
+    log.info(
+        "turn %s was aborted after %d tool calls (resumed or its tools ran): kept pending",
+        state.turn_id, state.tool_calls,
+    )  # fmt: skip
+    try:
+        checkpoints.keep(state)
+    except Exception:
+        log.warning("could not save the aborted turn %s", state.turn_id, exc_info=True)
+    return attrs.evolve(result, pending=PendingTurn("running", state.turn_id or ""))
 
 
 def _forget_quietly(checkpoints: TurnCheckpoints, state: TurnState) -> None:

@@ -15,13 +15,16 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
+from typing import TypeVar
 
 from ._tool_loop import ToolLoop
-from ._turn_config import ToolOutcome
 from ._worker import Workers
 from .stores.memory import MemoryCheckpointStore
 
 __all__ = ["Runtime"]
+
+#: What one tool call gives back (the engine's ``ToolOutcome``: the runtime only carries it).
+Outcome = TypeVar("Outcome")
 
 log = logging.getLogger("lousho_sessions.agent")
 
@@ -41,12 +44,12 @@ class Runtime:
         self._pool_lock = threading.Lock()
 
     def run_tools(
-        self, fns: Sequence[Callable[[], ToolOutcome]]
-    ) -> Iterator[tuple[int, ToolOutcome | BaseException]]:
+        self, fns: Sequence[Callable[[], Outcome]]
+    ) -> Iterator[tuple[int, Outcome | BaseException]]:
         """Run a step's tools: one inline, several on the pool; yields as each ends."""
         if len(fns) == 1:
             try:  # in a copy of the turn's context, as on the pool: what a tool sets stays there
-                outcome: ToolOutcome | BaseException = contextvars.copy_context().run(fns[0])
+                outcome: Outcome | BaseException = contextvars.copy_context().run(fns[0])
             except Exception as exc:
                 outcome = exc
             yield 0, outcome

@@ -20,6 +20,7 @@ from typing import Any, Protocol
 from ._calls import Stop, announced, linked
 from ._checkpoints import TurnCheckpoints
 from ._config import Approve
+from ._output import OutputSpec
 from ._runner import TurnRunner
 from ._turn import TurnState
 from ._worker import Job, inside
@@ -62,6 +63,7 @@ class SingleTurns:
         run_id: str | None = None,
         wire: Callable[[Future[Any], Stop], None] | None = None,
         context: Any = None,
+        output: OutputSpec | None = None,
     ) -> tuple[Future[ExecutionResult], Stop]:
         """Queue one single turn; its Future and what stops it (a queued turn is withdrawn,
         a running one aborted). ``wire`` gets both before the turn is queued; ``context``
@@ -102,7 +104,7 @@ class SingleTurns:
                     writer = TurnCheckpoints(checkpoints, durable=durable, fence=fence)
                     result = self.runner.run(
                         state, controller, writer, turn=turn, emit=emit, approve=approve,
-                        context=context,
+                        context=context, output=output,
                     )  # fmt: skip
             except BaseException as exc:
                 if emit is not None:
@@ -139,6 +141,7 @@ class SingleTurns:
         emit: Callable[[Event], None] | None = None,
         run_id: str = "",
         wire: Callable[[Future[Any], AbortController], None] | None = None,
+        output: OutputSpec | None = None,
     ) -> tuple[Future[ExecutionResult | None], AbortController]:
         """Finish the durable single turn of ``key``, if one is pending; its Future and
         controller. With ``emit`` the turn is streamed (and pauses on every approval);
@@ -156,7 +159,7 @@ class SingleTurns:
             with self.lease(key, durable) as fence:
                 return self.finish(
                     turn, checkpoints, controller.signal, context=context, emit=emit,
-                    approve=approve, fence=fence,
+                    approve=approve, fence=fence, output=output,
                 )  # fmt: skip
 
         job = Job(lambda j: announced(finish, emit, run_id), "single")
@@ -165,14 +168,19 @@ class SingleTurns:
         self.runner.runtime.workers.submit(lane, job, owner=checkpoints)
         return job.future, controller
 
-    def resume_stream(self, key: str, context: Any, run_id: str) -> AgentRun:
+    def resume_stream(
+        self, key: str, context: Any, run_id: str, output: OutputSpec | None = None
+    ) -> AgentRun:
         """``resume``, streamed: an ``AgentRun`` of the continued turn."""
         holder: list[AgentRun] = []
 
         def wire(future: Future[Any], controller: AbortController) -> None:
             holder.append(AgentRun(run_id, future, controller))  # before any event
 
-        self.resume(key, context, emit=lambda e: holder[0]._push(e), run_id=run_id, wire=wire)
+        self.resume(
+            key, context, emit=lambda e: holder[0]._push(e), run_id=run_id, wire=wire,
+            output=output,
+        )  # fmt: skip
         return holder[0]
 
     def finish(
@@ -185,6 +193,7 @@ class SingleTurns:
         emit: Callable[[Event], None] | None = None,
         approve: Approve | None,
         fence: int | None = None,
+        output: OutputSpec | None = None,
     ) -> ExecutionResult | None:
         """Run the pending single turn ``turn`` to an end; None if none is pending.
 
@@ -203,6 +212,7 @@ class SingleTurns:
             approve=approve,
             resumed=True,
             context=context,
+            output=output,
         )
 
     @contextmanager
@@ -254,10 +264,12 @@ class AgentExecutor:
         signal: AbortSignal | None = None,
         emit: Callable[[Event], None] | None = None,
         context: Any = None,
+        output_type: Any = None,
     ) -> ExecutionResult:
         """One turn of ``agent`` after ``history``; checkpointed under ``<session_id>.send`` when a
         checkpoint store is given. The transcript is yours to keep: see ``result.messages``.
-        ``context`` is given to tools as ``ToolContext.context``."""
+        ``context`` is given to tools as ``ToolContext.context``; ``output_type`` as for
+        ``Agent.send``."""
         key = (
             validate_session_id(session_id) if session_id is not None else "run-" + uuid.uuid4().hex
         )
@@ -272,4 +284,5 @@ class AgentExecutor:
         return runner.run(
             state, linked(signal), writer, turn=turn, emit=emit, approve=approve,
             approvals=approval_store, context=context,
+            output=runner.config.output_for(output_type),
         )  # fmt: skip

@@ -407,11 +407,10 @@ class ChatTrace:
             }
             if response.model:
                 attributes["gen_ai.response.model"] = response.model
-            if usage.extra:
-                for key in ("cache_read", "cache_creation"):
-                    value = usage.extra.get(f"{key}_input_tokens")
-                    if isinstance(value, int) and value:
-                        attributes[f"gen_ai.usage.{key}.input_tokens"] = value
+            if usage.cache_read_tokens:
+                attributes["gen_ai.usage.cache_read.input_tokens"] = usage.cache_read_tokens
+            if usage.cache_write_tokens:
+                attributes["gen_ai.usage.cache_creation.input_tokens"] = usage.cache_write_tokens
             if telemetry.content:
                 out = _gen_ai_message(response.message)
                 out["finish_reason"] = response.finish_reason

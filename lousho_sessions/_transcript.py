@@ -15,9 +15,11 @@ import logging
 from collections.abc import Sequence
 from types import TracebackType
 
+from .abort import AbortSignal
 from .compaction import spent_by
 from .messages import Message, Usage
 from .stores._start import StartCheckpoint, TurnStart
+from .stores._waiting import waiting_for_lease
 from .stores.adapters import adapt_sessions
 from .stores.base import BaseCheckpointStore, SessionStore
 from .stores.lease import Lease
@@ -153,39 +155,45 @@ class Transcript:
         self.spent = (old_usage + usage, old_steps + steps, old_calls + calls)
 
     def turn_lock(
-        self, held: Lease | None = None, start: StartCheckpoint | None = None
+        self,
+        held: Lease | None = None,
+        start: StartCheckpoint | None = None,
+        signal: AbortSignal | None = None,
     ) -> _TurnLock:
         """Hold the session in the store for a turn; writes made meanwhile carry its fence.
 
         ``held``: a lease on the session taken already (a sweep's claim), used and released
         instead of taking one. ``start``: the new turn's first checkpoint, offered to the
-        store to save with the lease (``start_saved()`` tells). (A class, not a generator:
-        entered once a turn.)"""
-        return _TurnLock(self, held, start)
+        store to save with the lease (``start_saved()`` tells). ``signal``: the call's abort
+        signal, which stops a wait for a lease held elsewhere (``stores._waiting``). (A
+        class, not a generator: entered once a turn.)"""
+        return _TurnLock(self, held, start, signal)
 
 
 class _TurnLock:
     """``Transcript.turn_lock()``: takes the lease on entry, releases it on exit."""
 
-    __slots__ = ("held", "lease", "start", "transcript")
+    __slots__ = ("held", "lease", "signal", "start", "transcript")
 
     def __init__(
-        self, transcript: Transcript, held: Lease | None, start: StartCheckpoint | None
+        self,
+        transcript: Transcript,
+        held: Lease | None,
+        start: StartCheckpoint | None,
+        signal: AbortSignal | None,
     ) -> None:
         self.transcript = transcript
         self.held = held
         self.start = start
+        self.signal = signal
 
     def __enter__(self) -> Lease:
         t = self.transcript
         if self.held is not None:
             lease = self.held
-        elif self.start is not None:
-            lease = t.store.turn_lock_saving(t.id, self.start)
-        elif t.reads_ahead and t._loaded:  # a transcript held, to read ahead from
-            lease = t.store.turn_lock_waiting(t.id, t.read_ahead)
         else:
-            lease = t.store.turn_lock(t.id)
+            with waiting_for_lease(self.signal):
+                lease = self._take(t)
         self.lease = lease
         t.fence = lease.fence
         t._lease = lease
@@ -195,6 +203,13 @@ class _TurnLock:
         t._start_no_checkpoints = lease.start_no_checkpoints
         t._start_saved = self.held is None and self.start is not None and lease.start_saved
         return lease
+
+    def _take(self, t: Transcript) -> Lease:
+        if self.start is not None:
+            return t.store.turn_lock_saving(t.id, self.start)
+        if t.reads_ahead and t._loaded:  # a transcript held, to read ahead from
+            return t.store.turn_lock_waiting(t.id, t.read_ahead)
+        return t.store.turn_lock(t.id)
 
     def __exit__(
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
@@ -206,4 +221,14 @@ class _TurnLock:
         t._start_saved = False
         t._lease = None
         t.last_write = False
-        self.lease.__exit__(kind, exc, tb)
+        if exc is None:
+            self.lease.__exit__(kind, exc, tb)
+            return
+        try:
+            self.lease.__exit__(kind, exc, tb)
+        except Exception:  # the turn's own error is the one to raise; the lease runs out
+            log.warning(
+                "session %r: could not release the lease after a failed turn (%s): it runs "
+                "out by itself",
+                t.id, exc, exc_info=True,
+            )  # fmt: skip

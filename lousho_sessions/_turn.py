@@ -7,10 +7,10 @@ emitting events, queued input — comes in through ``TurnConfig`` (``_turn_confi
 and the ``Inbox``, so the loop can be driven and tested step by step. The checks
 on the tool calls a model sends are ``_tool_calls``'.
 
-The state is the checkpoint: ``serde.turn_checkpoint(state)`` is saved after the
+The state is the checkpoint: ``_checkpoint_codec.turn_checkpoint(state)`` is saved after the
 input is taken, after each model response that asks for tools and after each tool
 result (a final answer is recorded by the commit that ends the turn), and
-``serde.turn_state_from_checkpoint()`` resumes it without asking the model again
+``_checkpoint_codec.turn_state_from_checkpoint()`` resumes it without asking the model again
 for a recorded response or running a recorded tool again.
 """
 
@@ -24,7 +24,7 @@ from typing import Any
 import attrs
 
 from ._effects import RERUN_NOTE, ledger, rerun_approval_id
-from ._inbox import Inbox
+from ._inbox import Inbox, take_queued
 from ._limits import limit_reached, tool_calls_left
 from ._tool_calls import MAX_MALFORMED_TOOL_CALLS, check_malformed, malformed_text, unique_call_ids
 from ._turn_config import ToolOutcome, TurnConfig
@@ -41,6 +41,7 @@ from .events import (
     ApprovalRequested,
     Event,
     InputApplied,
+    ReasoningDeltaEvent,
     RunStart,
     StepStart,
     TextDelta,
@@ -51,13 +52,13 @@ from .inputs import check_message
 from .messages import Message, ToolCall, Usage
 from .pricing import price_usage
 from .providers.base import (
+    ModelReasoningDelta,
     ModelRequest,
     ModelResponse,
     ModelTextDelta,
     ModelToolCallDelta,
 )
 from .results import ExecutionResult, FinishReason
-from .serde import message_from_dict
 from .tools import Tool, ToolContext, tool_error_text
 
 __all__ = [
@@ -88,6 +89,7 @@ class Turn:
         self.state = state
         self.config = config
         self._emitted = False
+        self.output: Any = None  # the final answer parsed (config.output)
 
     # -- public -------------------------------------------------------------
 
@@ -109,7 +111,7 @@ class Turn:
                     self._tool_step(last)
                     continue
                 if last is not None and last.role == "assistant":
-                    if self._apply_queued(final=True):
+                    if self._apply_queued(final=True) or self._repairing():
                         continue
                     raise _Finish("stop")
                 self._apply_queued(final=False)
@@ -188,6 +190,8 @@ class Turn:
             tools=tuple(t.spec for t in config.tools.values()),
             settings=config.settings,
             signal=controller.signal,
+            output_schema=config.output.schema if config.output is not None else None,
+            session_id=state.session_id,
         )
         chat = config.trace.chat(request.messages) if config.trace is not None else None
         response: ModelResponse | None = None
@@ -200,6 +204,11 @@ class Turn:
                         self._emitted = True
                         if emit is not None:  # built only when someone listens
                             emit(TextDelta(state.run_id, event.text))
+                elif isinstance(event, ModelReasoningDelta):
+                    if event.text:
+                        self._emitted = True
+                        if emit is not None:
+                            emit(ReasoningDeltaEvent(state.run_id, event.text))
                 elif isinstance(event, ModelToolCallDelta):
                     self._emitted = True
                 elif isinstance(event, ModelResponse):
@@ -434,23 +443,20 @@ class Turn:
 
     def _apply_queued(self, *, final: bool) -> bool:
         """Move queued input into the turn; at the final answer, close the inbox if none waits."""
-        state, inbox = self.state, self.config.inbox
-        applied: list[str] = []
-        # input queued by an earlier attempt of this turn (kept in its checkpoint)
-        for item in state.queued:
-            state.new.extend(message_from_dict(m) for m in item["messages"])
-            applied.append(str(item["input_id"]))
-        state.queued.clear()
-        if inbox is not None and not (final and not applied and inbox.close_if_empty()):
-            for ticket in inbox.take():
-                state.new.extend(ticket.messages)
-                ticket.applied = True
-                applied.append(ticket.input_id)
+        applied = take_queued(self.state, self.config.inbox, final=final)
         for input_id in applied:
-            self._emit(InputApplied(state.run_id, input_id))
+            self._emit(InputApplied(self.state.run_id, input_id))
         if applied:
             self._checkpoint()
         return bool(applied)
+
+    def _repairing(self) -> bool:
+        """Parse the final answer into ``output``; True if it did not fit and the model is
+        asked again (``OutputValidationError`` once the repair rounds are used up)."""
+        if self.config.output is None:
+            return False
+        self.output, repairing = self.config.output.settle(self.state.new)
+        return repairing
 
     # -- helpers ------------------------------------------------------------
 
@@ -483,4 +489,5 @@ class Turn:
             run_id=state.run_id,
             session_id=state.session_id,
             steps=state.steps,
+            output=self.output if reason == "stop" else None,
         )

@@ -15,6 +15,7 @@ import attrs
 
 from ._checkpoints import TurnCheckpoints
 from ._inbox import Inbox
+from ._output import OutputSpec
 from ._telemetry import TurnTrace
 from .abort import AbortSignal
 from .approvals import ApprovalRequest, TurnKey
@@ -76,3 +77,5 @@ class TurnConfig:
     context: Any = None
     #: this run's spans and measurements; None when the agent traces nothing
     trace: TurnTrace | None = None
+    #: the type the final answer is parsed into (``output_type=``); None: free text
+    output: OutputSpec | None = None

@@ -4,7 +4,9 @@ The checkpoint codec is in ``serde`` (``turn_checkpoint``/``turn_state_from_chec
 with every other format. The saved format is versioned by ``CHECKPOINT_VERSION``:
 1 — first release; 2 — ``attempts`` (sweeps that claimed the turn), ``started`` (calls
 of the current step to non-idempotent tools that began: the effect ledger's intents),
-``fence`` (the lease that saved it) and the status ``"abandoned"``. Optional fields
+``fence`` (the lease that saved it) and the status ``"abandoned"``; 3 — messages may
+hold reasoning parts (``"type": "reasoning"``) and tool calls their place among the parts
+(``after_parts``); a version 2 checkpoint reads as it is. Optional fields
 added without a new version (a release that does not know a field keeps it in
 ``extra`` and writes it back; one that does reads a checkpoint without it as before):
 ``trace`` — the W3C trace context of the run that started the turn and its attempt
@@ -24,8 +26,9 @@ from .messages import Message, Usage
 
 __all__ = ["CHECKPOINT_FORMAT", "CHECKPOINT_VERSION", "TurnState"]
 
-#: Checkpoint format versions: 1 — first release; 2 — attempts, started, fence, "abandoned".
-CHECKPOINT_VERSION = 2
+#: Checkpoint format versions: 1 — first release; 2 — attempts, started, fence, "abandoned";
+#: 3 — messages may hold reasoning parts, tool calls their place (``after_parts``).
+CHECKPOINT_VERSION = 3
 CHECKPOINT_FORMAT = "lousho.turn"
 
 

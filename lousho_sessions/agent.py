@@ -12,7 +12,7 @@ import uuid
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
-from typing import Any
+from typing import Any, overload
 
 from ._calls import Stop, Stoppable, linked, wait
 from ._config import AgentConfig
@@ -27,6 +27,7 @@ from .inputs import Input, to_messages
 from .pricing import Pricing
 from .providers.base import Provider, ProviderBase
 from .results import ExecutionResult, Limits
+from .results import OutputT as _T
 from .run import AgentRun
 from .session import Session, TurnPolicy
 from .stores.adapters import store_parts
@@ -55,6 +56,8 @@ def create_agent(
     tracer_provider: Any = None,
     meter_provider: Any = None,
     trace_content: bool = False,
+    output_type: Any = None,
+    output_retries: int = 1,
 ) -> Agent:
     """Make an ``Agent``. With neither ``provider`` nor ``model``: ``$LOUSHO_MODEL``, else ``"demo"``.
 
@@ -72,6 +75,11 @@ def create_agent(
     ``store`` is an ``AgentStore`` (or its parts), or a URL for ``open_store``
     (``"sqlite:///app.db"``); with none, ``$LOUSHO_STORE`` names one, else the agent
     keeps transcripts in memory. A store opened from a URL is closed by ``close()``.
+
+    ``output_type`` (docs/output.md): every final answer is JSON of that type, parsed
+    into ``result.output``; a reply that does not fit is sent back to the model
+    ``output_retries`` times, then ``OutputValidationError``. ``send``/``stream`` take
+    an ``output_type`` of their own.
     """
     return Agent(**locals())  # the same keywords, given once
 
@@ -104,6 +112,8 @@ class Agent:
         tracer_provider: Any = None,
         meter_provider: Any = None,
         trace_content: bool = False,
+        output_type: Any = None,
+        output_retries: int = 1,
     ) -> None:
         self.config = AgentConfig.build(
             instructions=instructions,
@@ -123,10 +133,14 @@ class Agent:
             tracer_provider=tracer_provider,
             meter_provider=meter_provider,
             trace_content=trace_content,
+            output_type=output_type,
+            output_retries=output_retries,
         )
         self.runtime = Runtime()
         self.runner = TurnRunner(self.config, self.runtime)
-        self.approvals = Approvals(self.config.approvals, self._resume_turn, self._resume_stream)
+        self.approvals = Approvals(
+            self.config.approvals, self._resume_turn, self._resume_stream, self.config.output_for
+        )
         self._singles = SingleTurns(self.runner)
         self._sessions: weakref.WeakValueDictionary[str, Session] = weakref.WeakValueDictionary()
         # a forgotten agent: its worker threads end when idle, its tool loop stops now
@@ -188,6 +202,15 @@ class Agent:
 
     # -- single turns ---------------------------------------------------------
 
+    @overload
+    def send(self, input: Input, *, signal: AbortSignal | None = None, session_id: str | None = None,
+             timeout: float | None = None, context: Any = None,
+             output_type: type[_T]) -> ExecutionResult[_T]: ...  # fmt: skip
+    @overload
+    def send(self, input: Input, *, signal: AbortSignal | None = None, session_id: str | None = None,
+             timeout: float | None = None, context: Any = None,
+             output_type: Any = None) -> ExecutionResult: ...  # fmt: skip
+
     def send(
         self,
         input: Input,
@@ -196,6 +219,7 @@ class Agent:
         session_id: str | None = None,
         timeout: float | None = None,
         context: Any = None,
+        output_type: Any = None,
     ) -> ExecutionResult:
         """One turn from an empty history. With ``session_id`` and a checkpoint store it is durable.
 
@@ -204,13 +228,19 @@ class Agent:
         transcript of the session with that id. To continue a conversation, use
         ``agent.session(id).send(...)``. ``context`` is given to tools as
         ``ToolContext.context``; aborts and Ctrl-C behave as for ``Session.send``.
+        ``output_type`` (else the agent's): the answer is parsed into ``result.output``.
         """
-        future_stop = self._send_future(input, signal, session_id, context)
+        future_stop = self._send_future(input, signal, session_id, context, output_type)
         result: ExecutionResult = wait(*future_stop, timeout)
         return result
 
     def _send_future(
-        self, input: Input, signal: AbortSignal | None, session_id: str | None, context: Any = None
+        self,
+        input: Input,
+        signal: AbortSignal | None,
+        session_id: str | None,
+        context: Any = None,
+        output_type: Any = None,
     ) -> tuple[Future[ExecutionResult], Stop]:
         return self._singles.submit(
             to_messages(input),
@@ -219,12 +249,26 @@ class Agent:
             emit=None,
             approve=self.config.approve,
             context=context,
+            output=self.config.output_for(output_type),
         )
 
+    @overload
+    def stream(self, input: Input, *, signal: AbortSignal | None = None, context: Any = None,
+               output_type: type[_T]) -> AgentRun[_T]: ...  # fmt: skip
+    @overload
+    def stream(self, input: Input, *, signal: AbortSignal | None = None, context: Any = None,
+               output_type: Any = None) -> AgentRun: ...  # fmt: skip
+
     def stream(
-        self, input: Input, *, signal: AbortSignal | None = None, context: Any = None
+        self,
+        input: Input,
+        *,
+        signal: AbortSignal | None = None,
+        context: Any = None,
+        output_type: Any = None,
     ) -> AgentRun:
-        """One turn from an empty history, streamed; ``context`` as for ``send``."""
+        """One turn from an empty history, streamed; ``context``, ``output_type`` as for ``send``."""
+        output = self.config.output_for(output_type)
         controller = linked(signal)
         holder: list[AgentRun] = []
         run_id = "run-" + uuid.uuid4().hex
@@ -241,37 +285,49 @@ class Agent:
             run_id=run_id,
             wire=wire,
             context=context,
+            output=output,
         )
         return holder[0]
 
-    def resume(self, id: str, *, context: Any = None) -> ExecutionResult | None:
+    def resume(
+        self, id: str, *, context: Any = None, output_type: Any = None
+    ) -> ExecutionResult | None:
         """Finish a run started with ``send(..., session_id=id)``, then the session's pending turn.
 
-        ``context`` is given to their tools as ``ToolContext.context`` (it is never saved).
+        ``context`` is given to their tools as ``ToolContext.context``, ``output_type``
+        is what their answers are parsed into (else the agent's); neither is saved.
         """
-        return drive(self._resume_steps(id, context))
+        return drive(self._resume_steps(id, context, output_type))
 
-    def _resume_steps(self, id: str, context: Any = None) -> Steps[ExecutionResult | None]:
+    def _resume_steps(
+        self, id: str, context: Any = None, output_type: Any = None
+    ) -> Steps[ExecutionResult | None]:
         validate_session_id(id)
-        future, controller = self._singles.resume(id, context)
+        output = self.config.output_for(output_type)
+        future, controller = self._singles.resume(id, context, output=output)
         first: ExecutionResult | None = yield Stoppable(future, controller.abort)
-        future, controller = self._session_for(id)._resume_future(None, context)
+        future, controller = self._session_for(id)._resume_future(None, context, output_type)
         second: ExecutionResult | None = yield Stoppable(future, controller.abort)
         return second if second is not None else first
 
-    def _resume_turn(self, turn: TurnKey, context: Any) -> Stoppable:
+    def _resume_turn(self, turn: TurnKey, context: Any, output_type: Any = None) -> Stoppable:
         """Continue ``turn`` after its approval was resolved (``agent.approvals``)."""
         if turn.kind == "single":
-            future, controller = self._singles.resume(turn.key, context)
+            output = self.config.output_for(output_type)
+            future, controller = self._singles.resume(turn.key, context, output=output)
         else:
-            future, controller = self._session_for(turn.key)._resume_future(None, context)
+            session = self._session_for(turn.key)
+            future, controller = session._resume_future(None, context, output_type)
         return Stoppable(future, controller.abort)
 
-    def _resume_stream(self, turn: TurnKey, context: Any, run_id: str) -> AgentRun:
+    def _resume_stream(
+        self, turn: TurnKey, context: Any, run_id: str, output_type: Any = None
+    ) -> AgentRun:
         """Continue ``turn`` after its approval was resolved, streamed (``resolve_stream``)."""
         if turn.kind == "single":
-            return self._singles.resume_stream(turn.key, context, run_id)
-        return self._session_for(turn.key)._resume_stream(context, run_id)
+            output = self.config.output_for(output_type)
+            return self._singles.resume_stream(turn.key, context, run_id, output)
+        return self._session_for(turn.key)._resume_stream(context, run_id, output_type)
 
     # -- lifecycle ------------------------------------------------------------
 

@@ -19,7 +19,7 @@ import functools
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import Future
 from types import TracebackType
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, Generic, ParamSpec, TypeVar, overload
 
 from . import _worker
 from ._calls import Stoppable
@@ -29,8 +29,8 @@ from .agent import create_agent as _create_agent
 from .approvals import ApprovalRequest, Approvals
 from .events import Event, RunDone, SessionEvent
 from .inputs import Input
-from .messages import Message
-from .results import CompactionResult, ExecutionResult, PendingTurn
+from .messages import Message, Usage
+from .results import CompactionResult, ExecutionResult, OutputT, PendingTurn
 from .run import AgentRun
 from .session import Session
 
@@ -111,7 +111,7 @@ async def _drive(steps: _worker.Steps[T]) -> T:
             value, error = None, exc
 
 
-class AsyncAgentRun:
+class AsyncAgentRun(Generic[OutputT]):
     """A streamed turn for asyncio: ``async for event in run``, ``await run.result()``.
 
     Made by ``stream()`` inside a coroutine; events go to that coroutine's loop.
@@ -119,7 +119,7 @@ class AsyncAgentRun:
     iterates or awaits the result aborts the run unless it had finished.
     """
 
-    def __init__(self, run: AgentRun) -> None:
+    def __init__(self, run: AgentRun[OutputT]) -> None:
         self.sync = run
         self._loop = asyncio.get_running_loop()
         self._events: asyncio.Queue[Event] = asyncio.Queue()
@@ -157,9 +157,11 @@ class AsyncAgentRun:
         finally:
             self.sync.__exit__(None, None, None)  # aborts unless the run finished
 
-    async def result(self, timeout: float | None = None) -> ExecutionResult:
+    async def result(self, timeout: float | None = None) -> ExecutionResult[OutputT]:
         """The turn's result; raises the turn's error, or ``TimeoutError``."""
-        result = await _wait(self.sync._future, self.sync.abort, timeout, stop_on_timeout=False)
+        result: ExecutionResult[OutputT] | None = await _wait(
+            self.sync._future, self.sync.abort, timeout, stop_on_timeout=False
+        )
         if result is None:
             raise RuntimeError(f"run {self.id} has no result")
         return result
@@ -173,7 +175,7 @@ class AsyncAgentRun:
     def steer(self, input: Input) -> str:
         return self.sync.steer(input)
 
-    async def __aenter__(self) -> AsyncAgentRun:
+    async def __aenter__(self) -> AsyncAgentRun[OutputT]:
         return self
 
     async def __aexit__(
@@ -202,6 +204,15 @@ class AsyncSession:
     def messages(self) -> tuple[Message, ...]:
         return self.sync.messages
 
+    @overload
+    async def send(self, input: Input, *, signal: AbortSignal | None = None,
+                   timeout: float | None = None, context: Any = None,
+                   output_type: type[T]) -> ExecutionResult[T]: ...  # fmt: skip
+    @overload
+    async def send(self, input: Input, *, signal: AbortSignal | None = None,
+                   timeout: float | None = None, context: Any = None,
+                   output_type: Any = None) -> ExecutionResult: ...  # fmt: skip
+
     async def send(
         self,
         input: Input,
@@ -209,22 +220,36 @@ class AsyncSession:
         signal: AbortSignal | None = None,
         timeout: float | None = None,
         context: Any = None,
+        output_type: Any = None,
     ) -> ExecutionResult:
-        future, stop = self.sync._send_future(input, signal, context)
+        future, stop = self.sync._send_future(input, signal, context, output_type)
         result = await _wait(future, stop, timeout)
         assert result is not None  # only resume() may have no result
         return result
 
+    @overload
+    def stream(self, input: Input, *, signal: AbortSignal | None = None, context: Any = None,
+               output_type: type[T]) -> AsyncAgentRun[T]: ...  # fmt: skip
+    @overload
+    def stream(self, input: Input, *, signal: AbortSignal | None = None, context: Any = None,
+               output_type: Any = None) -> AsyncAgentRun: ...  # fmt: skip
+
     def stream(
-        self, input: Input, *, signal: AbortSignal | None = None, context: Any = None
+        self,
+        input: Input,
+        *,
+        signal: AbortSignal | None = None,
+        context: Any = None,
+        output_type: Any = None,
     ) -> AsyncAgentRun:
         asyncio.get_running_loop()  # raises outside a coroutine, before a turn is queued
-        return AsyncAgentRun(self.sync.stream(input, signal=signal, context=context))
+        run = self.sync.stream(input, signal=signal, context=context, output_type=output_type)
+        return AsyncAgentRun(run)
 
     async def resume(
-        self, *, signal: AbortSignal | None = None, context: Any = None
+        self, *, signal: AbortSignal | None = None, context: Any = None, output_type: Any = None
     ) -> ExecutionResult | None:
-        future, controller = self.sync._resume_future(signal, context)
+        future, controller = self.sync._resume_future(signal, context, output_type)
         return await _wait(future, controller.abort)
 
     async def load(self) -> tuple[Message, ...]:
@@ -234,6 +259,10 @@ class AsyncSession:
         self, *, keep_last: int = 4, instructions: str | None = None
     ) -> CompactionResult:
         return await _wait(self.sync._compact_future(keep_last, instructions))
+
+    async def usage(self) -> Usage:
+        """``Session.usage()``: the usage totals of the saved transcript."""
+        return await _wait(self.sync._usage_future())
 
     async def clear(self) -> None:
         await _wait(self.sync._clear_future())
@@ -268,25 +297,38 @@ class AsyncApprovals:
         self.sync = approvals
 
     async def resolve(
-        self, id: str, *, approved: bool, reason: str | None = None, context: Any = None
+        self,
+        id: str,
+        *,
+        approved: bool,
+        reason: str | None = None,
+        context: Any = None,
+        output_type: Any = None,
     ) -> ExecutionResult | None:
         """As ``Approvals.resolve``: ``resolve("appr-…", approved=True)`` or ``resolve(id=...)``.
 
         Cancelling the awaiting task aborts the continued turn (the decision stays recorded).
         """
-        return await _drive(self.sync._resolve_steps(id, approved, reason, context))
+        return await _drive(self.sync._resolve_steps(id, approved, reason, context, output_type))
 
     async def resolve_stream(
-        self, id: str, *, approved: bool, reason: str | None = None, context: Any = None
+        self,
+        id: str,
+        *,
+        approved: bool,
+        reason: str | None = None,
+        context: Any = None,
+        output_type: Any = None,
     ) -> AsyncAgentRun:
         """As ``Approvals.resolve_stream``: await the decision, then ``async for`` the run.
 
         ``ApprovalAlreadyResolvedError`` is raised by the ``await``, before any run exists.
         """
+        self.sync._check_output(output_type)
         record = await asyncio.to_thread(
             self.sync._store.resolve, id, approved=approved, reason=reason
         )
-        return AsyncAgentRun(self.sync._continue_stream(record, context))
+        return AsyncAgentRun(self.sync._continue_stream(record, context, output_type))
 
     async def get(self, id: str) -> ApprovalRequest:
         return await asyncio.to_thread(self.sync.get, id)
@@ -308,6 +350,15 @@ class AsyncAgent:
         """``Agent.session(id, **options)``, wrapped; makes no store call, so nothing to await."""
         return AsyncSession(self.sync.session(id, **options))
 
+    @overload
+    async def send(self, input: Input, *, signal: AbortSignal | None = None,
+                   session_id: str | None = None, timeout: float | None = None,
+                   context: Any = None, output_type: type[T]) -> ExecutionResult[T]: ...  # fmt: skip
+    @overload
+    async def send(self, input: Input, *, signal: AbortSignal | None = None,
+                   session_id: str | None = None, timeout: float | None = None,
+                   context: Any = None, output_type: Any = None) -> ExecutionResult: ...  # fmt: skip
+
     async def send(
         self,
         input: Input,
@@ -316,19 +367,35 @@ class AsyncAgent:
         session_id: str | None = None,
         timeout: float | None = None,
         context: Any = None,
+        output_type: Any = None,
     ) -> ExecutionResult:
         """As ``Agent.send``: ``session_id`` keys this single run; no session's transcript is used."""
-        future, stop = self.sync._send_future(input, signal, session_id, context)
+        future, stop = self.sync._send_future(input, signal, session_id, context, output_type)
         return await _wait(future, stop, timeout)
 
+    @overload
+    def stream(self, input: Input, *, signal: AbortSignal | None = None, context: Any = None,
+               output_type: type[T]) -> AsyncAgentRun[T]: ...  # fmt: skip
+    @overload
+    def stream(self, input: Input, *, signal: AbortSignal | None = None, context: Any = None,
+               output_type: Any = None) -> AsyncAgentRun: ...  # fmt: skip
+
     def stream(
-        self, input: Input, *, signal: AbortSignal | None = None, context: Any = None
+        self,
+        input: Input,
+        *,
+        signal: AbortSignal | None = None,
+        context: Any = None,
+        output_type: Any = None,
     ) -> AsyncAgentRun:
         asyncio.get_running_loop()  # raises outside a coroutine, before a turn is queued
-        return AsyncAgentRun(self.sync.stream(input, signal=signal, context=context))
+        run = self.sync.stream(input, signal=signal, context=context, output_type=output_type)
+        return AsyncAgentRun(run)
 
-    async def resume(self, id: str, *, context: Any = None) -> ExecutionResult | None:
-        return await _drive(self.sync._resume_steps(id, context))
+    async def resume(
+        self, id: str, *, context: Any = None, output_type: Any = None
+    ) -> ExecutionResult | None:
+        return await _drive(self.sync._resume_steps(id, context, output_type))
 
     def close(self, timeout: float | None = None) -> None:
         """``Agent.close``: blocks until the agent's threads are joined; in a coroutine use ``aclose``."""

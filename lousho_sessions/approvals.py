@@ -156,20 +156,27 @@ def new_record(
     return record
 
 
-#: Continues the turn an approval was resolved for, given the caller's ``context``: its
-#: Future (the result, None if none was pending) and what stops it.
-Resume = Callable[[TurnKey, Any], Stoppable]
+#: Continues the turn an approval was resolved for, given the caller's ``context`` and
+#: ``output_type``: its Future (the result, None if none was pending) and what stops it.
+Resume = Callable[[TurnKey, Any, Any], Stoppable]
 #: The same, streamed under the given run id.
-ResumeStream = Callable[[TurnKey, Any, str], AgentRun]
+ResumeStream = Callable[[TurnKey, Any, str, Any], AgentRun]
 
 
 class Approvals:
     """``agent.approvals``: look up and resolve tool calls waiting for a human."""
 
-    def __init__(self, store: ApprovalStore, resume: Resume, resume_stream: ResumeStream) -> None:
+    def __init__(
+        self,
+        store: ApprovalStore,
+        resume: Resume,
+        resume_stream: ResumeStream,
+        check_output: Callable[[Any], object] = lambda output_type: None,
+    ) -> None:
         self._store = store
         self._resume = resume
         self._resume_stream = resume_stream
+        self._check_output = check_output  # refuses a bad output_type before deciding
 
     def get(self, id: str) -> ApprovalRequest:
         record = self._store.get(id)
@@ -184,33 +191,47 @@ class Approvals:
         return [ApprovalRequest.from_record(r) for r in records]
 
     def resolve(
-        self, id: str, *, approved: bool, reason: str | None = None, context: Any = None
+        self,
+        id: str,
+        *,
+        approved: bool,
+        reason: str | None = None,
+        context: Any = None,
+        output_type: Any = None,
     ) -> ExecutionResult | None:
         """Decide, then continue the paused turn as the session's next turn and return its result.
 
         ``id`` may be given by position or by name: ``resolve("appr-…", approved=True)``.
         ``None`` when no paused turn is left to continue (a single run without
         ``session_id`` paused in another agent's memory); the decision is recorded all
-        the same. ``context`` is what the turn's tools see as ``ToolContext.context``.
+        the same. ``context`` is what the turn's tools see as ``ToolContext.context``;
+        ``output_type`` what its answer is parsed into (else the agent's; docs/output.md).
 
         Exactly one ``resolve()`` of an approval wins, across processes; the others
         raise ``ApprovalAlreadyResolvedError``. Ctrl-C while the turn goes on aborts it
         (the decision stays recorded) and raises ``KeyboardInterrupt``.
         """
-        return _worker.drive(self._resolve_steps(id, approved, reason, context))
+        return _worker.drive(self._resolve_steps(id, approved, reason, context, output_type))
 
     def _resolve_steps(
-        self, id: str, approved: bool, reason: str | None, context: Any
+        self, id: str, approved: bool, reason: str | None, context: Any, output_type: Any = None
     ) -> _worker.Steps[ExecutionResult | None]:
+        self._check_output(output_type)
         record = yield lambda: self._store.resolve(id, approved=approved, reason=reason)
         turn = TurnKey.of_record(record)
         if turn is None:
             return None
-        result: ExecutionResult | None = yield self._resume(turn, context)
+        result: ExecutionResult | None = yield self._resume(turn, context, output_type)
         return result
 
     def resolve_stream(
-        self, id: str, *, approved: bool, reason: str | None = None, context: Any = None
+        self,
+        id: str,
+        *,
+        approved: bool,
+        reason: str | None = None,
+        context: Any = None,
+        output_type: Any = None,
     ) -> AgentRun:
         """Decide, then stream the continued turn: an ``AgentRun`` of its events.
 
@@ -221,15 +242,18 @@ class Approvals:
         approval. With no paused turn left to continue it yields only ``run.done`` with
         ``result`` None. Leaving the stream early aborts the turn, as for any stream.
         """
+        self._check_output(output_type)
         record = self._store.resolve(id, approved=approved, reason=reason)
-        return self._continue_stream(record, context)
+        return self._continue_stream(record, context, output_type)
 
-    def _continue_stream(self, record: Mapping[str, Any], context: Any) -> AgentRun:
+    def _continue_stream(
+        self, record: Mapping[str, Any], context: Any, output_type: Any = None
+    ) -> AgentRun:
         """The run that continues the turn of a resolved approval ``record``."""
         run_id = str(record.get("run_id") or "run-" + uuid.uuid4().hex)
         turn = TurnKey.of_record(record)
         if turn is not None:
-            return self._resume_stream(turn, context, run_id)
+            return self._resume_stream(turn, context, run_id, output_type)
         done: Future[ExecutionResult | None] = Future()
         done.set_result(None)
         run = AgentRun(run_id, done, AbortController())

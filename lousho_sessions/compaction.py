@@ -1,6 +1,7 @@
 """Compaction: replace older messages with one summary written by the agent's model.
 
-Tokens are estimated, not counted: ``ceil(characters / 4)`` per text part plus a
+Tokens are estimated, not counted: ``ceil(characters / 4)`` per text part (and per
+reasoning part, its visible text and opaque data) plus a
 fixed 4 per message and 256 per image, which is close to what OpenAI and
 Anthropic tokenizers give for English text. The threshold of
 ``Compaction(max_tokens=...)`` is compared with that estimate for the system
@@ -10,21 +11,30 @@ text plus the transcript.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
 
 from .abort import AbortSignal
-from .messages import ImagePart, Message, TextPart, Usage, thaw
+from .events import CompactionDone, CompactionStart
+from .messages import ImagePart, Message, ReasoningPart, TextPart, Usage, thaw
 from .providers.base import ModelRequest, Provider, complete
+from .results import CompactionResult
+from .usage_totals import SUMMARY_KEY
 
 if TYPE_CHECKING:
     from ._telemetry import Telemetry
 
-__all__ = ["Compaction", "estimate_tokens", "split_point", "summarise"]
+__all__ = [
+    "SUMMARY_KEY",
+    "Compaction",
+    "compact_transcript",
+    "estimate_tokens",
+    "split_point",
+    "summarise",
+]
 
-SUMMARY_KEY = "lousho.summary"
 
 DEFAULT_INSTRUCTIONS = (
     "Summarise the conversation below for the assistant who will continue it. Keep every "
@@ -57,6 +67,8 @@ def estimate_tokens(messages: Sequence[Message], system: str | None = None) -> i
                 total += -(-len(part.text) // 4)
             elif isinstance(part, ImagePart):
                 total += 256
+            elif isinstance(part, ReasoningPart):  # sent back to the family that made it
+                total += -(-(len(part.text) + len(part.data or "")) // 4)
         for call in m.tool_calls:
             total += -(-(len(call.name) + len(json.dumps(thaw(call.arguments)))) // 4)
     return total
@@ -64,7 +76,8 @@ def estimate_tokens(messages: Sequence[Message], system: str | None = None) -> i
 
 def split_point(messages: Sequence[Message], keep_last: int) -> int:
     """Index where the kept tail starts: at most ``keep_last`` messages are kept, and a
-    tool call is never separated from its results."""
+    tool call is never separated from its results, nor from the assistant message that
+    made it (whose reasoning parts its provider needs back with the results)."""
     index = max(0, len(messages) - keep_last)
     while 0 < index < len(messages) and messages[index].role == "tool":
         index -= 1  # keep the assistant message that made the calls with its results
@@ -162,3 +175,38 @@ def spent_by(messages: Sequence[Message]) -> tuple[Usage, int, int]:
                 steps += int(prior.get("steps", 0))
                 calls += int(prior.get("tool_calls", 0))
     return usage, steps, calls
+
+
+class _Saving(Protocol):
+    """What ``compact_transcript`` needs of a session's transcript."""
+
+    @property
+    def messages(self) -> Sequence[Message]: ...
+
+    def save(self, messages: list[Message]) -> None: ...
+
+
+def compact_transcript(
+    transcript: _Saving,
+    provider: Provider,
+    model_name: str | None,
+    telemetry: Telemetry | None,
+    session_id: str,
+    keep_last: int,
+    instructions: str | None,
+    notify: Callable[[Any], None],
+) -> CompactionResult:
+    """Summarise all but the last ``keep_last`` messages of ``transcript`` and save it,
+    telling ``notify`` when it starts and ends (a session's compaction, under its lock)."""
+    before = list(transcript.messages)
+    cut = split_point(before, keep_last)
+    if cut == 0:
+        return CompactionResult("", len(before), len(before), compacted=False)
+    notify(CompactionStart(session_id))
+    text, usage = summarise(provider, before[:cut], instructions, telemetry, model_name)
+    summary = summary_message(text, before[:cut], usage)
+    after = [summary, *before[cut:]]
+    transcript.save(after)
+    result = CompactionResult(text, len(before), len(after), usage)
+    notify(CompactionDone(session_id, result))
+    return result

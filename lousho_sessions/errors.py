@@ -11,10 +11,12 @@
     │   ├── SchemaVersionError
     │   ├── StoreCorruptError (ValueError)
     │   ├── StoreConflictError
-    │   └── LeaseLostError                code LOUSHO_LEASE_LOST
+    │   ├── LeaseLostError                code LOUSHO_LEASE_LOST
+    │   └── CommitUnknownError            code LOUSHO_COMMIT_UNKNOWN
     ├── PropagatingToolError
     ├── ToolDefinitionError (TypeError, ValueError)  a @tool that cannot be described
     ├── ToolArgumentsError (TypeError)     a model's arguments that do not fit a tool
+    ├── OutputValidationError (ValueError) a final answer that does not fit ``output_type``
     ├── ProviderError                     .status .retryable .request_id .retry_after
     │   └── ProviderConfigError (ValueError)
     ├── ApprovalNotFoundError (LookupError)
@@ -25,12 +27,16 @@ Foreign errors are wrapped where they cross into the SDK, with ``raise … from 
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = [
     "ApprovalAlreadyResolvedError",
     "ApprovalNotFoundError",
+    "CommitUnknownError",
     "InvalidSessionIdError",
     "LeaseLostError",
     "LoushoError",
+    "OutputValidationError",
     "PropagatingToolError",
     "ProviderConfigError",
     "ProviderError",
@@ -120,6 +126,33 @@ class LeaseLostError(StoreError):
     code = "LOUSHO_LEASE_LOST"
 
 
+class CommitUnknownError(StoreError):
+    """A turn's commit was sent but its reply was lost, and the store could not be read again
+    to tell whether it landed: the turn **may be saved**. Do not send it again blindly.
+
+    Once the store answers again: ``session.pending()`` is not ``None`` when the turn was
+    not saved (``resume()`` or the next ``send()`` finishes it without running its recorded
+    tools again); otherwise it was saved, and ``session.load()`` holds its messages
+    (``message_ids``, in order).
+    """
+
+    code = "LOUSHO_COMMIT_UNKNOWN"
+
+    def __init__(self, message: str, *, session_id: str, message_ids: tuple[str, ...]) -> None:
+        super().__init__(message)
+        self.session_id = session_id
+        self.message_ids = message_ids
+
+    def __reduce__(self) -> Any:
+        return (_commit_unknown, (str(self), self.session_id, self.message_ids))
+
+
+def _commit_unknown(
+    message: str, session_id: str, message_ids: tuple[str, ...]
+) -> CommitUnknownError:
+    return CommitUnknownError(message, session_id=session_id, message_ids=message_ids)
+
+
 class PropagatingToolError(LoushoError):
     """Raised by a tool to end the ``send()`` with this error instead of telling the model."""
 
@@ -192,3 +225,22 @@ class ApprovalAlreadyResolvedError(LoushoError):
     """The approval was resolved before (here or in another process)."""
 
     code = "LOUSHO_APPROVAL_ALREADY_RESOLVED"
+
+
+class OutputValidationError(LoushoError, ValueError):
+    """The model's final answer did not fit the turn's ``output_type``, repair rounds included.
+
+    ``problems`` names each failure with its JSON path in the reply
+    (``$.items[2].price: expected number, got string "ten"``); ``path`` is the first
+    one's path; ``text`` is the reply that failed.
+    """
+
+    code = "LOUSHO_OUTPUT_INVALID"
+
+    def __init__(
+        self, message: str, *, problems: tuple[str, ...] = (), path: str = "$", text: str = ""
+    ) -> None:
+        super().__init__(message)
+        self.problems = problems
+        self.path = path
+        self.text = text

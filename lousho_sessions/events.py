@@ -1,6 +1,6 @@
 """Stream events: frozen attrs classes tagged by ``type``.
 
-A run yields ``run.start``, ``step.start``, ``text.delta``, ``tool.call``,
+A run yields ``run.start``, ``step.start``, ``reasoning.delta``, ``text.delta``, ``tool.call``,
 ``tool.result``, ``approval.requested``, ``input.queued``, ``input.applied``,
 ``error`` and finally ``run.done``. ``compaction.start``, ``compaction.done``
 and ``context.cleared`` go only to ``Session.on()`` listeners.
@@ -26,6 +26,7 @@ __all__ = [
     "Event",
     "InputApplied",
     "InputQueued",
+    "ReasoningDeltaEvent",
     "RunDone",
     "RunStart",
     "SessionEvent",
@@ -58,6 +59,19 @@ class StepStart(_RunEvent):
 class TextDelta(_RunEvent):
     text: str
     type: Literal["text.delta"] = "text.delta"
+
+
+@attrs.frozen
+class ReasoningDeltaEvent(_RunEvent):
+    """A piece of the model's visible reasoning, as it arrives (before its text and calls).
+
+    The pieces of a step join to the visible text of its ``ReasoningPart`` s; a model
+    whose reasoning is hidden (redacted or encrypted) sends none. ``text.delta`` never
+    carries reasoning.
+    """
+
+    text: str
+    type: Literal["reasoning.delta"] = "reasoning.delta"
 
 
 @attrs.frozen
@@ -135,6 +149,7 @@ class ContextCleared(_SessionEvent):
 Event = Union[
     RunStart,
     StepStart,
+    ReasoningDeltaEvent,
     TextDelta,
     ToolCallEvent,
     ToolResultEvent,

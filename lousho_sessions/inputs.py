@@ -12,7 +12,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any, Union
 
-from .messages import EMPTY, ImagePart, Message, Part, TextPart
+from .messages import EMPTY, ImagePart, Message, Part, ReasoningPart, TextPart
 
 __all__ = ["MAX_DEPTH", "Input", "check_json", "check_text", "to_messages"]
 
@@ -64,11 +64,12 @@ def _messages(input: Any) -> list[Message]:
 def check_message(message: Message, what: str) -> None:
     """Refuse a message whose text, metadata or tool-call arguments cannot be sent and saved."""
     for index, part in enumerate(message.content):
-        if isinstance(part, TextPart):
+        if isinstance(part, (TextPart, ReasoningPart)):
             check_text(part.text, f"{what}, part {index}")
         elif not isinstance(part, ImagePart):
             raise TypeError(
-                f"{what}, part {index}: expected TextPart or ImagePart, got {_kind(part)}"
+                f"{what}, part {index}: expected TextPart, ImagePart or ReasoningPart, "
+                f"got {_kind(part)}"
             )
     check_json(message.metadata, f"{what}: metadata")
     for call in message.tool_calls:

@@ -24,6 +24,7 @@ __all__ = [
     "ImagePart",
     "Message",
     "Part",
+    "ReasoningPart",
     "Role",
     "TextPart",
     "ToolCall",
@@ -265,7 +266,31 @@ class ImagePart:
             )
 
 
-Part = Union[TextPart, ImagePart]
+@attrs.frozen(weakref_slot=False)
+class ReasoningPart:
+    """A model's reasoning, kept on the assistant message that holds it.
+
+    ``text`` is the visible reasoning (may be empty: redacted or encrypted reasoning
+    shows nothing). ``provider`` is the family of API that made it (``"anthropic"``,
+    ``"openai"``, ``"gemini"``, ...): it goes back only to that family, in the place it
+    came, and is left out of calls to any other. ``signature``, ``data`` (redacted or
+    encrypted content) and ``id`` are opaque values the provider needs back verbatim;
+    ``extra`` holds anything else it returned that must be echoed. ``Message.text``
+    leaves reasoning out; ``Message.reasoning`` joins its visible text.
+    """
+
+    text: str = ""
+    provider: str = ""
+    signature: str | None = None
+    data: str | None = None
+    id: str | None = None
+    type: Literal["reasoning"] = attrs.field(default="reasoning", init=False)
+    extra: Mapping[str, Any] = attrs.field(
+        default=EMPTY, converter=_frozen_mapping, repr=False, kw_only=True
+    )
+
+
+Part = Union[TextPart, ImagePart, ReasoningPart]
 
 
 @attrs.frozen(weakref_slot=False)
@@ -288,11 +313,23 @@ class ToolCall:
 
 @attrs.frozen(weakref_slot=False)
 class Usage:
-    """Tokens and money a model call (or a sum of them) used. Adds with ``+``."""
+    """Tokens and money a model call (or a sum of them) used. Adds with ``+``.
+
+    ``input_tokens`` counts every prompt token the model read, **including** those read
+    from or written to the provider's prompt cache; ``cache_read_tokens`` and
+    ``cache_write_tokens`` say how many of them were (Anthropic reports the three apart
+    and they are added up here; OpenAI and Gemini count cached tokens inside the prompt
+    total already). Likewise ``output_tokens`` includes ``reasoning_tokens``, the
+    tokens a reasoning model spent thinking (where the provider reports them).
+    ``cost_usd`` prices each part at its own rate (see ``Pricing``).
+    """
 
     input_tokens: int = 0
     output_tokens: int = 0
     cost_usd: float = 0.0
+    cache_read_tokens: int = attrs.field(default=0, kw_only=True)
+    cache_write_tokens: int = attrs.field(default=0, kw_only=True)
+    reasoning_tokens: int = attrs.field(default=0, kw_only=True)
     extra: Mapping[str, Any] = attrs.field(
         default=EMPTY, converter=_frozen_mapping, repr=False, eq=False, kw_only=True
     )
@@ -304,17 +341,28 @@ class Usage:
             self.input_tokens + other.input_tokens,
             self.output_tokens + other.output_tokens,
             self.cost_usd + other.cost_usd,
+            cache_read_tokens=self.cache_read_tokens + other.cache_read_tokens,
+            cache_write_tokens=self.cache_write_tokens + other.cache_write_tokens,
+            reasoning_tokens=self.reasoning_tokens + other.reasoning_tokens,
         )
 
     @property
     def total_tokens(self) -> int:
         return self.input_tokens + self.output_tokens
 
+    @property
+    def uncached_input_tokens(self) -> int:
+        """The input tokens neither read from nor written to the prompt cache."""
+        return self.input_tokens - self.cache_read_tokens - self.cache_write_tokens
+
 
 def _parts(value: str | Sequence[Part]) -> tuple[Part, ...]:
     if isinstance(value, str):
         return (TextPart(value),)
     return tuple(value)
+
+
+_PART_TYPES = (TextPart, ImagePart, ReasoningPart)
 
 
 def _part_tuple(value: str | Iterable[Part]) -> tuple[Part, ...]:
@@ -325,9 +373,10 @@ def _part_tuple(value: str | Iterable[Part]) -> tuple[Part, ...]:
         return (TextPart(value),)
     parts = tuple(value)
     for n, part in enumerate(parts):
-        if part.__class__ is not TextPart and not isinstance(part, (TextPart, ImagePart)):
+        if part.__class__ is not TextPart and not isinstance(part, _PART_TYPES):
             raise TypeError(
-                f"Message content[{n}]: expected TextPart or ImagePart, got {type(part).__name__}"
+                f"Message content[{n}]: expected TextPart, ImagePart or ReasoningPart, "
+                f"got {type(part).__name__}"
             )
     return parts
 
@@ -378,8 +427,13 @@ class Message:
 
     @property
     def text(self) -> str:
-        """The text parts joined together."""
+        """The text parts joined together (reasoning is not text: see :attr:`reasoning`)."""
         return "".join(p.text for p in self.content if isinstance(p, TextPart))
+
+    @property
+    def reasoning(self) -> str:
+        """The visible text of the reasoning parts, joined together (often empty)."""
+        return "".join(p.text for p in self.content if isinstance(p, ReasoningPart))
 
     @classmethod
     def user(cls, content: str | Sequence[Part], **kwargs: Any) -> Message:

@@ -12,8 +12,11 @@ is that someone::
 A turn is **stale** when its checkpoint is pending and no live process holds its
 session: on SQLite and files its OS turn lock is free (a dead process holds none),
 on PostgreSQL and Redis its lease expired (heartbeats stopped). A turn that merely
-runs long still holds its lease and is never stale. A turn waiting on an approval
-is never swept: a human decides it.
+runs long still holds its lease and is never stale. A turn waiting on a pending
+approval is never swept: a human decides it. Once the approval is decided (its
+resolver died while the turn went on, or ``lousho approvals resolve`` decided it
+without continuing it), the turn is an ordinary stale turn when nobody holds its
+session: a sweep finishes it, applying the decision once.
 
 Claiming takes the turn lock without waiting, which hands out a new fence: of two
 sweepers, or a sweeper and an old worker woken from a pause, only the holder of the
@@ -42,7 +45,7 @@ from ._recover import Recovered, recover_send, recover_session_turn
 from .agent import Agent
 from .errors import StoreError
 from .results import ExecutionResult
-from .stores.adapters import adapt_checkpoints, adapt_sessions, store_parts
+from .stores.adapters import adapt_approvals, adapt_checkpoints, adapt_sessions, store_parts
 from .stores.base import AgentStore, older_than_seconds, validate_turn_id
 from .stores.lease import Lease, fence_session_id
 
@@ -51,7 +54,9 @@ __all__ = ["StaleTurn", "SweptTurn", "abandoned_turns", "resume_turn", "stale_tu
 log = logging.getLogger("lousho_sessions.recovery")
 
 #: The fields of a pending checkpoint a listing reads (not its messages).
-_FIELDS = ("status", "updated_at", "attempts", "fence")
+_FIELDS = ("status", "updated_at", "attempts", "fence", "approval_id")
+#: The statuses of an approval record that decided it.
+DECIDED = ("approved", "denied")
 
 
 @attrs.frozen
@@ -242,17 +247,28 @@ def _listed(
     older_than: timedelta | float | None,
 ) -> list[StaleTurn]:
     """The pending turns of ``statuses``, oldest first, at most ``limit`` (``None``: all);
-    a ``"running"`` one only when no live turn holds its session (asked of all at once)."""
+    a ``"running"`` one only when no live turn holds its session (asked of all at once).
+
+    A turn ``"awaiting-approval"`` whose approval is decided counts as ``"running"``: its
+    decision is waiting to be applied (one approval read for each such turn)."""
     if parts.checkpoints is None:
         return []
     checkpoints = adapt_checkpoints(parts.checkpoints)
     sessions = None if parts.sessions is None else adapt_sessions(parts.sessions)
+    approvals = None if parts.approvals is None else adapt_approvals(parts.approvals)
     cutoff = None
     if older_than is not None:
         cutoff = datetime.now(timezone.utc) - timedelta(seconds=older_than_seconds(older_than))
     found: list[StaleTurn] = []
     for turn_id, data in checkpoints.pending_fields(_FIELDS):
         status = data.get("status", "running")
+        if (
+            status == "awaiting-approval"
+            and "running" in statuses
+            and approvals is not None
+            and decided(approvals, data.get("approval_id"))
+        ):
+            status = "running"  # decided, not yet applied: whoever claims it applies it
         if status not in statuses:
             continue
         updated_at = _time(data.get("updated_at"))
@@ -278,6 +294,19 @@ def _listed(
         found = [t for t in found if t.status != "running" or t.session_id not in held]
     found.sort(key=lambda t: (t.updated_at or datetime.min.replace(tzinfo=timezone.utc), t.turn_id))
     return found if limit is None else found[: max(limit, 0)]
+
+
+def decided(approvals: Any, approval_id: object) -> bool:
+    """Whether the approval ``approval_id`` is decided (approved or denied); an unreadable
+    or missing record is not."""
+    if not isinstance(approval_id, str):
+        return False
+    try:
+        record = approvals.get(approval_id)
+    except StoreError as exc:  # one bad record never blocks the others
+        log.warning("skipping approval %s: %s", approval_id, exc)
+        return False
+    return record is not None and record.get("status") in DECIDED
 
 
 def _time(value: object) -> datetime | None:

@@ -2,13 +2,29 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Generic, Literal
 
 import attrs
 
+if TYPE_CHECKING:  # a default (PEP 696): a bare ``ExecutionResult`` is ``ExecutionResult[Any]``
+    from typing_extensions import TypeVar
+
+    OutputT = TypeVar("OutputT", default=Any)
+else:
+    from typing import TypeVar
+
+    OutputT = TypeVar("OutputT")
+
 from .messages import Message, Usage
 
-__all__ = ["CompactionResult", "ExecutionResult", "FinishReason", "Limits", "PendingTurn"]
+__all__ = [
+    "CompactionResult",
+    "ExecutionResult",
+    "FinishReason",
+    "Limits",
+    "OutputT",
+    "PendingTurn",
+]
 
 FinishReason = Literal[
     "stop", "length", "aborted", "awaiting-approval", "limit", "max-steps", "error"
@@ -16,12 +32,16 @@ FinishReason = Literal[
 
 
 @attrs.frozen
-class ExecutionResult:
+class ExecutionResult(Generic[OutputT]):
     """The outcome of one turn.
 
     ``messages`` are the turn's new messages (the user input included); ``usage``
     sums the turn's model calls; ``limit`` names the limit that stopped it when
-    ``finish_reason == "limit"``.
+    ``finish_reason == "limit"``. ``text`` is the final answer's text; ``output`` that
+    answer parsed as the turn's ``output_type`` (docs/output.md). ``pending`` is set on
+    an aborted turn that was kept instead of dropped because it was resumed or its tools
+    ran: ``Session.pending()`` shows it, and ``resume()`` or the session's next ``send()``
+    finishes it without running its recorded tools again.
     """
 
     text: str
@@ -33,6 +53,10 @@ class ExecutionResult:
     run_id: str = ""
     session_id: str | None = None
     steps: int = 0
+    #: the final answer as the turn's ``output_type``; None without one, or when the
+    #: turn did not end with an answer (aborted, paused, a limit)
+    output: OutputT | None = None
+    pending: PendingTurn | None = None
 
 
 @attrs.frozen

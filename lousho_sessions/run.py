@@ -7,19 +7,19 @@ import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from types import TracebackType
-from typing import Any
+from typing import Any, Generic
 
 from .abort import AbortController
 from .events import Event, RunDone
 from .inputs import Input
-from .results import ExecutionResult
+from .results import ExecutionResult, OutputT
 
 __all__ = ["AgentRun"]
 
 _END = object()
 
 
-class AgentRun:
+class AgentRun(Generic[OutputT]):
     """A running (or finished) turn, streamed as typed events.
 
     Iterate it once: events come in order and end with ``run.done``. Leaving the
@@ -100,7 +100,7 @@ class AgentRun:
             if not completed and not self._finished:
                 self.abort("stream closed")
 
-    def result(self, timeout: float | None = None) -> ExecutionResult:
+    def result(self, timeout: float | None = None) -> ExecutionResult[OutputT]:
         """Wait for the turn's result; raises the turn's error, or ``TimeoutError``."""
         result = self._future.result(timeout)
         if result is None:  # only resume() runs have no result; a stream always has one
@@ -127,7 +127,7 @@ class AgentRun:
             raise RuntimeError(f"run {self.id} takes no more input")
         return self._join(input, steer)
 
-    def __enter__(self) -> AgentRun:
+    def __enter__(self) -> AgentRun[OutputT]:
         return self
 
     def __exit__(

@@ -1,7 +1,8 @@
 """The one JSON codec every store uses: a cattrs converter plus ``json``.
 
-Messages, their parts, usage and turn checkpoints (``TurnState``) all go through
-``converter``. Fields this release does not know (written by a newer one) are kept
+Messages, their parts and usage go through ``converter`` (turn checkpoints too: the
+engine's ``_checkpoint_codec`` registers ``TurnState`` on it, since the engine owns that
+format). Fields this release does not know (written by a newer one) are kept
 in the object's ``extra`` mapping on load and written back on save, so they
 round-trip unchanged. Bytes are base64 text; datetimes are ISO 8601 strings;
 read-only mappings and tuples are written as JSON objects and arrays, and read
@@ -21,16 +22,16 @@ from typing import Any, TypeVar
 
 import attrs
 import cattrs
-from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
+from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn
 
 from ._message_codec import LoadCache, message_dict, message_from_canonical
-from ._turn_state import CHECKPOINT_FORMAT, CHECKPOINT_VERSION, TurnState, now_iso
-from .errors import SchemaVersionError, StoreCorruptError
+from .errors import StoreCorruptError
 from .messages import (
     FrozenMapping,
     ImagePart,
     Message,
     Part,
+    ReasoningPart,
     TextPart,
     ToolCall,
     Usage,
@@ -53,9 +54,6 @@ __all__ = [
     "messages_from_json_texts",
     "messages_to_json",
     "to_json",
-    "turn_checkpoint",
-    "turn_result_dict",
-    "turn_state_from_checkpoint",
 ]
 
 T = TypeVar("T")
@@ -186,11 +184,14 @@ converter.register_structure_hook(
 )
 
 
-def _with_extra(cls: type[Any], omit_none: tuple[str, ...] = ()) -> None:
+def _with_extra(
+    cls: type[Any], omit_none: tuple[str, ...] = (), omit_zero: tuple[str, ...] = ()
+) -> None:
     """Register hooks for ``cls`` that keep unknown keys in ``extra``.
 
-    Fields named in ``omit_none`` are left out when ``None``: an optional field added
-    later changes nothing in what is written for objects that do not use it.
+    Fields named in ``omit_none`` are left out when ``None``, those in ``omit_zero`` when
+    ``0``: an optional field added later changes nothing in what is written for objects
+    that do not use it.
     """
     names = {a.name for a in attrs.fields(cls)}
     init_names = {a.name for a in attrs.fields(cls) if a.init}
@@ -202,6 +203,9 @@ def _with_extra(cls: type[Any], omit_none: tuple[str, ...] = ()) -> None:
         data = base_un(obj)
         for name in omit_none:
             if data.get(name) is None:
+                data.pop(name, None)
+        for name in omit_zero:
+            if data.get(name) == 0:
                 data.pop(name, None)
         for name in fixed:
             data[name] = getattr(obj, name)
@@ -225,13 +229,13 @@ def _with_extra(cls: type[Any], omit_none: tuple[str, ...] = ()) -> None:
 
 
 # in this order: a class's hooks are built from those of the classes it holds
-_with_extra(TextPart)
-_with_extra(ImagePart)
+for _part in (TextPart, ImagePart, ReasoningPart):
+    _with_extra(_part)
 _with_extra(ToolCall, omit_none=("raw_arguments",))
-_with_extra(Usage)
+_with_extra(Usage, omit_zero=("cache_read_tokens", "cache_write_tokens", "reasoning_tokens"))
 _with_extra(Message)
 
-_PARTS: dict[str, type[Any]] = {"text": TextPart, "image": ImagePart}
+_PARTS: dict[str, type[Any]] = {"text": TextPart, "image": ImagePart, "reasoning": ReasoningPart}
 
 
 def _structure_part(data: Mapping[str, Any], _: Any) -> Part:
@@ -249,11 +253,9 @@ converter.register_unstructure_hook_func(
 )
 
 
-def _structure_parts(data: Iterable[Mapping[str, Any]], _: Any) -> tuple[Part, ...]:
-    return tuple(_structure_part(d, None) for d in data)
-
-
-converter.register_structure_hook_func(lambda t: t == tuple[Part, ...], _structure_parts)
+converter.register_structure_hook_func(
+    lambda t: t == tuple[Part, ...], lambda data, _: tuple(_structure_part(d, None) for d in data)
+)
 
 
 def message_to_dict(message: Message) -> dict[str, Any]:
@@ -358,128 +360,6 @@ def messages_from_json_texts(texts: Iterable[str], *, source: str = "<json>") ->
     except ValueError as exc:
         raise StoreCorruptError(f"{source}: cannot read messages: {exc}") from exc
     return out
-
-
-# -- turn checkpoints -----------------------------------------------------------
-
-#: Checkpoint keys that are not ``TurnState`` fields: written, checked, not kept.
-_CHECKPOINT_KEYS = frozenset({"format", "version", "updated_at"})
-#: Fields a previous release read leniently: a null one takes the field's default.
-_NULL_IS_DEFAULT = ("results", "decisions", "queued", "usage", "created_at", "started")
-_TURN_FIELDS = frozenset(
-    a.name for a in attrs.fields(TurnState) if a.init and a.name not in ("history", "extra")
-)
-_turn_fields_unstructure = make_dict_unstructure_fn(
-    TurnState,
-    converter,
-    history=override(omit=True),
-    new=override(omit=True),  # messages are converted once each, through the state's cache
-    results=override(omit=True),
-    extra=override(omit=True),
-)
-_unstructure_usage = converter.get_unstructure_hook(Usage)
-
-
-def _turn_fields(state: TurnState) -> dict[str, Any]:
-    """The checkpoint fields of ``state`` but its messages, as ``converter`` writes them; written
-    out for the common turn (no decisions, no queued input): two saves a turn, no dispatch."""
-    if state.decisions or state.queued:
-        return _turn_fields_unstructure(state)
-    return {
-        "run_id": state.run_id,
-        "session_id": state.session_id,
-        "turn_id": state.turn_id,
-        "base_length": state.base_length,
-        "base_last_id": state.base_last_id,
-        "status": state.status,
-        "approval_id": state.approval_id,
-        "decisions": {},
-        "steps": state.steps,
-        "tool_calls": state.tool_calls,
-        "usage": _unstructure_usage(state.usage),
-        "queued": [],
-        "created_at": state.created_at,
-        "attempts": state.attempts,
-        "started": list(state.started),
-        "fence": state.fence,
-    }
-
-
-_turn_fields_structure = make_dict_structure_fn(
-    TurnState, converter, history=override(omit=True), extra=override(omit=True)
-)
-
-
-def turn_checkpoint(state: TurnState) -> dict[str, Any]:
-    """The checkpoint of ``state``: a JSON-able dict (``format``, ``version``, its fields).
-
-    ``history`` is left out (the session store holds it); fields a newer release wrote
-    (``state.extra``) are written back. Each message is converted once and the dict
-    kept in ``state.message_dicts``, so saving again costs only the new messages' work.
-    """
-    data: dict[str, Any] = {"format": CHECKPOINT_FORMAT, "version": CHECKPOINT_VERSION}
-    data.update(_turn_fields(state))
-    data["new"] = [_cached_dict(state, m) for m in state.new]
-    data["results"] = {k: _cached_dict(state, m) for k, m in state.results.items()}
-    data["updated_at"] = now_iso()
-    for key, value in state.extra.items():
-        data.setdefault(key, value)
-    return data
-
-
-def turn_result_dict(state: TurnState, call_id: str) -> dict[str, Any]:
-    """The recorded result of ``call_id`` as its checkpoint holds it (from the cache)."""
-    return _cached_dict(state, state.results[call_id])
-
-
-def _cached_dict(state: TurnState, message: Message) -> dict[str, Any]:
-    cached = state.message_dicts.get(id(message))
-    if cached is None or cached[0] is not message:
-        cached = state.message_dicts[id(message)] = (message, message_to_dict(message))
-    return cached[1]
-
-
-def turn_state_from_checkpoint(data: Any, history: Sequence[Message], *, source: str) -> TurnState:
-    """The turn ``data`` (a checkpoint) describes, on top of ``history``.
-
-    ``StoreCorruptError`` naming ``source`` for anything that is not a readable
-    checkpoint; ``SchemaVersionError`` for one written by a newer format version.
-    """
-    if not isinstance(data, Mapping):
-        raise StoreCorruptError(f"{source}: not a lousho turn checkpoint ({type(data).__name__})")
-    version = data.get("version")
-    if data.get("format") != CHECKPOINT_FORMAT or not isinstance(version, int):
-        raise StoreCorruptError(f"{source}: not a lousho turn checkpoint")
-    if version > CHECKPOINT_VERSION:
-        raise SchemaVersionError(
-            f"{source}: checkpoint version {version} is newer than this release reads "
-            f"({CHECKPOINT_VERSION})"
-        )
-    try:
-        state: TurnState = converter.structure(data, TurnState)
-    except Exception as exc:  # cattrs raises several types; callers want one
-        raise StoreCorruptError(f"{source}: cannot read checkpoint: {_describe(exc)}") from exc
-    state.history = tuple(history)
-    if "base_length" not in data:
-        state.base_length = len(history)
-    return state
-
-
-def _structure_turn_state(data: Mapping[str, Any], _: Any) -> TurnState:
-    if not isinstance(data, Mapping):
-        raise TypeError(f"expected an object for TurnState, got {type(data).__name__}")
-    known = {
-        k: v
-        for k, v in data.items()
-        if k in _TURN_FIELDS and not (v is None and k in _NULL_IS_DEFAULT)
-    }
-    state: TurnState = _turn_fields_structure(known, TurnState)
-    state.extra = {k: v for k, v in data.items() if k not in _TURN_FIELDS | _CHECKPOINT_KEYS}
-    return state
-
-
-converter.register_unstructure_hook(TurnState, turn_checkpoint)
-converter.register_structure_hook(TurnState, _structure_turn_state)
 
 
 def dumps(obj: Any, *, unstructure_as: Any = None) -> str:

@@ -15,21 +15,20 @@ import logging
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
-from typing import Any, Literal
+from typing import Any, Literal, overload
 
 from ._calls import Stop, announced, chain, emit_to, joined_run, linked, wait
 from ._config import Approve
-from ._durable import SessionTurns
-from ._inbox import Inbox, Ticket
+from ._durable import SessionTurns, TurnJob
+from ._inbox import Ticket
+from ._output import OutputSpec
 from ._runner import TurnRunner, settle
 from ._transcript import Transcript
 from ._worker import Job, inside
 from .abort import AbortController, AbortSignal
-from .compaction import estimate_tokens, split_point, summarise, summary_message
+from .compaction import compact_transcript, estimate_tokens
 from .errors import SessionBusyError
 from .events import (
-    CompactionDone,
-    CompactionStart,
     ContextCleared,
     ErrorEvent,
     Event,
@@ -37,8 +36,9 @@ from .events import (
     SessionEvent,
 )
 from .inputs import Input, to_messages
-from .messages import Message, _new_id
+from .messages import Message, Usage
 from .results import CompactionResult, ExecutionResult, Limits, PendingTurn
+from .results import OutputT as _T
 from .run import AgentRun
 from .stores.base import CheckpointStore, SessionStore, validate_session_id
 
@@ -85,6 +85,13 @@ class Session:
 
     # -- turns --------------------------------------------------------------
 
+    @overload
+    def send(self, input: Input, *, signal: AbortSignal | None = None, timeout: float | None = None,
+             context: Any = None, output_type: type[_T]) -> ExecutionResult[_T]: ...  # fmt: skip
+    @overload
+    def send(self, input: Input, *, signal: AbortSignal | None = None, timeout: float | None = None,
+             context: Any = None, output_type: Any = None) -> ExecutionResult: ...  # fmt: skip
+
     def send(
         self,
         input: Input,
@@ -92,20 +99,24 @@ class Session:
         signal: AbortSignal | None = None,
         timeout: float | None = None,
         context: Any = None,
+        output_type: Any = None,
     ) -> ExecutionResult:
         """Run one turn with the whole transcript and return its result.
 
         Aborted (``signal``, ``timeout`` or Ctrl-C): the transcript is left as it was and
         ``finish_reason == "aborted"`` returned (Ctrl-C raises ``KeyboardInterrupt``
-        instead), unless the turn was saved first: then its result is returned.
+        instead), unless the turn was saved first: then its result is returned. A turn whose
+        tools ran, or a pending turn finished first, is kept pending (``result.pending``).
         ``context`` is given to tools as ``ToolContext.context``; the caller's context
-        variables are seen by the turn's tools too.
+        variables are seen by the turn's tools too. ``output_type`` (else the agent's):
+        the answer is parsed into ``result.output`` (docs/output.md).
         """
-        result: ExecutionResult = wait(*self._send_future(input, signal, context), timeout)
+        future_stop = self._send_future(input, signal, context, output_type)
+        result: ExecutionResult = wait(*future_stop, timeout)
         return result
 
     def _send_future(
-        self, input: Input, signal: AbortSignal | None, context: Any = None
+        self, input: Input, signal: AbortSignal | None, context: Any = None, output_type: Any = None
     ) -> tuple[Future[ExecutionResult | None], Stop | None]:
         """Queue the turn; its Future and what stops it (None if it joined another turn)."""
         self._refuse_reentry("send")
@@ -113,68 +124,74 @@ class Session:
         joined = self._join(messages)
         if joined is not None:
             return joined, None
-        job = self._submit_turn(
-            messages, linked(signal), emit=None, approve=self._approve, context=context
-        )
+        output = self._runner.config.output_for(output_type)
+        job = self._submit_turn(messages, linked(signal), emit=None, approve=self._approve,
+                                context=context, output=output)  # fmt: skip
         return job.future, self._stopper(job)
 
+    @overload
+    def stream(self, input: Input, *, signal: AbortSignal | None = None, context: Any = None,
+               output_type: type[_T]) -> AgentRun[_T]: ...  # fmt: skip
+    @overload
+    def stream(self, input: Input, *, signal: AbortSignal | None = None, context: Any = None,
+               output_type: Any = None) -> AgentRun: ...  # fmt: skip
+
     def stream(
-        self, input: Input, *, signal: AbortSignal | None = None, context: Any = None
+        self,
+        input: Input,
+        *,
+        signal: AbortSignal | None = None,
+        context: Any = None,
+        output_type: Any = None,
     ) -> AgentRun:
-        """Queue a turn now and stream it; see ``AgentRun``. ``context`` as for ``send``."""
+        """Queue a turn now and stream it; see ``AgentRun``. Options as for ``send``."""
         self._refuse_reentry("stream")
+        output = self._runner.config.output_for(output_type)
         messages = to_messages(input)
         joined = self._join(messages)
         if joined is not None:
             return joined_run(joined)
         controller = linked(signal)
         holder: list[AgentRun] = []
-        job = self._submit_turn(
-            messages,
-            controller,
-            emit=lambda e: holder[0]._push(e),
-            approve=None,
-            defer=True,
-            context=context,
-        )
-        run = AgentRun(
-            job.state.run_id,
-            job.future,
-            controller,
-            join=self._joiner(job),
-            stop=self._stopper(job),
-        )
+        job = self._submit_turn(messages, controller, emit=lambda e: holder[0]._push(e),
+                                approve=None, defer=True, context=context, output=output)  # fmt: skip
+        run = AgentRun(job.state.run_id, job.future, controller, join=self._joiner(job),
+                       stop=self._stopper(job))  # fmt: skip
         holder.append(run)
         self._workers.submit(self._key, job, owner=self.store)
         return run
 
     def resume(
-        self, *, signal: AbortSignal | None = None, context: Any = None
+        self, *, signal: AbortSignal | None = None, context: Any = None, output_type: Any = None
     ) -> ExecutionResult | None:
         """Finish the interrupted (or approved) turn; ``None`` when none is pending.
 
-        ``context`` is what its tools see as ``ToolContext.context`` (it is never saved).
-        Aborted (``signal``, Ctrl-C), the turn is dropped as any aborted turn is.
+        ``context`` is what its tools see as ``ToolContext.context`` and ``output_type``
+        what its answer is parsed into (else the agent's); neither is saved with the turn.
+        Aborted (``signal``, Ctrl-C), the turn stays pending with what finished recorded
+        (``result.pending``).
         """
-        future, controller = self._resume_future(signal, context)
+        future, controller = self._resume_future(signal, context, output_type)
         result: ExecutionResult | None = wait(future, controller.abort, None)
         return result
 
     def _resume_future(
-        self, signal: AbortSignal | None, context: Any = None
+        self, signal: AbortSignal | None, context: Any = None, output_type: Any = None
     ) -> tuple[Future[ExecutionResult | None], AbortController]:
         self._refuse_reentry("resume")
+        output = self._runner.config.output_for(output_type)
         controller = linked(signal)
-        job = self._resume_job(controller, context, None, "")
+        job = self._resume_job(controller, context, None, "", output)
         self._workers.submit(self._key, job, owner=self.store)
         return job.future, controller
 
-    def _resume_stream(self, context: Any, run_id: str) -> AgentRun:
+    def _resume_stream(self, context: Any, run_id: str, output_type: Any = None) -> AgentRun:
         """Finish the pending turn, streamed (``approvals.resolve_stream``); streams always pause."""
         self._refuse_reentry("resume")
+        output = self._runner.config.output_for(output_type)
         controller = AbortController()
         holder: list[AgentRun] = []
-        job = self._resume_job(controller, context, lambda e: holder[0]._push(e), run_id)
+        job = self._resume_job(controller, context, lambda e: holder[0]._push(e), run_id, output)
         holder.append(AgentRun(run_id, job.future, controller))
         self._workers.submit(self._key, job, owner=self.store)
         return holder[0]
@@ -185,14 +202,15 @@ class Session:
         context: Any,
         emit: Callable[[Event], None] | None,
         run_id: str,
+        output: OutputSpec | None,
     ) -> Job:
         approve = self._approve if emit is None else None
 
         def finish() -> ExecutionResult | None:
-            with self._transcript.turn_lock():
+            with self._transcript.turn_lock(signal=controller.signal):
                 self._transcript.sync()
                 return self._turns.finish_pending(
-                    controller, emit=emit, approve=approve, context=context
+                    controller, emit=emit, approve=approve, context=context, output=output
                 )
 
         return Job(lambda job: announced(finish, emit, run_id), "resume")
@@ -210,21 +228,22 @@ class Session:
         approve: Approve | None,
         defer: bool = False,
         context: Any = None,
+        output: OutputSpec | None = None,
     ) -> Job:
-        turn_job = _TurnJob(messages, controller, emit, approve, context)
+        turn_job = TurnJob(messages, controller, emit, approve, context, output)
         job = Job(self._execute_turn, "turn", turn_job)
         if not defer:
             self._workers.submit(self._key, job, owner=self.store)
         return job
 
     def _execute_turn(self, job: Job) -> ExecutionResult:
-        tj: _TurnJob = job.state
+        tj: TurnJob = job.state
         emit = tj.emit
         try:
             if tj.controller.signal.aborted:
                 return self._skip_turn(tj)
             start = self._turns.offer(tj.messages, tj.run_id)
-            with self._transcript.turn_lock(start=start):
+            with self._transcript.turn_lock(start=start, signal=tj.controller.signal):
                 self._transcript.sync()
                 earlier = self._turns.finish_pending(
                     None,
@@ -232,6 +251,8 @@ class Session:
                     approve=self._approve,
                     context=tj.context,
                 )
+                if earlier is not None and earlier.finish_reason == "aborted":
+                    return self._skip_turn(tj, earlier.pending)  # kept; this input not taken
                 if earlier is not None and earlier.finish_reason == "awaiting-approval":
                     # it went on and paused again: this input waits for that approval
                     raise self._turns.awaiting(
@@ -248,6 +269,7 @@ class Session:
                     inbox=tj.inbox,
                     requeue=self._requeue,
                     context=tj.context,
+                    output=tj.output,
                 )
         except BaseException as exc:
             emit_to(emit, ErrorEvent(tj.run_id, exc))
@@ -257,9 +279,12 @@ class Session:
             emit(RunDone(tj.run_id, result.finish_reason, result))
         return result
 
-    def _skip_turn(self, tj: _TurnJob) -> ExecutionResult:
-        """End a turn aborted before it started: nothing ran, nothing is saved."""
-        result = ExecutionResult("", finish_reason="aborted", run_id=tj.run_id, session_id=self.id)
+    def _skip_turn(self, tj: TurnJob, pending: PendingTurn | None = None) -> ExecutionResult:
+        """End a turn aborted before it started: its input was not taken, nothing is saved
+        (``pending``: the earlier turn it was finishing first, kept pending)."""
+        result = ExecutionResult(
+            "", finish_reason="aborted", run_id=tj.run_id, session_id=self.id, pending=pending
+        )
         settle(tj.inbox, result, None, self._requeue)
         emit_to(tj.emit, RunDone(tj.run_id, "aborted", result))
         return result
@@ -267,7 +292,7 @@ class Session:
     def _stopper(self, job: Job) -> Stop:
         """What stops a queued turn: a turn that has not started is taken out of the queue and
         ends "aborted" at once (even behind a turn that never ends); a running one is aborted."""
-        tj: _TurnJob = job.state
+        tj: TurnJob = job.state
 
         def stop(reason: Any) -> None:
             tj.controller.abort(reason)
@@ -370,6 +395,14 @@ class Session:
 
         return self._run_job(work, "load")
 
+    def usage(self) -> Usage:
+        """Totals of every ``Usage`` field over the saved transcript (with what compaction
+        summaries carry), summed by the store; ``Usage()`` when nothing is saved."""
+        return self._usage_future().result()
+
+    def _usage_future(self) -> Future[Usage]:
+        return self._run_job(lambda job: self._transcript.store.usage(self.id) or Usage(), "usage")
+
     def clear(self) -> None:
         """Empty the transcript and save it empty; deletes a pending turn's checkpoint."""
         self._clear_future().result()
@@ -406,19 +439,11 @@ class Session:
         return self._run_job(work, "compact")
 
     def _compact(self, keep_last: int, instructions: str | None) -> CompactionResult:
-        before = list(self._transcript.messages)
-        cut = split_point(before, keep_last)
-        if cut == 0:
-            return CompactionResult("", len(before), len(before), compacted=False)
-        self._notify(CompactionStart(self.id))
-        c, telemetry = self._runner.config, self._runner.telemetry
-        text, usage = summarise(c.provider, before[:cut], instructions, telemetry, c.model_name)
-        summary = summary_message(text, before[:cut], usage)
-        after = [summary, *before[cut:]]
-        self._transcript.save(after)
-        result = CompactionResult(text, len(before), len(after), usage)
-        self._notify(CompactionDone(self.id, result))
-        return result
+        c = self._runner.config
+        return compact_transcript(
+            self._transcript, c.provider, c.model_name, self._runner.telemetry,
+            self.id, keep_last, instructions, self._notify,
+        )  # fmt: skip
 
     def _maybe_compact(self) -> None:
         config = self._runner.config
@@ -468,25 +493,3 @@ class Session:
 
     def __repr__(self) -> str:
         return f"<Session {self.id!r} messages={len(self._transcript.messages)}>"
-
-
-class _TurnJob:
-    """What a queued turn carries until its worker runs it."""
-
-    __slots__ = ("approve", "context", "controller", "emit", "inbox", "messages", "run_id")
-
-    def __init__(
-        self,
-        messages: list[Message],
-        controller: AbortController,
-        emit: Callable[[Event], None] | None,
-        approve: Approve | None,
-        context: Any,
-    ) -> None:
-        self.context = context
-        self.messages = messages
-        self.controller = controller
-        self.emit = emit
-        self.approve = approve
-        self.inbox = Inbox()
-        self.run_id = "run-" + _new_id()

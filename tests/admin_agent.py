@@ -18,13 +18,16 @@ from lousho_sessions import (
     FunctionProvider,
     Message,
     ModelRequest,
+    ReasoningPart,
+    TextPart,
     ToolCall,
+    Usage,
     create_agent,
     open_store,
     tool,
 )
 
-__all__ = ["APPROVING", "CRASHED", "DONE", "make", "model", "populate"]
+__all__ = ["APPROVING", "CRASHED", "DONE", "USAGE", "make", "model", "populate"]
 
 #: Sessions with finished turns, paused on an approval, and left running by a crash.
 DONE = ("alpha", "beta")
@@ -33,15 +36,23 @@ CRASHED = ("delta", "epsilon", "zeta")
 _ALL_RUNNING = threading.Barrier(len(CRASHED))
 
 
-def model(request: ModelRequest) -> str | Message:
+#: what every model call reports (``lousho sessions list`` and ``show`` print the totals)
+USAGE = Usage(100, 20, 0.001, cache_read_tokens=80, cache_write_tokens=10, reasoning_tokens=5)
+
+
+def model(request: ModelRequest) -> Message:
     """Calls the tool a user message names (``call work``), then answers with its result."""
     last = request.messages[-1]
     if last.role == "user" and last.text.startswith("call "):
         name = last.text.split()[1]
-        return Message.assistant("", tool_calls=(ToolCall(f"c{len(request.messages)}", name, {}),))
+        # reasoning before the call, as a thinking model sends it: every store, checkpoint,
+        # migrate and export the admin tests run must keep it (and the call's place) exactly
+        thinking = ReasoningPart(f"{name} it is", "anthropic", signature=f"sig-{name}")
+        call = ToolCall(f"c{len(request.messages)}", name, {}, extra={"after_parts": 1})
+        return Message.assistant([thinking, TextPart("on it")], tool_calls=(call,), usage=USAGE)
     if last.role == "tool":
-        return f"done: {last.text}"
-    return f"echo: {last.text}"
+        return Message.assistant(f"done: {last.text}", usage=USAGE)
+    return Message.assistant(f"echo: {last.text}", usage=USAGE)
 
 
 @tool

@@ -33,6 +33,14 @@ def server() -> Iterator[ProviderServer]:
     """A running loopback OpenAI/Anthropic server (tests/provider_server.py)."""
     with ProviderServer() as running:
         yield running
+    # every body sent to a wire whose vendor publishes request types must be one of them
+    from responses_server import check_chat_request, check_request
+
+    for sent in running.requests:
+        if sent.path.endswith("/chat/completions") and isinstance(sent.body, dict):
+            check_chat_request(sent.body)
+        elif sent.path.endswith("/responses") and isinstance(sent.body, dict):
+            check_request(sent.body)
 
 
 @pytest.fixture(params=sorted(WIRES))

@@ -61,7 +61,7 @@ def model(request: ModelRequest) -> str | Message:
     last = request.messages[-1]
     if last.role == "user" and last.text == "delete":
         return Message.assistant("", tool_calls=[ToolCall("d1", "delete", {"path": "x"})])
-    if (last.role == "user" and last.text == "block") or last.role == "tool":
+    if (last.role == "user" and last.text == "block") or (last.role == "tool" and not seen):
         released = threading.Event()  # set only when the turn is aborted
         request.signal.add_callback(lambda s: released.set())
         report("blocked")

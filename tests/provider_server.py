@@ -19,13 +19,14 @@ import threading
 import time
 import zlib
 from collections import deque
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import pytest
+from wire_types import anthropic_request_problem
 
 FIXTURES = Path(__file__).parent / "fixtures" / "providers"
 
@@ -35,6 +36,8 @@ __all__ = [
     "JSONReply",
     "ProviderServer",
     "Recorded",
+    "Reply",
+    "Rules",
     "SSEReply",
     "StallReply",
     "provider_server",
@@ -141,10 +144,19 @@ class _Handler(BaseHTTPRequestHandler):
         except ValueError:
             body = raw.decode("utf-8", errors="replace")
         headers = {k.lower(): v for k, v in self.headers.items()}
-        number = owner._record(
-            Recorded("POST", self.path, headers, body, time.monotonic(), self.client_address[1])
+        recorded = Recorded(
+            "POST", self.path, headers, body, time.monotonic(), self.client_address[1]
         )
-        reply = owner._next_reply()
+        number = owner._record(recorded)
+        if owner.route:
+            reply = owner.route(recorded)
+        else:
+            refusal = owner._conformance(self.path, body)
+            if refusal is None and owner.rules is not None:
+                refusal = owner.rules.check(owner.requests[number - 1])
+            reply = refusal or owner.next_reply()
+            if refusal is None and owner.rules is not None:
+                owner.rules.sent(reply)
         request_id = f"req_{number:04d}"
         if isinstance(reply, JSONReply):
             self._json(reply, headers, request_id)
@@ -158,7 +170,11 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
 
     def _json(self, reply: JSONReply, headers: Mapping[str, str], request_id: str) -> None:
-        key = headers.get("x-api-key") or headers.get("authorization", "").removeprefix("Bearer ")
+        key = (
+            headers.get("x-api-key")
+            or headers.get("x-goog-api-key")
+            or headers.get("authorization", "").removeprefix("Bearer ")
+        )
         data = reply.body.replace("{api_key}", key).encode("utf-8")
         self.send_response(reply.status)
         self.send_header("Content-Type", "application/json")
@@ -247,16 +263,36 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.flush()
 
 
-class ProviderServer:
-    """The server; ``url`` is its base URL (``http://127.0.0.1:<port>``)."""
+class Rules(Protocol):
+    """What a wire's API checks of a request: ``check`` answers an error reply or ``None``
+    (then the next scripted reply goes out and ``sent`` is told it)."""
 
-    def __init__(self) -> None:
+    def check(self, request: Recorded) -> Reply | None: ...
+
+    def sent(self, reply: Reply) -> None: ...
+
+
+class ProviderServer:
+    """The server; ``url`` is its base URL (``http://127.0.0.1:<port>``).
+
+    ``rules`` (e.g. ``anthropic_rules.AnthropicThinkingRules``) make it answer what the
+    real API would refuse with the API's error instead of the next scripted reply.
+    """
+
+    def __init__(self, rules: Rules | None = None) -> None:
+        self.rules = rules
+        #: request bodies that do not match the vendor's published request type: each is
+        #: answered 400, and leaving the server (``with``) fails the test that sent it
+        self.wire_problems: list[str] = []
         self.requests: list[Recorded] = []
         self.release = threading.Event()  # set: stalled replies may finish
         self.stalled = threading.Event()  # set by a reply when it starts stalling
         self.received = threading.Event()  # set on every request
         self.dripping = threading.Event()  # set when a DripReply starts dripping
         self._replies: deque[Reply] = deque()
+        #: when set, answers each request in place of the scripted order (it may call
+        #: :meth:`next_reply`): a server that checks what it is sent, as a vendor's does
+        self.route: Callable[[Recorded], Reply] | None = None
         self._lock = threading.Lock()
         self.stopping = threading.Event()
         self._server = _Server(("127.0.0.1", 0), _Handler)
@@ -275,13 +311,26 @@ class ProviderServer:
         with self._lock:
             self._replies.extend(replies)
 
-    def _next_reply(self) -> Reply:
+    def next_reply(self) -> Reply:
+        """The next scripted reply (a 500 when the test scripted none)."""
         with self._lock:
             if self._replies:
                 return self._replies.popleft()
         return JSONReply(
             500, '{"error": {"message": "the test scripted no reply", "type": "test"}}'
         )
+
+    def _conformance(self, path: str, body: Any) -> Reply | None:
+        """A 400 for an Anthropic request body that its SDK's types refuse, else ``None``."""
+        if not path.endswith("/v1/messages"):
+            return None
+        problem = anthropic_request_problem(body)
+        if problem is None:
+            return None
+        with self._lock:
+            self.wire_problems.append(f"POST {path}: {problem}")
+        error = {"type": "error", "error": {"type": "invalid_request_error", "message": problem}}
+        return JSONReply(400, json.dumps(error))
 
     def _record(self, recorded: Recorded) -> int:
         with self._lock:
@@ -304,8 +353,10 @@ class ProviderServer:
     def __enter__(self) -> ProviderServer:
         return self.start()
 
-    def __exit__(self, *exc_info: object) -> None:
+    def __exit__(self, kind: type[BaseException] | None, *exc_info: object) -> None:
         self.stop()
+        if kind is None:
+            assert not self.wire_problems, "\n".join(self.wire_problems)
 
 
 @pytest.fixture

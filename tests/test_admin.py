@@ -32,9 +32,8 @@ from lousho_sessions import open_store
 from lousho_sessions.recovery import stale_turns
 
 TESTS = Path(__file__).parent
-#: tests/ importable (for ``--agent``) in the commands run, and the package this run
-#: imports (a worktree's PYTHONPATH), not whichever is installed
-PATH = os.pathsep.join(p for p in (str(TESTS), os.environ.get("PYTHONPATH", "")) if p)
+#: tests/ importable in the subprocesses, before what PYTHONPATH held (a checkout's own code)
+PYTHONPATH = os.pathsep.join(p for p in (str(TESTS), os.environ.get("PYTHONPATH", "")) if p)
 KINDS = ("sqlite", "files", "postgres", "redis")
 ALL = sorted(DONE + APPROVING + CRASHED)
 
@@ -44,7 +43,7 @@ def lousho(
 ) -> subprocess.CompletedProcess[str]:
     """``python -m lousho_sessions ARGS``, with tests/ importable (for ``--agent``)."""
     full_env = {k: v for k, v in os.environ.items() if k != "LOUSHO_STORE"}
-    full_env.update(PYTHONPATH=PATH, **(env or {}))
+    full_env.update(PYTHONPATH=PYTHONPATH, **(env or {}))
     return subprocess.run(
         [sys.executable, "-m", "lousho_sessions", *args],
         stdout=subprocess.PIPE,
@@ -63,7 +62,7 @@ def ok_json(*args: str, code: int = 0) -> Any:
 
 
 def populate(url: str) -> None:
-    env = {**os.environ, "PYTHONPATH": PATH}
+    env = {**os.environ, "PYTHONPATH": PYTHONPATH}
     subprocess.run(
         [sys.executable, str(TESTS / "admin_agent.py"), url], env=env, check=True, timeout=120
     )
@@ -234,7 +233,7 @@ def batch(store: str | None, *commands: Sequence[str]) -> list[Ran]:
         input=json.dumps(argvs),
         capture_output=True,
         text=True,
-        env={**env, "PYTHONPATH": PATH},
+        env={**env, "PYTHONPATH": PYTHONPATH},
         timeout=300,
         check=True,
     )
@@ -256,10 +255,23 @@ def test_sessions_list(store: str) -> None:
     assert by_id["gamma"]["pending_turn"] == "awaiting-approval"
     assert by_id["gamma"]["pending_approvals"] == 1
     assert by_id["delta"]["pending_turn"] == "running"
+    # alpha: three model calls; the totals of each usage field
+    assert by_id["alpha"]["usage"] == {
+        "input_tokens": 300,
+        "output_tokens": 60,
+        "cost_usd": pytest.approx(0.003),
+        "cache_read_tokens": 240,
+        "cache_write_tokens": 30,
+        "reasoning_tokens": 15,
+    }
+    assert by_id["gamma"]["usage"] is None
     table = lousho("sessions", "list", "--store", store)
     assert table.returncode == 0
-    assert table.stdout.splitlines()[0].split()[:2] == ["ID", "MESSAGES"]
-    assert any(line.split()[:2] == ["alpha", "6"] for line in table.stdout.splitlines())
+    assert table.stdout.splitlines()[0].split()[:3] == ["ID", "MESSAGES", "TOKENS"]
+    assert any(
+        line.split()[:6] == ["alpha", "6", "300/60", "(80%", "cached)", "0.0030"]
+        for line in table.stdout.splitlines()
+    )
     (limited,) = batch(store, ["sessions", "list", "--limit", "2", "--json"])
     assert limited.json() == rows[:2]
 
@@ -282,10 +294,12 @@ def test_sessions_show_and_export(store: str, tmp_path: Path) -> None:
         "user", "assistant", "user", "assistant", "tool", "assistant",
     ]  # fmt: skip
     assert shown["turns"] == [] and shown["approvals"] == []
+    assert (shown["usage"]["input_tokens"], shown["usage"]["cache_read_tokens"]) == (300, 240)
     waiting = gamma.json()
     assert waiting["turns"][0]["status"] == "awaiting-approval"
     assert waiting["approvals"][0]["tool"] == "deploy"
     assert table.code == 0 and "done: worked" in table.stdout
+    assert "300/60 (80% cached)" in table.stdout and "0.0030" in table.stdout
     assert missing.code == 1 and "no session 'nobody'" in missing.stderr
     assert invalid.code == 2
     document = everything.json()
@@ -560,7 +574,7 @@ def test_sweep_every_runs_until_sigterm(tmp_path: Path) -> None:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env={**env, "PYTHONPATH": PATH},
+        env={**env, "PYTHONPATH": PYTHONPATH},
     )  # fmt: skip
     try:
         assert child.stdout is not None

@@ -222,9 +222,17 @@ def test_leaving_the_stream_early_aborts_the_continued_turn() -> None:
         for event in run:
             if event.type == "tool.result":
                 break  # aborts the turn (the model call below ends on the abort)
-    assert run.result(WAIT).finish_reason == "aborted"
-    assert session.load() == () and session.pending() is None  # an aborted turn is dropped
+    result = run.result(WAIT)
+    assert result.finish_reason == "aborted"
+    # its tool ran: the turn stays pending with the result recorded, and says so
+    pending = session.pending()
+    assert session.load() == () and pending is not None and result.pending == pending
     assert deleted == ["a.log"]  # the approved call ran before the stream was left
+    release.clear()
+    release.set()  # the model answers at once now
+    finished = session.resume()
+    assert finished is not None and finished.text == "late"
+    assert deleted == ["a.log"]  # the recorded call did not run again
     agent.close()
 
 
@@ -233,6 +241,8 @@ def test_cancelling_an_awaited_resolve_aborts_the_continued_turn() -> None:
 
     def slow(request: ModelRequest) -> Any:
         if request.messages[-1].role == "tool":
+            if entered.is_set():
+                return "late"
             released = threading.Event()
             request.signal.add_callback(lambda s: released.set())
             entered.set()
@@ -255,8 +265,11 @@ def test_cancelling_an_awaited_resolve_aborts_the_continued_turn() -> None:
             await task
 
     asyncio.run(main())
-    assert session.load() == () and session.pending() is None
+    # the approved call ran: the turn stays pending with its result recorded
+    assert session.load() == () and session.pending() is not None
     assert agent.approvals.get(approval_id).status == "approved"
-    # the session is free: with the turn still running this would wait up to 30 s
+    # the session is free (with the turn still running this would wait up to 30 s): the
+    # next send finishes the kept turn without deleting again, then pauses on its own call
     assert session.send("b.log", timeout=WAIT).finish_reason == "awaiting-approval"
+    assert [m.role for m in session.load()] == ["user", "assistant", "tool", "assistant"]
     agent.close()

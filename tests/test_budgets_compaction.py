@@ -197,7 +197,7 @@ def test_multimodal_parts_reach_provider_and_store() -> None:
 def test_bad_input_is_a_clear_error() -> None:
     session = create_agent().session()
     with pytest.raises(TypeError, match="unsupported input int"):
-        session.send(42)  # type: ignore[arg-type]
+        session.send(42)  # type: ignore[call-overload]
     with pytest.raises(ValueError, match="exactly one of url= or data="):
         ImagePart()
 

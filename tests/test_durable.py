@@ -27,8 +27,8 @@ from lousho_sessions import (
     memory_store,
     tool,
 )
+from lousho_sessions._checkpoint_codec import turn_checkpoint, turn_state_from_checkpoint
 from lousho_sessions._turn import TurnState
-from lousho_sessions.serde import turn_checkpoint, turn_state_from_checkpoint
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -213,7 +213,7 @@ def test_agent_executor_execute() -> None:
 def test_checkpoint_is_versioned_json_and_round_trips_unknown_fields() -> None:
     state = TurnState.start([Message.user("hi")], session_id="s", turn_id="s.turn-0")
     data = turn_checkpoint(state)
-    assert data["format"] == "lousho.turn" and data["version"] == 2
+    assert data["format"] == "lousho.turn" and data["version"] == 3
     data["from_the_future"] = {"x": 1}
     again = turn_state_from_checkpoint(json.loads(json.dumps(data)), (), source="test")
     assert turn_checkpoint(again)["from_the_future"] == {"x": 1}

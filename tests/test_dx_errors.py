@@ -166,7 +166,7 @@ def test_message_content_given_as_a_string_is_one_text_part(tmp_path: Path) -> N
 @pytest.mark.parametrize(
     ("fields", "where"),
     [
-        ({"content": ["hi"]}, "content[0]: expected TextPart or ImagePart, got str"),
+        ({"content": ["hi"]}, "content[0]: expected TextPart, ImagePart or ReasoningPart, got str"),
         ({"tool_calls": [{"id": "c1"}]}, "tool_calls[0]: expected ToolCall, got dict"),
     ],
 )

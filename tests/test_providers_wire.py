@@ -283,7 +283,10 @@ def test_openai_request_body(server: ProviderServer) -> None:
 
 def test_anthropic_request_body(server: ProviderServer) -> None:
     server.reply(SSEReply(sse_events("anthropic", "text")))
-    with AnthropicProvider("claude-x", api_key=KEY, base_url=server.url, retry=FAST) as p:
+    # without caching: the cache_control marks are tested in test_prompt_cache.py
+    with AnthropicProvider(
+        "claude-x", api_key=KEY, base_url=server.url, retry=FAST, cache=False
+    ) as p:
         req = request(*CONVERSATION, tools=(WEATHER,), temperature=0.2, stop=["END"], bogus=1)
         run(p, req)
     [sent] = server.requests
@@ -291,7 +294,7 @@ def test_anthropic_request_body(server: ProviderServer) -> None:
     assert sent.headers["anthropic-version"] == "2023-06-01"
     assert "authorization" not in sent.headers
     body = sent.body
-    assert body["system"] == "You are terse."
+    assert body["system"] == [{"type": "text", "text": "You are terse."}]
     assert body["max_tokens"] == 4096
     assert body["temperature"] == 0.2
     assert body["stop_sequences"] == ["END"]

@@ -17,7 +17,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from storekit import KINDS, open_kit
 
-from lousho_sessions import FunctionProvider, create_agent, memory_store, serde, tool
+from lousho_sessions import (
+    FunctionProvider,
+    _checkpoint_codec,
+    create_agent,
+    memory_store,
+    tool,
+)
+from lousho_sessions._checkpoint_codec import turn_checkpoint, turn_state_from_checkpoint
 from lousho_sessions._message_codec import message_dict, message_from_canonical
 from lousho_sessions._turn_state import TurnState
 from lousho_sessions.errors import SchemaVersionError, StoreCorruptError
@@ -25,6 +32,7 @@ from lousho_sessions.messages import (
     FrozenMapping,
     ImagePart,
     Message,
+    ReasoningPart,
     TextPart,
     ToolCall,
     Usage,
@@ -38,8 +46,6 @@ from lousho_sessions.serde import (
     messages_from_json,
     messages_from_json_texts,
     messages_to_json,
-    turn_checkpoint,
-    turn_state_from_checkpoint,
 )
 
 TEXT = st.text(max_size=12)
@@ -63,6 +69,9 @@ IMAGE_PARTS = st.one_of(
     st.builds(ImagePart, url=TEXT, media_type=st.none() | TEXT, extra=UNKNOWN),
     st.builds(ImagePart, data=st.binary(max_size=64), media_type=st.none() | TEXT, extra=UNKNOWN),
 )
+OPAQUE = st.none() | st.text(max_size=40)
+FAMILIES = st.sampled_from(["anthropic", "openai", "gemini", ""]) | TEXT
+REASONING_PARTS = st.builds(ReasoningPart, TEXT, FAMILIES, OPAQUE, OPAQUE, OPAQUE, extra=UNKNOWN)
 TOOL_CALLS = st.builds(
     ToolCall, TEXT, TEXT, JSON_OBJECTS, raw_arguments=st.none() | TEXT, extra=UNKNOWN
 )
@@ -71,11 +80,14 @@ USAGE = st.builds(
     st.integers(0, 10**9),
     st.integers(0, 10**9),
     st.floats(0, 1e6, allow_nan=False, allow_infinity=False),
+    cache_read_tokens=st.integers(0, 10**9) | st.just(0),
+    cache_write_tokens=st.integers(0, 10**9) | st.just(0),
+    reasoning_tokens=st.integers(0, 10**9) | st.just(0),
 )
 MESSAGES = st.builds(
     Message,
     role=st.sampled_from(["user", "assistant", "tool", "system"]),
-    content=st.lists(TEXT_PARTS | IMAGE_PARTS, max_size=3).map(tuple),
+    content=st.lists(TEXT_PARTS | IMAGE_PARTS | REASONING_PARTS, max_size=3).map(tuple),
     tool_calls=st.lists(TOOL_CALLS, max_size=2).map(tuple),
     tool_call_id=st.none() | TEXT,
     is_error=st.booleans(),
@@ -91,7 +103,11 @@ MESSAGES = st.builds(
 PLAIN_MESSAGES = st.builds(
     Message,
     role=st.sampled_from(["user", "assistant", "tool", "system"]),
-    content=st.lists(st.builds(TextPart, TEXT), max_size=3).map(tuple),
+    content=st.lists(
+        st.builds(TextPart, TEXT)
+        | st.builds(ReasoningPart, TEXT, FAMILIES, OPAQUE, OPAQUE, OPAQUE),
+        max_size=3,
+    ).map(tuple),
     tool_calls=st.lists(
         st.builds(ToolCall, TEXT, TEXT, JSON_OBJECTS, raw_arguments=st.none() | TEXT), max_size=2
     ).map(tuple),
@@ -211,7 +227,7 @@ def test_raw_arguments_are_written_only_for_a_malformed_call() -> None:
 
 def test_unknown_usage_fields_round_trip() -> None:
     data = message_to_dict(Message.assistant("x", usage=Usage(1, 2, 0.5)))
-    data["usage"]["cache_read_tokens"] = 7
+    data["usage"]["surcharge_tokens"] = 7
     assert message_to_dict(message_from_dict(data)) == data
 
 
@@ -219,7 +235,7 @@ def test_a_load_shares_equal_usages_and_keeps_each_usage_exact() -> None:
     usages = [Usage(1, 2, 0.5), Usage(1, 2, 0.5), Usage(1, 2, 0.0), Usage(1, 2, -0.0), Usage(1, 3)]
     texts = [json.dumps(message_to_dict(Message.assistant("x", usage=u))) for u in usages]
     extra = message_to_dict(Message.assistant("x", usage=Usage(1, 2, 0.5)))
-    extra["usage"]["cache_read_tokens"] = 7  # read by the converter: its own Usage, extra kept
+    extra["usage"]["surcharge_tokens"] = 7  # read by the converter: its own Usage, extra kept
     texts.append(json.dumps(extra))
     for loaded in (
         messages_from_json_texts(texts),
@@ -230,7 +246,7 @@ def test_a_load_shares_equal_usages_and_keeps_each_usage_exact() -> None:
         assert loaded[0].usage is loaded[1].usage  # equal values, one object
         assert loaded[2].usage is not loaded[3].usage  # 0.0 and -0.0: equal, written apart
         assert loaded[5].usage is not None and loaded[5].usage is not loaded[0].usage
-        assert loaded[5].usage.extra == {"cache_read_tokens": 7}
+        assert loaded[5].usage.extra == {"surcharge_tokens": 7}
 
 
 def test_a_load_shares_equal_single_texts_and_reads_every_content_exactly() -> None:
@@ -453,7 +469,7 @@ def test_turn_state_round_trips_through_its_checkpoint(
 ) -> None:
     state.history = tuple(history)
     data = json.loads(json.dumps(turn_checkpoint(state)))
-    assert (data["format"], data["version"]) == ("lousho.turn", 2)
+    assert (data["format"], data["version"]) == ("lousho.turn", 3)
     assert "history" not in data  # the session store holds it
     again = turn_state_from_checkpoint(data, history, source="test")
     assert again == state
@@ -469,9 +485,11 @@ def test_the_written_out_checkpoint_fields_are_the_converters(
 ) -> None:
     if plain:  # the written-out path: no decisions, no queued input
         state.decisions, state.queued = {}, []
-    fields = serde._turn_fields(state)
-    assert fields == serde._turn_fields_unstructure(state)
-    assert list(fields) == list(serde._turn_fields_unstructure(state))  # the same key order
+    fields = _checkpoint_codec._turn_fields(state)
+    assert fields == _checkpoint_codec._turn_fields_unstructure(state)
+    assert list(fields) == list(
+        _checkpoint_codec._turn_fields_unstructure(state)
+    )  # the same key order
 
 
 @settings(max_examples=200, deadline=None)
@@ -512,7 +530,7 @@ def test_malformed_checkpoints_name_the_source(data: Any) -> None:
         turn_state_from_checkpoint(data, (), source="checkpoint 'x.turn-0'")
 
 
-def test_golden_checkpoint_v1_is_written_back_as_v2_with_the_new_fields_defaulted() -> None:
+def test_golden_checkpoint_v1_is_written_back_as_v3_with_the_new_fields_defaulted() -> None:
     golden = json.loads((FIXTURES / "checkpoint-v1.json").read_text())
     state = turn_state_from_checkpoint(golden, (), source="golden")
     assert [m.id for m in state.new] == ["m-user", "m-asst"] and state.steps == 1
@@ -520,14 +538,31 @@ def test_golden_checkpoint_v1_is_written_back_as_v2_with_the_new_fields_defaulte
     assert (state.attempts, state.started, state.fence) == (0, [], None)
     again = turn_checkpoint(state)
     assert again.pop("updated_at") != golden.pop("updated_at")
-    assert again == {**golden, "version": 2, "attempts": 0, "started": [], "fence": None}
+    assert again == {**golden, "version": 3, "attempts": 0, "started": [], "fence": None}
 
 
-def test_golden_checkpoint_v2_is_written_back_exactly() -> None:
+def test_golden_checkpoint_v2_is_written_back_as_v3_unchanged_otherwise() -> None:
     """Version 2: ``attempts``, ``started`` (the effect ledger's intents), ``fence``."""
     golden = json.loads((FIXTURES / "checkpoint-v2.json").read_text())
     state = turn_state_from_checkpoint(golden, (), source="golden")
     assert (state.attempts, state.started, state.fence) == (2, ["call-1"], 1764633600000000000)
+    again = turn_checkpoint(state)
+    assert again.pop("updated_at") != golden.pop("updated_at")
+    assert again == {**golden, "version": 3}
+
+
+def test_golden_checkpoint_v3_keeps_reasoning_and_call_places_exactly() -> None:
+    """Version 3: reasoning parts (thinking, redacted thinking) and a call's ``after_parts``."""
+    golden = json.loads((FIXTURES / "checkpoint-v3.json").read_text())
+    state = turn_state_from_checkpoint(golden, (), source="golden")
+    assistant = state.new[1]
+    thinking, redacted, _, between = assistant.content
+    assert isinstance(thinking, ReasoningPart) and thinking.provider == "anthropic"
+    assert thinking.signature == "EqQBCgIYAhIM1gbcDa9GJwZA2b3hGgxBdjrkzLoky3dl1pkiMOYds"
+    assert isinstance(redacted, ReasoningPart) and redacted.data and not redacted.text
+    assert assistant.text == "Checking." and isinstance(between, ReasoningPart)
+    assert assistant.reasoning == thinking.text + between.text
+    assert assistant.tool_calls[0].extra == {"after_parts": 3}
     again = turn_checkpoint(state)
     assert again.pop("updated_at") != golden.pop("updated_at")
     assert again == golden

@@ -16,7 +16,7 @@ from lousho_sessions.errors import (
     StoreCorruptError,
     StoreError,
 )
-from lousho_sessions.messages import ImagePart, Message, TextPart
+from lousho_sessions.messages import ImagePart, Message, ReasoningPart, TextPart
 from lousho_sessions.serde import message_to_dict
 from lousho_sessions.stores import files
 from lousho_sessions.stores.base import AgentStore
@@ -84,6 +84,29 @@ def test_golden_v1_session_file(tmp_path: Path) -> None:
     assert reread[:4] == original
     store.save("golden", messages)
     assert [message_to_dict(m) for m in store.load("golden") or []] == original
+
+
+def test_golden_v2_session_file_keeps_reasoning_parts_exactly(tmp_path: Path) -> None:
+    """Version 2: assistant messages may hold reasoning parts (any family, unknown fields kept)."""
+    shutil.copy(FIXTURES / "session_v2.json", tmp_path / "golden.json")
+    store = FileSessionStore(tmp_path)
+    messages = store.load("golden")
+    assert messages is not None
+    thinking, encrypted, _ = messages[1].content
+    assert isinstance(thinking, ReasoningPart) and thinking.signature == "EqQBCgIYAhIMsig"
+    assert isinstance(encrypted, ReasoningPart) and encrypted.provider == "openai"
+    assert (encrypted.id, encrypted.data, encrypted.extra) == (
+        "rs_123",
+        "gAAAAABencrypted==",
+        {"summary_index": 0},
+    )
+    assert messages[1].text == "Let me look it up."
+    assert messages[1].reasoning == "Let me think about PNG headers."
+    original = json.loads((FIXTURES / "session_v2.json").read_text())["messages"]
+    store.save("golden", messages)
+    data = json.loads((tmp_path / "golden.json").read_text())
+    assert data["version"] == SESSION_FILE_VERSION == 2
+    assert data["messages"] == original
 
 
 def test_dir_and_writes_leave_no_temp_files(tmp_path: Path) -> None:

@@ -89,14 +89,36 @@ def _content_checks(parts: Parts, stale_after: float | None) -> list[Check]:
     running = [r for r in rows if r["status"] == "running"]
     waiting = [r for r in rows if r["status"] == "awaiting-approval"]
     unreadable = [r for r in rows if r["status"] == "unreadable"]
+    # paused on an approval that is decided, and nobody applies it: its resolver died
+    stale_ids = {t.turn_id for t in stale}
+    undone = [str(r["turn_id"]) for r in waiting if r["turn_id"] in stale_ids]
     checks.append(
         _check(
             "turns",
             "warn" if stale or abandoned or unreadable else "ok",
-            f"{len(running)} running, {len(stale)} of them stale (no live process holds "
-            f"them: `lousho sweep` finishes them), {len(abandoned)} abandoned after "
-            f"repeated failures, {len(waiting)} awaiting approval"
-            + (f", {len(unreadable)} unreadable" if unreadable else ""),
+            f"{len(running)} running, {len(stale) - len(undone)} of them stale (no live "
+            f"process holds them: `lousho sweep` finishes them), {len(abandoned)} abandoned "
+            f"after repeated failures, {len(waiting)} awaiting approval"
+            + (
+                f", {len(unreadable)} unreadable ({_names([r['turn_id'] for r in unreadable])}: "
+                "`lousho turns show ID` tells more, `lousho turns discard ID` removes one)"
+                if unreadable
+                else ""
+            ),
+        )
+    )
+    checks.append(
+        _check(
+            "decided approvals",
+            "warn" if undone else "ok",
+            f"{len(undone)} turns whose approval is decided but not applied (its process "
+            "died, or it was resolved without --agent)"
+            + (
+                f" ({', '.join(undone[:3])}{', ...' if len(undone) > 3 else ''}: "
+                "`lousho sweep --agent M:A` finishes them)"
+                if undone
+                else ""
+            ),
         )
     )
     turn_ids = parts.checkpoints.list("")
@@ -152,6 +174,11 @@ def _content_checks(parts: Parts, stale_after: float | None) -> list[Check]:
         )
     )
     return checks
+
+
+def _names(ids: list[str]) -> str:
+    """Up to three of ``ids``, for a detail."""
+    return ", ".join(ids[:3]) + (", ..." if len(ids) > 3 else "")
 
 
 def _lock_file_check(directory: Path, live: set[str], name: str) -> list[Check]:

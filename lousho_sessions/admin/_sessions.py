@@ -12,7 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import SessionBusyError
+from ..messages import Usage
 from ..stores.base import is_session_id
+from ..usage_totals import USAGE_FIELDS
 from ._context import Context
 from ._data import EXPORT_FORMAT, dump_session, session_ids, turn_rows
 from ._output import EXIT_FOUND, EXIT_OK, EXIT_USAGE, CommandError, Progress, iso, say, short
@@ -31,9 +33,10 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser(
         "list",
         parents=[common],
-        help="every session: messages, last write, pending turn",
+        help="every session: messages, tokens, cost, last write, pending turn",
         description="List every stored session (with a transcript, a checkpoint or an "
-        "approval): its message count, when it was last written and its pending turn.",
+        "approval): its message count, the tokens and cost of its model calls, when it was "
+        "last written and its pending turn.",
     )
     p.add_argument("--limit", type=int, metavar="N", help="show at most N sessions")
     p.set_defaults(run=list_sessions, read_only=True)
@@ -88,19 +91,43 @@ def list_sessions(ctx: Context) -> int:
     pending = {row["session_id"]: row["status"] for row in turn_rows(parts)}
     approvals = Counter(str(r.get("session_id")) for r in parts.approvals.list(status="pending"))
     rows = []
+    table = []
     for id in ids:
         info = parts.sessions.info(id)
-        rows.append(
-            {
-                "id": id,
-                "messages": None if info is None else info.messages,
-                "updated_at": None if info is None else iso(info.updated_at),
-                "pending_turn": pending.get(id),
-                "pending_approvals": approvals.get(id, 0),
-            }
-        )
-    ctx.out.emit(rows, rows, ["id", "messages", "updated_at", "pending_turn", "pending_approvals"])
+        usage = parts.sessions.usage(id) if info is not None else None
+        row = {
+            "id": id,
+            "messages": None if info is None else info.messages,
+            "usage": _usage_json(usage),
+            "updated_at": None if info is None else iso(info.updated_at),
+            "pending_turn": pending.get(id),
+            "pending_approvals": approvals.get(id, 0),
+        }
+        rows.append(row)
+        shown = {**row, "tokens": _tokens(usage), "cost_usd": _cost(usage)}
+        table.append(shown)
+    columns = ["id", "messages", "tokens", "cost_usd", "updated_at", "pending_turn"]
+    ctx.out.emit(rows, table, [*columns, "pending_approvals"])
     return EXIT_OK
+
+
+def _usage_json(usage: Usage | None) -> dict[str, Any] | None:
+    """Every field of ``usage``'s totals, for ``--json``."""
+    return None if usage is None else {name: getattr(usage, name) for name in USAGE_FIELDS}
+
+
+def _tokens(usage: Usage | None) -> str | None:
+    """``in/out`` tokens, with the cached share of the input when there is one."""
+    if usage is None:
+        return None
+    text = f"{usage.input_tokens}/{usage.output_tokens}"
+    if usage.cache_read_tokens and usage.input_tokens:
+        text += f" ({usage.cache_read_tokens / usage.input_tokens:.0%} cached)"
+    return text
+
+
+def _cost(usage: Usage | None) -> str | None:
+    return None if usage is None else f"{usage.cost_usd:.4f}"
 
 
 def show_session(ctx: Context) -> int:
@@ -111,10 +138,12 @@ def show_session(ctx: Context) -> int:
     if dump["messages"] is None and not dump["checkpoints"] and not dump["approvals"]:
         raise CommandError(f"no session {id!r} in {ctx.store.url}")
     info = parts.sessions.info(id)
+    usage = parts.sessions.usage(id) if dump["messages"] is not None else None
     if ctx.out.as_json:
         ctx.out.json(
             {
                 "id": id,
+                "usage": _usage_json(usage),
                 "updated_at": None if info is None else iso(info.updated_at),
                 "messages": dump["messages"],
                 "turns": turns,
@@ -127,6 +156,10 @@ def show_session(ctx: Context) -> int:
         [
             ("session", id),
             ("messages", 0 if dump["messages"] is None else len(dump["messages"])),
+            ("tokens", _tokens(usage)),
+            ("reasoning", None if usage is None else usage.reasoning_tokens),
+            ("cache", None if usage is None else _cache_text(usage)),
+            ("cost_usd", _cost(usage)),
             ("updated", None if info is None else iso(info.updated_at)),
         ]
     )
@@ -157,6 +190,10 @@ def show_session(ctx: Context) -> int:
         ["id", "tool", "status", "created_at"],
     )
     return EXIT_OK
+
+
+def _cache_text(usage: Usage) -> str:
+    return f"{usage.cache_read_tokens} read, {usage.cache_write_tokens} written"
 
 
 def export_sessions(ctx: Context) -> int:
@@ -216,16 +253,21 @@ def remove_sessions(ctx: Context) -> int:
         if id not in known:
             results.append({"id": id, "outcome": "missing"})
             continue
+        lease = None
         try:
-            lease = None if ctx.args.force else parts.sessions.turn_lock(id, timeout=0)
+            if ctx.args.force:  # a running turn's writes are refused from now on
+                fence = parts.sessions.take_over(id)
+            else:
+                lease = parts.sessions.turn_lock(id, timeout=0)
+                fence = lease.fence
         except SessionBusyError:
             results.append({"id": id, "outcome": "busy"})
             continue
         try:
+            for turn_id in parts.checkpoints.list(f"{id}."):
+                parts.checkpoints.delete(turn_id, fence=fence)
             for record in parts.approvals.list(session_id=id, status=None):
                 parts.approvals.delete(str(record["id"]))
-            for turn_id in parts.checkpoints.list(f"{id}."):
-                parts.checkpoints.delete(turn_id, fence=None if lease is None else lease.fence)
             parts.sessions.delete(id)
         finally:
             if lease is not None:

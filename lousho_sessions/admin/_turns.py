@@ -73,7 +73,7 @@ def register(
         "results and model responses are not made again. A running turn is claimed as "
         "`sweep` claims it (refused, exit 1, while a live process holds it); an approved or "
         "abandoned one is resumed as its session's resume() would. Ctrl-C aborts the turn, "
-        "and an aborted turn is dropped.",
+        "which stays pending with what finished.",
     )
     p.add_argument("turn_id", help="the turn id (<session id>.turn-<n>)")
     p.set_defaults(run=resume_turn)

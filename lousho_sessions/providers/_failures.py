@@ -17,7 +17,14 @@ from urllib.parse import urlsplit
 import requests
 import urllib3.exceptions
 
-__all__ = ["NETWORK_ERRORS", "error_message", "failure", "host_port", "request_id"]
+__all__ = [
+    "NETWORK_ERRORS",
+    "body_retry_delay",
+    "error_message",
+    "failure",
+    "host_port",
+    "request_id",
+]
 
 NETWORK_ERRORS: tuple[type[BaseException], ...] = (
     requests.RequestException,
@@ -90,10 +97,35 @@ def error_message(text: str) -> str:
     if isinstance(body, dict):
         error = body.get("error", body)
         if isinstance(error, dict):
-            kind = error.get("type") or error.get("code")
+            # OpenAI and Anthropic name a type; Google a status (its code is the HTTP one)
+            kind = error.get("type") or error.get("status") or error.get("code")
             message = error.get("message")
             if isinstance(message, str):
                 return f"{message} ({kind})" if isinstance(kind, str) and kind else message
         elif isinstance(error, str):
             return error
     return text.strip()[:500]
+
+
+def body_retry_delay(text: str) -> float | None:
+    """The wait an error body asks for: Google's ``RetryInfo`` detail (``"retryDelay": "37s"``).
+
+    ``None`` when the body names none (then the ``Retry-After`` header, if any, says it).
+    """
+    try:
+        body = json.loads(text)
+    except ValueError:
+        return None
+    error = body.get("error") if isinstance(body, dict) else None
+    details = error.get("details") if isinstance(error, dict) else None
+    for detail in details if isinstance(details, list) else ():
+        if not isinstance(detail, dict) or not str(detail.get("@type", "")).endswith("RetryInfo"):
+            continue
+        delay = detail.get("retryDelay")
+        if isinstance(delay, str) and delay.endswith("s"):
+            try:
+                seconds = float(delay[:-1])
+            except ValueError:
+                return None
+            return seconds if seconds >= 0 else None
+    return None

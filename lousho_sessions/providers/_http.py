@@ -41,7 +41,14 @@ import requests
 
 from ..abort import AbortedError, AbortSignal
 from ..errors import ProviderConfigError, ProviderError
-from ._failures import NETWORK_ERRORS, error_message, failure, host_port, request_id
+from ._failures import (
+    NETWORK_ERRORS,
+    body_retry_delay,
+    error_message,
+    failure,
+    host_port,
+    request_id,
+)
 from ._redact import Redactor, Secret
 from ._retry import Deadline, RetryPolicy, parse_retry_after
 from ._sockets import AbortableAdapter, AbortScope, scoped
@@ -396,8 +403,8 @@ class HttpClient:
         if response.status_code < 300:
             return response, None
         try:
-            delay = parse_retry_after(response.headers)
-            return self._error(response, signal, delay), delay
+            error = self._error(response, signal, parse_retry_after(response.headers))
+            return error, error.retry_after
         finally:
             response.close()
 
@@ -412,6 +419,8 @@ class HttpClient:
                 raise AbortedError(signal.reason) from None
             text = f"(the error body could not be read: {type(exc).__name__})"
         message = error_message(text) or (response.reason or "HTTP error")
+        if delay is None:
+            delay = body_retry_delay(text)
         should = response.headers.get("x-should-retry")
         if should in ("true", "false"):
             retryable = should == "true"

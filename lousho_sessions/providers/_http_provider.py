@@ -23,6 +23,7 @@ from ..errors import ProviderError
 from ..messages import Message, ToolCall, Usage
 from ..pricing import Pricing, price_usage
 from ._http import HttpClient, RetryPolicy, Timeout
+from ._reasoning import ReplyBlocks
 from ._redact import Secret
 from ._sse import DEFAULT_MAX_EVENT_SIZE, ServerSentEvent
 from ._wire import api_key_from, env
@@ -35,6 +36,7 @@ from .base import (
     ModelToolCallDelta,
     ProviderBase,
 )
+from .caching import CachePolicy, cache_policy
 
 __all__ = ["HttpOptions", "HttpProvider", "Reply"]
 
@@ -50,6 +52,7 @@ class HttpOptions(TypedDict, total=False):
     name: str | None
     max_duration: float | None
     max_event_size: int | None
+    cache: bool | CachePolicy
 
 
 @attrs.define
@@ -61,26 +64,37 @@ class _Call:
 
 @attrs.define
 class Reply:
-    """What the stream told so far: text, tool calls by index, token counts, stop reason."""
+    """What the stream told so far: text, reasoning, tool calls by index, token counts, stop reason."""
 
     provider: str
     request_id: str | None
     text: list[str] = attrs.field(factory=list)
     calls: dict[int, _Call] = attrs.field(factory=dict)
+    #: the order of text, reasoning and calls (reasoning blocks are started through it)
+    blocks: ReplyBlocks = attrs.field(factory=ReplyBlocks)
     input_tokens: int = 0
     output_tokens: int = 0
     #: of ``input_tokens``, those read from and written to the provider's prompt cache
     cache_read_tokens: int = 0
-    cache_creation_tokens: int = 0
+    cache_write_tokens: int = 0
+    #: of ``cache_write_tokens``, those written with a 1-hour lifetime (priced apart)
+    cache_write_1h_tokens: int = 0
+    #: of ``output_tokens``, those spent reasoning
+    reasoning_tokens: int = 0
     #: the model that answered, as the server names it
     model: str | None = None
     stop: str | None = None
     done: bool = False
+    #: the tool whose input is the structured answer (``HttpProvider.output_tool``)
+    output_tool: str | None = None
+    #: a wire format's own record of the reply (Gemini: its parts and their signatures)
+    wire: Any = None
 
     def add_text(self, text: object) -> Iterator[ModelTextDelta]:
         """Keep ``text`` (when it is a non-empty string) and give its delta."""
         if isinstance(text, str) and text:
             self.text.append(text)
+            self.blocks.text(text)
             yield ModelTextDelta(text)
 
     def add_call(
@@ -91,6 +105,7 @@ class Reply:
         An id or name is kept once: servers that repeat them must not double them.
         """
         call = self.calls.setdefault(index, _Call())
+        self.blocks.call(index)
         if id and not call.id:
             call.id = id
         if name and not call.name:
@@ -191,7 +206,9 @@ class HttpProvider(ProviderBase):
     table used for ``Usage.cost_usd``. ``headers`` are extra HTTP headers.
     ``max_duration`` (seconds; default ``None``, no limit) bounds a whole
     call, retries and stream included; ``max_event_size`` (characters, 16 MiB
-    by default) bounds one line or event of the stream.
+    by default) bounds one line or event of the stream. ``cache`` (default
+    ``True``) asks for the service's prompt cache; ``False`` turns that off and
+    a ``CachePolicy`` tunes it (see ``CachePolicy``).
 
     Failures raise ``ProviderError``, scrubbed of the key; an aborted signal
     ends the call at once (it raises the SDK's internal abort error, which the
@@ -223,8 +240,11 @@ class HttpProvider(ProviderBase):
         name: str | None = None,
         max_duration: float | None = None,
         max_event_size: int | None = DEFAULT_MAX_EVENT_SIZE,
+        cache: bool | CachePolicy = True,
     ) -> None:
         self.model = model
+        #: the prompt-cache policy ``cache=`` stands for; ``None``: no cache hints are sent
+        self.cache: CachePolicy | None = cache_policy(cache)
         self.name = name or f"{self.KIND}/{model}"
         self.base_url = (base_url or env(self.BASE_URL_ENV) or self.DEFAULT_BASE_URL).rstrip("/")
         self.pricing = dict(pricing or {})
@@ -271,8 +291,8 @@ class HttpProvider(ProviderBase):
                 retryable=False,
             )
         body = self.build_body(request)
-        with self._http.stream(self.PATH, body, signal) as stream:
-            reply = Reply(self.name, stream.request_id)
+        with self._http.stream(self.path(), body, signal) as stream:
+            reply = Reply(self.name, stream.request_id, output_tool=self.output_tool(request))
             yield from self._read(stream.events(), reply)
             if reply.done:
                 stream.drain()
@@ -290,18 +310,23 @@ class HttpProvider(ProviderBase):
         finish = self.FINISH.get(reply.stop or self.DEFAULT_STOP, "stop")
         if calls and finish == "stop":  # some compatible servers say "stop" after tool calls
             finish = "tool_calls"
-        cache = {
-            key: value
-            for key, value in (
-                ("cache_read_input_tokens", reply.cache_read_tokens),
-                ("cache_creation_input_tokens", reply.cache_creation_tokens),
-            )
-            if value
-        }
-        usage = price_usage(
-            Usage(reply.input_tokens, reply.output_tokens, extra=cache), self.model, self.pricing
+        counted = Usage(
+            reply.input_tokens,
+            reply.output_tokens,
+            cache_read_tokens=reply.cache_read_tokens,
+            cache_write_tokens=reply.cache_write_tokens,
+            reasoning_tokens=reply.reasoning_tokens,
         )
-        message = Message.assistant("".join(reply.text), tool_calls=calls, usage=usage)
+        usage = price_usage(
+            counted, self.model, self.pricing, cache_write_1h_tokens=reply.cache_write_1h_tokens
+        )
+        if reply.blocks.has_reasoning:  # reasoning keeps its place among text and calls
+            parts, calls = reply.blocks.message_parts(
+                dict(zip(sorted(reply.calls), calls, strict=True))
+            )
+            message = Message.assistant(parts, tool_calls=calls, usage=usage)
+        else:
+            message = Message.assistant("".join(reply.text), tool_calls=calls, usage=usage)
         return ModelResponse(message=message, usage=usage, finish_reason=finish, model=reply.model)
 
     # --- what a wire format gives ---------------------------------------------------
@@ -317,3 +342,12 @@ class HttpProvider(ProviderBase):
     def _read(self, events: Iterator[ServerSentEvent], reply: Reply) -> Iterator[ModelEvent]:
         """Turn events into deltas while filling ``reply``; return once ``reply.done``."""
         raise NotImplementedError
+
+    def path(self) -> str:
+        """Where requests go, after ``base_url`` (``PATH``, unless the wire's depends on more)."""
+        return self.PATH
+
+    def output_tool(self, request: ModelRequest) -> str | None:
+        """The tool a wire forces for ``request.output_schema``, whose input is the answer
+        (its ``_read`` gives that input as the message's text); None: no such tool."""
+        return None

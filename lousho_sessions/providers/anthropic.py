@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
-from ..messages import ImagePart, Message, TextPart
+from ..errors import ProviderError
+from ..messages import Message, Part, ReasoningPart, TextPart, ToolCall
+from ._breakpoints import mark_breakpoints
 from ._http_provider import HttpOptions, HttpProvider, Reply
+from ._reasoning import ReasoningBlock, replay_blocks
 from ._redact import Secret
 from ._sse import ServerSentEvent
 from ._wire import image_base64, image_media_type, pick_settings, plain_json
@@ -16,10 +19,14 @@ from .base import FinishReason, ModelEvent, ModelRequest
 if TYPE_CHECKING:
     from typing_extensions import Unpack
 
-__all__ = ["AnthropicProvider"]
+__all__ = ["OUTPUT_TOOL", "AnthropicProvider"]
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
 API_VERSION = "2023-06-01"
+#: the tool forced for a structured answer (``output_type``); its input is the answer
+OUTPUT_TOOL = "final_output"
+#: The family of the reasoning parts this provider makes and sends back.
+FAMILY = "anthropic"
 
 #: ``ModelRequest.settings`` keys sent as request-body fields (``stop`` becomes ``stop_sequences``).
 SETTINGS = (
@@ -65,8 +72,15 @@ class AnthropicProvider(HttpProvider):
     ``max_tokens`` caps each reply (the API requires a cap;
     ``settings["max_tokens"]`` overrides it per call). The other options are
     those of every HTTP provider: see :class:`~._http_provider.HttpProvider`.
-    Token usage counts cache reads and writes as input tokens, priced at the
-    plain input price.
+    ``Usage.input_tokens`` is the API's ``input_tokens`` plus its cache reads
+    and writes, which are also reported apart (``cache_read_tokens``,
+    ``cache_write_tokens``) and priced at their own rates.
+
+    A structured answer (``ModelRequest.output_schema``) is asked for with a tool,
+    ``final_output``, whose input schema is the answer's and which the model must call
+    (``tool_choice``: that tool, or any tool when the agent has tools of its own;
+    left to the model when ``thinking`` is on, which allows no forced tool). Its input
+    comes back as the message's text, streamed as text deltas.
     """
 
     KIND = "anthropic"
@@ -102,14 +116,15 @@ class AnthropicProvider(HttpProvider):
         system = [request.system] if request.system else []
         # system messages inside the transcript join the top-level system text
         system += [m.text for m in request.messages if m.role == "system" and m.text]
+        messages, ends = _messages(request.messages)
         body: dict[str, Any] = {
             "model": self.model,
             "max_tokens": self.max_tokens,
-            "messages": _messages(request.messages),
+            "messages": messages,
             "stream": True,
         }
         if system:
-            body["system"] = "\n\n".join(system)
+            body["system"] = [{"type": "text", "text": "\n\n".join(system)}]
         if request.tools:
             body["tools"] = [
                 {
@@ -119,11 +134,46 @@ class AnthropicProvider(HttpProvider):
                 }
                 for spec in request.tools
             ]
+        if request.output_schema is not None:
+            self._ask_output(body, request)
         body.update(pick_settings(request.settings, SETTINGS, {"stop": "stop_sequences"}))
+        if self.cache is not None:
+            mark_breakpoints(body, request.messages, ends, self.cache)
         return body
+
+    def _ask_output(self, body: dict[str, Any], request: ModelRequest) -> None:
+        """Add the forced ``final_output`` tool that carries the structured answer."""
+        output = request.output_schema
+        assert output is not None
+        if any(spec.name == OUTPUT_TOOL for spec in request.tools):
+            raise ProviderError(
+                None,
+                f"{self.name}: a tool is named {OUTPUT_TOOL!r}, the tool that carries a "
+                "structured answer (output_type); rename it",
+                retryable=False,
+            )
+        description = "Give your final answer by calling this tool; its input is the answer."
+        if output.description:
+            description += f" The answer: {output.description}"
+        body.setdefault("tools", []).append(
+            {
+                "name": OUTPUT_TOOL,
+                "description": description,
+                "input_schema": plain_json(output.schema),
+            }
+        )
+        thinking = request.settings.get("thinking")
+        if isinstance(thinking, Mapping) and thinking.get("type") not in (None, "disabled"):
+            return  # extended thinking allows no forced tool: the model is asked, not made
+        only = {"type": "tool", "name": OUTPUT_TOOL}
+        body["tool_choice"] = {"type": "any"} if request.tools else only
+
+    def output_tool(self, request: ModelRequest) -> str | None:
+        return OUTPUT_TOOL if request.output_schema is not None else None
 
     def _read(self, events: Iterator[ServerSentEvent], reply: Reply) -> Iterator[ModelEvent]:
         blocks: dict[int, tuple[str, int]] = {}  # content block index -> (type, call index)
+        thinking: dict[int, ReasoningBlock] = {}  # content block index -> its reasoning
         for event in events:
             data = reply.json(event)
             kind = str(data.get("type") or event.event)
@@ -134,11 +184,22 @@ class AnthropicProvider(HttpProvider):
                 _usage(reply, message.get("usage") or {})
             elif kind == "content_block_start":
                 index = int(data.get("index", len(blocks)))
-                yield from _start(reply, blocks, index, data.get("content_block") or {})
+                block = data.get("content_block") or {}
+                if block.get("type") in ("thinking", "redacted_thinking"):
+                    blocks[index] = (str(block["type"]), -1)
+                    yield from _start_thinking(reply, thinking, index, block)
+                else:
+                    yield from _start(reply, blocks, index, block)
             elif kind == "content_block_delta":
-                yield from _delta(reply, blocks, int(data.get("index", 0)), data)
+                index = int(data.get("index", 0))
+                if index in thinking:
+                    yield from _thinking_delta(reply, thinking[index], data)
+                else:
+                    yield from _delta(reply, blocks, index, data)
             elif kind == "message_delta":
                 stop = (data.get("delta") or {}).get("stop_reason")
+                if stop == "tool_use" and not reply.calls and reply.output_tool:
+                    stop = "end_turn"  # only the answer's tool was called: the answer is final
                 if stop:
                     reply.stop = str(stop)
                 _usage(reply, data.get("usage") or {})
@@ -154,22 +215,37 @@ class AnthropicProvider(HttpProvider):
 
 
 def _usage(reply: Reply, usage: Mapping[str, Any]) -> None:
-    # message_delta counts are cumulative: the last value seen wins
+    # message_delta counts are cumulative: the last value seen wins. The API counts
+    # input_tokens apart from cache reads and writes; Usage.input_tokens holds all three.
     if "input_tokens" in usage:
-        reply.input_tokens = sum(
-            int(usage.get(key) or 0)
-            for key in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
-        )
-        reply.cache_read_tokens = int(usage.get("cache_read_input_tokens") or 0)
-        reply.cache_creation_tokens = int(usage.get("cache_creation_input_tokens") or 0)
+        read = _count(usage.get("cache_read_input_tokens"))
+        write = _count(usage.get("cache_creation_input_tokens"))
+        reply.input_tokens = _count(usage.get("input_tokens")) + read + write
+        reply.cache_read_tokens = read
+        reply.cache_write_tokens = write
+        split = usage.get("cache_creation")
+        if isinstance(split, Mapping):
+            reply.cache_write_1h_tokens = min(_count(split.get("ephemeral_1h_input_tokens")), write)
     if "output_tokens" in usage:
-        reply.output_tokens = int(usage.get("output_tokens") or 0)
+        reply.output_tokens = _count(usage.get("output_tokens"))
+
+
+def _count(value: object) -> int:
+    """A token count from the wire; anything else (``null``, a string) counts 0."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
 def _start(
     reply: Reply, blocks: dict[int, tuple[str, int]], index: int, block: Mapping[str, Any]
 ) -> Iterator[ModelEvent]:
     kind = str(block.get("type") or "")
+    if kind == "tool_use" and reply.output_tool and block.get("name") == reply.output_tool:
+        blocks[index] = ("output", -1)
+        reply.text.clear()  # the answer is the tool's input, not a preamble before it
+        given = block.get("input")
+        if given:
+            yield from reply.add_text(json.dumps(given))
+        return
     if kind != "tool_use":
         blocks[index] = (kind, -1)
         if kind == "text":
@@ -182,6 +258,32 @@ def _start(
     yield reply.add_call(call_index, block.get("id"), block.get("name"), arguments)
 
 
+def _start_thinking(
+    reply: Reply, thinking: dict[int, ReasoningBlock], index: int, block: Mapping[str, Any]
+) -> Iterator[ModelEvent]:
+    """A ``thinking`` or ``redacted_thinking`` block starts: kept in its place, verbatim."""
+    data = block.get("data")
+    signature = block.get("signature")
+    part = thinking[index] = reply.blocks.reasoning(
+        FAMILY,
+        signature=signature if isinstance(signature, str) and signature else None,
+        data=data if block.get("type") == "redacted_thinking" and isinstance(data, str) else None,
+    )
+    yield from reply.blocks.add_reasoning_text(part, block.get("thinking"))
+
+
+def _thinking_delta(
+    reply: Reply, part: ReasoningBlock, data: Mapping[str, Any]
+) -> Iterator[ModelEvent]:
+    delta = data.get("delta") or {}
+    if delta.get("type") == "thinking_delta":
+        yield from reply.blocks.add_reasoning_text(part, delta.get("thinking"))
+    elif delta.get("type") == "signature_delta":
+        signature = delta.get("signature")
+        if isinstance(signature, str):
+            part.signature = (part.signature or "") + signature
+
+
 def _delta(
     reply: Reply, blocks: dict[int, tuple[str, int]], index: int, data: Mapping[str, Any]
 ) -> Iterator[ModelEvent]:
@@ -189,35 +291,31 @@ def _delta(
     delta = data.get("delta") or {}
     if delta.get("type") == "text_delta":
         yield from reply.add_text(delta.get("text"))
+    elif delta.get("type") == "input_json_delta" and kind == "output":
+        yield from reply.add_text(delta.get("partial_json"))
     elif delta.get("type") == "input_json_delta" and kind == "tool_use":
         fragment = delta.get("partial_json")
         if isinstance(fragment, str) and fragment:
             yield reply.add_call(call_index, arguments=fragment)
-    # thinking, signature and citation deltas are not part of the transcript
+    # citation deltas are not part of the transcript (thinking ones go to _thinking_delta)
 
 
-def _messages(messages: tuple[Message, ...]) -> list[dict[str, Any]]:
-    """The transcript as Messages API turns; tool results go in user turns.
+def _messages(
+    messages: tuple[Message, ...],
+) -> tuple[list[dict[str, Any]], dict[int, tuple[int, int]]]:
+    """The transcript as Messages API turns (tool results go in user turns), and where
+    each message ended: message index -> (turn index, block index) of its last block.
 
     Consecutive user-side messages (tool results, then maybe user text) merge
     into one user turn with the tool results first, as the API requires.
     """
     out: list[dict[str, Any]] = []
-    for message in messages:
+    ends: dict[int, tuple[int, int]] = {}
+    for index, message in enumerate(messages):
         if message.role == "system":
             continue  # sent as the top-level system text
         if message.role == "assistant":
-            content = _content(message.content)
-            for call in message.tool_calls:
-                content.append(
-                    {
-                        "type": "tool_use",
-                        "id": call.id,
-                        "name": call.name,
-                        "input": plain_json(call.arguments),
-                    }
-                )
-            role = "assistant"
+            content, role = _assistant_content(message), "assistant"
         elif message.role == "tool":
             result: dict[str, Any] = {
                 "type": "tool_result",
@@ -235,12 +333,42 @@ def _messages(messages: tuple[Message, ...]) -> list[dict[str, Any]]:
             out[-1]["content"].extend(content)
         else:
             out.append({"role": role, "content": content})
-    return out
+        ends[index] = (len(out) - 1, len(out[-1]["content"]) - 1)
+    return out, ends
 
 
-def _content(parts: tuple[TextPart | ImagePart, ...]) -> list[dict[str, Any]]:
+def _assistant_content(message: Message) -> list[dict[str, Any]]:
+    """An assistant turn's blocks in the order the model sent them: thinking (verbatim,
+    signature and all; only what an Anthropic model made), text and tool use."""
+    content: list[dict[str, Any]] = []
+    for block in replay_blocks(message, FAMILY):
+        if isinstance(block, ToolCall):
+            content.append(
+                {
+                    "type": "tool_use",
+                    "id": block.id,
+                    "name": block.name,
+                    "input": plain_json(block.arguments),
+                }
+            )
+        elif isinstance(block, ReasoningPart):
+            content.append(_thinking(block))
+        else:
+            content += _content((block,))
+    return content
+
+
+def _thinking(part: ReasoningPart) -> dict[str, Any]:
+    if part.data is not None:
+        return {"type": "redacted_thinking", "data": part.data}
+    return {"type": "thinking", "thinking": part.text, "signature": part.signature or ""}
+
+
+def _content(parts: Iterable[Part]) -> list[dict[str, Any]]:
     blocks: list[dict[str, Any]] = []
     for part in parts:
+        if isinstance(part, ReasoningPart):
+            continue  # only assistant turns carry reasoning back
         if isinstance(part, TextPart):
             if part.text:  # the API rejects empty text blocks
                 blocks.append({"type": "text", "text": part.text})

@@ -1,7 +1,7 @@
 """The ``Provider`` Protocol and what flows through it.
 
-A provider turns a ``ModelRequest`` into an iterator of ``ModelEvent``: text
-deltas and tool-call deltas as they arrive, then exactly one ``ModelResponse``
+A provider turns a ``ModelRequest`` into an iterator of ``ModelEvent``: text,
+reasoning and tool-call deltas as they arrive, then exactly one ``ModelResponse``
 (the assistant message, its usage and why the model stopped). A non-streamed
 call simply drains the iterator (:func:`complete`).
 """
@@ -19,10 +19,12 @@ from ..messages import Message, Usage
 
 __all__ = [
     "ModelEvent",
+    "ModelReasoningDelta",
     "ModelRequest",
     "ModelResponse",
     "ModelTextDelta",
     "ModelToolCallDelta",
+    "OutputSchema",
     "Provider",
     "ProviderBase",
     "ToolSpec",
@@ -46,14 +48,40 @@ class ToolSpec:
 
 
 @attrs.frozen
+class OutputSchema:
+    """The shape a turn's final answer must have (``output_type=``), for the model.
+
+    ``schema`` is the JSON schema of the JSON text the answer must be: always an
+    object (a type that is not one is wrapped as ``{"value": ...}``). A provider with
+    a native structured-output mode uses it (OpenAI ``response_format`` with
+    ``strict`` when ``strict`` is true, Anthropic a forced ``name`` tool, Gemini
+    ``responseSchema``) and returns the answer as the message's text. ``name`` fits
+    ``^[A-Za-z0-9_-]{1,64}$``.
+    """
+
+    name: str
+    schema: Mapping[str, Any]
+    description: str = ""
+    strict: bool = True
+
+
+@attrs.frozen
 class ModelRequest:
-    """One model call: the system text, the whole conversation the model sees, the tools."""
+    """One model call: the system text, the whole conversation the model sees, the tools.
+
+    ``output_schema``: the final answer must be JSON of that schema (``output_type=``);
+    ``None`` for free text.
+    ``session_id`` is the session the call is made for (``None`` outside one); it is
+    not shown to the model — providers use it to route the call to a prompt cache.
+    """
 
     system: str | None
     messages: tuple[Message, ...]
     tools: tuple[ToolSpec, ...] = ()
     settings: Mapping[str, Any] = attrs.field(factory=dict)
     signal: AbortSignal = attrs.field(factory=AbortSignal, repr=False, eq=False)
+    output_schema: OutputSchema | None = None
+    session_id: str | None = attrs.field(default=None, kw_only=True)
 
 
 @attrs.frozen
@@ -62,6 +90,18 @@ class ModelTextDelta:
 
     text: str
     type: Literal["text.delta"] = "text.delta"
+
+
+@attrs.frozen
+class ModelReasoningDelta:
+    """A piece of the model's visible reasoning (the turn streams it as ``reasoning.delta``).
+
+    The reasoning itself reaches the transcript as ``ReasoningPart`` s of the
+    ``ModelResponse`` message; these deltas only show it as it arrives.
+    """
+
+    text: str
+    type: Literal["reasoning.delta"] = "reasoning.delta"
 
 
 @attrs.frozen
@@ -87,7 +127,7 @@ class ModelResponse:
     model: str | None = None
 
 
-ModelEvent = Union[ModelTextDelta, ModelToolCallDelta, ModelResponse]
+ModelEvent = Union[ModelTextDelta, ModelReasoningDelta, ModelToolCallDelta, ModelResponse]
 
 
 @runtime_checkable

@@ -2,11 +2,15 @@
 
 It remembers facts stated in the transcript ("My name is Ali." then "What is my
 name?" answers "Your name is Ali."), calls a tool when the user's message names
-it (``get_weather`` is named by "weather"), and reports the tool's answer.
+it (``get_weather`` is named by "weather"), and reports the tool's answer. Asked for
+a structured answer (``output_type``), it answers JSON of the schema, filling each
+field from a fact of the same name ("My age is 31." fills ``age``), else with a
+placeholder.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -49,6 +53,14 @@ class DemoProvider(ProviderBase):
         yield ModelResponse(message, usage, "tool_calls" if message.tool_calls else "stop")
 
     def _reply(self, request: ModelRequest) -> Message:
+        message = self._free_reply(request)
+        if request.output_schema is None or message.tool_calls:
+            return message
+        facts = self._facts(request.messages)
+        value = _example(request.output_schema.schema, facts, "")
+        return Message.assistant(json.dumps(value))
+
+    def _free_reply(self, request: ModelRequest) -> Message:
         messages = request.messages
         if not messages:
             return Message.assistant("Hello! Say something.")
@@ -145,3 +157,29 @@ def _arguments(text: str, schema: Mapping[str, Any]) -> dict[str, Any] | None:
                 return None
             args[name] = value.rstrip(".?!")
     return args
+
+
+def _example(schema: Mapping[str, Any], facts: Mapping[str, str], key: str) -> Any:
+    """A value of ``schema``: the fact named ``key`` where it fits, else a placeholder."""
+    options = [o for o in schema.get("anyOf", ()) if o.get("type") != "null"]
+    if options:
+        return _example(options[0], facts, key)
+    if "enum" in schema:
+        fact = facts.get(key.replace("_", " ").lower())
+        return fact if fact in schema["enum"] else schema["enum"][0]
+    kind = schema.get("type")
+    fact = facts.get(key.replace("_", " ").lower())
+    if kind == "object":
+        properties: Mapping[str, Any] = schema.get("properties", {})
+        return {name: _example(s, facts, name) for name, s in properties.items()}
+    if kind == "array":
+        return [_example(schema.get("items", {}), facts, key)]
+    if kind in ("integer", "number"):
+        number = re.search(r"-?\d+(?:\.\d+)?", fact or "")
+        value = float(number.group()) if number else 0
+        return int(value) if kind == "integer" else value
+    if kind == "boolean":
+        return not re.search(r"\b(no|not|false)\b", fact or "", re.IGNORECASE)
+    if kind == "null":
+        return None
+    return fact if fact is not None else f"<{key or 'text'}>"

@@ -8,8 +8,15 @@ from typing import Union
 
 from ..abort import AbortSignal
 from ..errors import ProviderError
-from ..messages import Message, Usage
-from .base import ModelEvent, ModelRequest, ModelResponse, ModelTextDelta, ProviderBase
+from ..messages import Message, TextPart, Usage
+from .base import (
+    ModelEvent,
+    ModelReasoningDelta,
+    ModelRequest,
+    ModelResponse,
+    ModelTextDelta,
+    ProviderBase,
+)
 
 __all__ = ["FunctionProvider", "Reply", "ScriptedProvider"]
 
@@ -19,8 +26,8 @@ Reply = Union[str, Message]
 class FunctionProvider(ProviderBase):
     """``fn(request) -> str | Message`` is the model.
 
-    A ``str`` is the assistant's text; a ``Message`` may carry ``tool_calls`` and
-    ``usage``. ``fn`` may also return an iterable of ``str`` chunks (streamed as
+    A ``str`` is the assistant's text; a ``Message`` may carry ``tool_calls``,
+    ``usage`` and ``ReasoningPart`` s (streamed as one ``reasoning.delta`` first). ``fn`` may also return an iterable of ``str`` chunks (streamed as
     they come) ending, optionally, with a ``Message``. Raising makes the model
     call fail. ``request.signal`` tells ``fn`` when the turn was aborted.
     """
@@ -53,8 +60,9 @@ class FunctionProvider(ProviderBase):
         text = "".join(chunks)
         if final is None:
             final = Message.assistant(text)
-        elif not final.text and text:
-            final = Message.assistant(text, tool_calls=final.tool_calls, usage=final.usage)
+        elif not final.text and text:  # the chunks are its text; its reasoning stays first
+            content = [*final.content, TextPart(text)]
+            final = Message.assistant(content, tool_calls=final.tool_calls, usage=final.usage)
         yield _response(final)
 
     def __repr__(self) -> str:
@@ -65,6 +73,8 @@ def _respond(reply: Reply) -> Iterator[ModelEvent]:
     message = Message.assistant(reply) if isinstance(reply, str) else reply
     if message.role != "assistant":
         raise TypeError(f"a model reply must be an assistant message, got role {message.role!r}")
+    if message.reasoning:
+        yield ModelReasoningDelta(message.reasoning)
     if message.text:
         yield ModelTextDelta(message.text)
     yield _response(message)

@@ -14,8 +14,9 @@ from ..messages import ImagePart, Message, TextPart
 from ._http_provider import HttpProvider, Reply
 from ._redact import Secret
 from ._sse import ServerSentEvent
+from ._structured import strict_schema
 from ._wire import image_base64, image_media_type, pick_settings, plain_json
-from .base import FinishReason, ModelEvent, ModelRequest
+from .base import FinishReason, ModelEvent, ModelRequest, OutputSchema
 
 __all__ = ["OpenAIProvider"]
 
@@ -91,7 +92,16 @@ class OpenAIProvider(HttpProvider):
                 }
                 for spec in request.tools
             ]
-        body.update(pick_settings(request.settings, SETTINGS))
+        if request.output_schema is not None:
+            body["response_format"] = response_format(request.output_schema)
+        body.update(pick_settings(request.settings, SETTINGS))  # a response_format given wins
+        policy = self.cache
+        if policy is not None:  # OpenAI caches prefixes itself: the key only routes the call
+            key = policy.key or request.session_id
+            if key:
+                body["prompt_cache_key"] = key
+            if policy.retention:
+                body["prompt_cache_retention"] = policy.retention
         return body
 
     def _read(self, events: Iterator[ServerSentEvent], reply: Reply) -> Iterator[ModelEvent]:
@@ -117,14 +127,20 @@ def _chunk(chunk: Mapping[str, Any], reply: Reply) -> Iterator[ModelEvent]:
     if isinstance(usage, Mapping):
         reply.input_tokens = int(usage.get("prompt_tokens") or 0)
         reply.output_tokens = int(usage.get("completion_tokens") or 0)
+        # prompt_tokens includes the cached tokens, completion_tokens the reasoning ones,
+        # as Usage does
         details = usage.get("prompt_tokens_details")
         if isinstance(details, Mapping):
             reply.cache_read_tokens = int(details.get("cached_tokens") or 0)
+        details = usage.get("completion_tokens_details")
+        if isinstance(details, Mapping):
+            reply.reasoning_tokens = int(details.get("reasoning_tokens") or 0)
     for choice in chunk.get("choices") or ():
         if not isinstance(choice, Mapping) or choice.get("index", 0) != 0:
             continue
         delta = choice.get("delta") or {}
         yield from reply.add_text(delta.get("content"))
+        yield from reply.add_text(delta.get("refusal"))  # a structured answer refused
         for call in delta.get("tool_calls") or ():
             index = call.get("index")
             if not isinstance(index, int):  # some servers send whole calls without an index
@@ -136,6 +152,19 @@ def _chunk(chunk: Mapping[str, Any], reply: Reply) -> Iterator[ModelEvent]:
             yield reply.add_call(index, call.get("id"), function.get("name"), arguments)
         if choice.get("finish_reason"):
             reply.stop = str(choice["finish_reason"])
+
+
+def response_format(output: OutputSchema) -> dict[str, Any]:
+    """The ``response_format`` asking for JSON of ``output.schema``: strict where it can be."""
+    strict = strict_schema(output.schema) if output.strict else None
+    schema: dict[str, Any] = {
+        "name": output.name,
+        "schema": strict if strict is not None else plain_json(output.schema),
+        "strict": strict is not None,
+    }
+    if output.description:
+        schema["description"] = output.description
+    return {"type": "json_schema", "json_schema": schema}
 
 
 def _messages(request: ModelRequest) -> list[dict[str, Any]]:

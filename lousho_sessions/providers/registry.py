@@ -1,8 +1,11 @@
 """``provider_for(model)``: turn a model string such as ``"openai/gpt-4o-mini"`` into a provider.
 
-Known forms: ``"openai/<name>"``, ``"anthropic/<name>"``, ``"ollama/<name>"``
-(the OpenAI format at ``http://127.0.0.1:11434/v1``, or ``$OLLAMA_HOST``; no
-key needed) and ``"demo"`` (the offline ``DemoProvider``). An unknown string's
+Known forms: ``"openai/<name>"`` (the Responses API; Chat Completions when
+``$OPENAI_BASE_URL`` points at another server), ``"openai-chat/<name>"`` (Chat
+Completions always), ``"openai-responses/<name>"`` (the Responses API always),
+``"anthropic/<name>"``, ``"gemini/<name>"`` (the Gemini API), ``"ollama/<name>"`` (Chat Completions at
+``http://127.0.0.1:11434/v1``, or ``$OLLAMA_HOST``; no key needed) and
+``"demo"`` (the offline ``DemoProvider``). An unknown string's
 error suggests the form it probably meant (``"gpt-4o-mini"``: did you mean
 ``'openai/gpt-4o-mini'``?).
 """
@@ -29,6 +32,22 @@ class UnknownModelError(LoushoError, ValueError):
 
 
 def _openai(name: str, pricing: Mapping[str, Pricing] | None) -> Provider:
+    from .openai_responses import DEFAULT_BASE_URL
+
+    base_url = env("OPENAI_BASE_URL")
+    if base_url is not None and base_url.rstrip("/") != DEFAULT_BASE_URL:
+        # a compatible server (vLLM, llama.cpp, LiteLLM...): they speak Chat Completions
+        return _openai_chat(name, pricing)
+    return _openai_responses(name, pricing)
+
+
+def _openai_responses(name: str, pricing: Mapping[str, Pricing] | None) -> Provider:
+    from .openai_responses import OpenAIResponsesProvider
+
+    return OpenAIResponsesProvider(name, pricing=pricing)
+
+
+def _openai_chat(name: str, pricing: Mapping[str, Pricing] | None) -> Provider:
     from .openai import OpenAIProvider
 
     return OpenAIProvider(name, pricing=pricing)
@@ -38,6 +57,12 @@ def _anthropic(name: str, pricing: Mapping[str, Pricing] | None) -> Provider:
     from .anthropic import AnthropicProvider
 
     return AnthropicProvider(name, pricing=pricing)
+
+
+def _gemini(name: str, pricing: Mapping[str, Pricing] | None) -> Provider:
+    from .gemini import GeminiProvider
+
+    return GeminiProvider(name, pricing=pricing)
 
 
 def _ollama(name: str, pricing: Mapping[str, Pricing] | None) -> Provider:
@@ -50,12 +75,23 @@ def _ollama(name: str, pricing: Mapping[str, Pricing] | None) -> Provider:
 
 _FACTORIES: Mapping[str, Callable[[str, Mapping[str, Pricing] | None], Provider]] = {
     "openai": _openai,
+    "openai-chat": _openai_chat,
+    "openai-responses": _openai_responses,
     "anthropic": _anthropic,
+    "gemini": _gemini,
     "ollama": _ollama,
 }
 
 #: Every form ``provider_for`` accepts, as shown in its error message.
-KNOWN_PREFIXES = ("openai/<name>", "anthropic/<name>", "ollama/<name>", "demo")
+KNOWN_PREFIXES = (
+    "openai/<name>",
+    "openai-chat/<name>",
+    "openai-responses/<name>",
+    "anthropic/<name>",
+    "gemini/<name>",
+    "ollama/<name>",
+    "demo",
+)
 
 
 def ollama_base_url() -> str:
@@ -74,7 +110,7 @@ def provider_for(
     """The provider a model string names; ``UnknownModelError`` (a ``ValueError``) otherwise.
 
     The providers read their keys from the environment (``OPENAI_API_KEY``,
-    ``ANTHROPIC_API_KEY``) when they are made. With ``check_key``, a provider
+    ``ANTHROPIC_API_KEY``, ``GEMINI_API_KEY``) when they are made. With ``check_key``, a provider
     for the public endpoint without a key raises ``ProviderConfigError`` (a
     ``ValueError``) naming the variable; otherwise that is found at the first call.
     """
@@ -110,6 +146,7 @@ def provider_for(
 _FAMILIES = (
     (("gpt-", "gpt4", "o1", "o3", "o4-", "chatgpt-", "text-embedding-", "davinci"), "openai"),
     (("claude",), "anthropic"),
+    (("gemini-",), "gemini"),
     (("llama", "qwen", "mistral", "mixtral", "gemma", "phi", "deepseek", "codellama"), "ollama"),
 )
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ApprovalNotFoundError, StoreCorruptError
+from . import _lockfile
 from ._approval_records import check_new_approval
 from ._directory import WRITE_LOCK_TIMEOUT, Directory, check_fence_file
 from .base import (
@@ -90,13 +91,18 @@ class FileCheckpointStore(BaseCheckpointStore):
         return sorted(t for t in ids if t.startswith(prefix) and _is_turn_id(t))
 
     def prune(self, older_than: timedelta | float) -> PruneResult:
-        """Delete checkpoints not written within ``older_than`` (seconds or a ``timedelta``)."""
+        """Delete checkpoints not written within ``older_than`` (seconds or a ``timedelta``),
+        but those of a session whose turn holds its lock (``<dir>/<id>.lock``) right now."""
         seconds = older_than_seconds(older_than)
         count = 0
         for turn_id in self.list():
             path = self.path(turn_id)
             age = self._dir.age(path, time.time())
-            if age is not None and age > seconds and self._dir.remove(path):
+            if age is None or age <= seconds:
+                continue
+            if _lockfile.is_held(self._dir.path / f"{fence_session_id(turn_id)}.lock"):
+                continue  # its turn runs right now
+            if self._dir.remove(path):
                 count += 1
         return PruneResult(0, count, 0)
 

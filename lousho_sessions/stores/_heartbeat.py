@@ -9,17 +9,21 @@ keeps one daemon thread, started on the first lease, that calls each registered
 removes an entry under a lock.
 
 ``beat()`` returns whether to go on (``False``: the lease is lost or ended, drop
-it). Beats run one after another on the heartbeat thread, so a beat must bound
-its own blocking (the stores' calls have timeouts) and judge lateness by its own
-clock readings, as the leases do (lost after ``ttl`` without a successful renewal).
+it). The heartbeat thread only finds the beats due and hands each to a small pool
+of worker threads, so a renewal blocked on a hung connection delays no other
+lease's renewal (one lease's beats never overlap). A beat must still bound its own
+blocking (the stores' calls have timeouts) and judge lateness by its own clock
+readings, as the leases do (lost after ``ttl`` without a successful renewal).
 ``remove()`` waits for a beat of that entry in progress to finish, so once it
-returns no renewal of that lease can reach the server after the release.
+returns no renewal of that lease can reach the server after the release;
+``close()`` waits for none.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import queue
 import threading
 import time
 from collections.abc import Callable
@@ -31,13 +35,16 @@ __all__ = ["Beat", "Heartbeat", "RenewedLease"]
 
 T = TypeVar("T")
 
+#: How many renewals of one store may run at once (each is a short, bounded statement).
+_WORKERS = 8
+
 log = logging.getLogger("lousho_sessions.stores")
 
 
 class Beat:
     """One registered renewal: ``beat`` every ``interval`` seconds until removed or it says stop."""
 
-    __slots__ = ("beat", "due", "interval", "removed", "running")
+    __slots__ = ("beat", "due", "interval", "removed", "runner", "running")
 
     def __init__(self, beat: Callable[[], bool], interval: float) -> None:
         self.beat = beat
@@ -45,6 +52,7 @@ class Beat:
         self.due = time.monotonic() + interval
         self.running = False
         self.removed = False
+        self.runner = 0  # the thread running the beat now (its ident)
 
 
 class Heartbeat:
@@ -59,13 +67,19 @@ class Heartbeat:
         self._stopped = False
         #: when the sleeping thread wakes next (0: it is awake and will look at the entries)
         self._sleep_until = 0.0
+        #: beats handed to the worker threads (``None``: a worker's signal to end)
+        self._queue: queue.SimpleQueue[Beat | None] = queue.SimpleQueue()
+        self._workers = 0  # worker threads started
+        self._idle = 0  # of them, not running a beat
+        self._backlog = 0  # beats handed over, not yet taken by a worker
 
     def add(self, beat: Callable[[], bool], interval: float) -> Beat:
         """Call ``beat`` every ``interval`` seconds from the heartbeat thread, starting then."""
         entry = Beat(beat, interval)
         with self._cond:
-            if self._pid != os.getpid():  # a forked child: the parent's thread is not here
+            if self._pid != os.getpid():  # a forked child: the parent's threads are not here
                 self._pid, self._thread, self._beats = os.getpid(), None, []
+                self._queue, self._workers, self._idle, self._backlog = queue.SimpleQueue(), 0, 0, 0
             self._beats.append(entry)
             if self._thread is None and not self._stopped:
                 self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
@@ -78,20 +92,24 @@ class Heartbeat:
         """Stop ``entry``; waits for a beat of it in progress (unless called from that beat)."""
         with self._cond:
             entry.removed = True
-            if threading.current_thread() is not self._thread:
-                self._cond.wait_for(lambda: not entry.running)
+            self._cond.wait_for(lambda: not entry.running or self._in_beat(entry))
             if entry in self._beats:
                 self._beats.remove(entry)
 
     def close(self) -> None:
-        """Stop the thread (entries left are dropped) and wait for it."""
+        """Stop the threads (entries left are dropped); renewals in progress are not waited for."""
         with self._cond:
             self._stopped = True
             self._beats = []
             self._cond.notify_all()
-            thread = self._thread
+            thread, workers = self._thread, self._workers
         if thread is not None and thread is not threading.current_thread():
-            thread.join()
+            thread.join()  # it never waits for a beat
+        for _ in range(workers):
+            self._queue.put(None)
+
+    def _in_beat(self, entry: Beat) -> bool:
+        return entry.runner == threading.get_ident()
 
     def _run(self) -> None:
         while True:
@@ -100,28 +118,50 @@ class Heartbeat:
                     if self._stopped:
                         return
                     now = time.monotonic()
-                    due = [b for b in self._beats if b.due <= now and not b.removed]
+                    due = [
+                        b for b in self._beats if b.due <= now and not b.removed and not b.running
+                    ]
                     if due:
                         break
-                    wait = max(min((b.due for b in self._beats), default=now + 3600.0) - now, 0.0)
+                    waiting = [b.due for b in self._beats if not b.running]
+                    wait = max(min(waiting, default=now + 3600.0) - now, 0.0)
                     self._sleep_until = now + wait
                     self._cond.wait(wait)
                     self._sleep_until = 0.0
                 for entry in due:
                     entry.running = True
-            for entry in due:
-                go_on = False
-                try:
-                    if not entry.removed:
-                        go_on = entry.beat()
-                except Exception:  # a beat handles its own errors; this one is a bug
-                    log.exception("%s: a lease renewal failed unexpectedly", self.name)
-                with self._cond:
-                    entry.running = False
-                    entry.due = time.monotonic() + entry.interval
-                    if not go_on and entry in self._beats:
-                        self._beats.remove(entry)
-                    self._cond.notify_all()
+                    self._backlog += 1
+                    if self._backlog > self._idle and self._workers < _WORKERS:
+                        self._workers += 1
+                        self._idle += 1
+                        name = f"{self.name}-{self._workers}"
+                        threading.Thread(target=self._work, name=name, daemon=True).start()
+                    self._queue.put(entry)
+
+    def _work(self) -> None:
+        """A worker thread: runs the beats handed to it, one at a time."""
+        while True:
+            entry = self._queue.get()
+            if entry is None:
+                return
+            with self._cond:
+                self._backlog -= 1
+                self._idle -= 1
+            go_on = False
+            entry.runner = threading.get_ident()
+            try:
+                if not entry.removed:
+                    go_on = entry.beat()
+            except Exception:  # a beat handles its own errors; this one is a bug
+                log.exception("%s: a lease renewal failed unexpectedly", self.name)
+            with self._cond:
+                entry.runner = 0
+                entry.running = False
+                entry.due = time.monotonic() + entry.interval
+                if not go_on and entry in self._beats:
+                    self._beats.remove(entry)
+                self._idle += 1
+                self._cond.notify_all()
 
 
 class RenewedLease(Lease):

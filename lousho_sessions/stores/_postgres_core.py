@@ -16,6 +16,7 @@ from psycopg import errors as pg_errors
 from psycopg import pq
 
 from ..errors import LeaseLostError, StoreClosedError, StoreError
+from ._postgres_watch import Watchdog, idle_connection_dead
 from ._start import StartCheckpoint
 from .base import PruneResult, older_than_seconds
 from .lease import Lease
@@ -48,6 +49,9 @@ class PgCore:
     prepare: bool
     #: with ``prepare=True``: per pooled connection, ``call``'s statements prepared on it
     _prepared: weakref.WeakKeyDictionary[psycopg.Connection[Any], dict[bytes, bytes]]
+    #: seconds a statement (or ``connection()`` block) may wait for the server; ``None``: no bound
+    statement_timeout: float | None
+    _watchdog: Watchdog
 
     def close(self) -> None:
         """Close the store (``PostgresStore.close``)."""
@@ -68,15 +72,45 @@ class PgCore:
         raise NotImplementedError
 
     @contextmanager
-    def connection(self) -> Iterator[psycopg.Connection[Any]]:
-        """A pooled connection for one statement or transaction; psycopg errors as ``StoreError``."""
+    def connection(self, bound: float | None = -1.0) -> Iterator[psycopg.Connection[Any]]:
+        """A pooled connection for one statement or transaction; psycopg errors as ``StoreError``.
+
+        The block is bounded (``bound`` seconds, by default ``statement_timeout``): past
+        it the connection is cut and its statement raises (``_postgres_watch``)."""
         if self._closed:
             raise StoreClosedError(f"{self.where}: the PostgreSQL store was closed")
         try:
-            with self._pool.connection() as conn:
-                yield conn
+            conn = self._checkout()
+            try:
+                watch = self._watchdog.watch(
+                    conn, self.statement_timeout if bound == -1.0 else bound
+                )
+                try:
+                    with conn:  # a pooled connection: ends the transaction, stays open
+                        yield conn
+                finally:
+                    if watch is not None:
+                        watch.done()
+            finally:
+                self._pool.putconn(conn)
         except psycopg.Error as exc:
             raise self._store_error(exc) from exc
+
+    def _checkout(self) -> psycopg.Connection[Any]:
+        """A connection from the pool that the server did not close while it sat idle (an
+        ``idle_session_timeout``, a restart, a pooler's or load balancer's idle timeout):
+        one found closed is dropped and another taken, before any statement is sent."""
+        for _ in range(self._pool.max_size + 1):
+            conn: psycopg.Connection[Any] = self._pool.getconn()
+            if not idle_connection_dead(conn):
+                return conn
+            log.info(
+                "%s: a pooled connection was closed by the server while idle; dropped", self.where
+            )
+            conn.close()
+            self._pool.putconn(conn)  # closed: the pool replaces it
+        last: psycopg.Connection[Any] = self._pool.getconn()  # a new one, or the pool's error
+        return last
 
     def _store_error(self, exc: psycopg.Error) -> StoreError:
         """What a psycopg or pool error becomes for callers of the store."""
@@ -120,9 +154,10 @@ class PgCore:
             raise StoreClosedError(f"{self.where}: the PostgreSQL store was closed")
         # getconn/putconn, not the pool's context manager: no transaction to end here
         try:
-            conn: psycopg.Connection[Any] = self._pool.getconn()
+            conn = self._checkout()
         except psycopg.Error as exc:
             raise self._store_error(exc) from exc
+        watch = self._watchdog.watch(conn, self.statement_timeout)
         try:
             pgconn = conn.pgconn
             codec = conn.info.encoding
@@ -139,6 +174,8 @@ class PgCore:
         except psycopg.Error as exc:
             raise self._store_error(exc) from exc
         finally:
+            if watch is not None:
+                watch.done()
             self._pool.putconn(conn)  # a broken connection is replaced by the pool
         return [None if v is None else v.decode(codec) for v in row]
 
@@ -195,21 +232,37 @@ class PgCore:
         """``prune`` limited to some parts, in one transaction."""
         params = {"age": older_than_seconds(older_than)}
         cutoff = "now() - make_interval(secs => %(age)s)"
-        counts = [0, 0, 0]
+        counts = [0, 0, 0, 0, 0, 0]
+        # a session whose lease is live (its turn runs now) is kept, with its checkpoints
+        live = "SELECT 1 FROM {s}.leases l WHERE l.session_id = %s AND l.expires_at > now()"
+        live_session, live_turn = live % "s.id", live % "split_part(c.turn_id, '.', 1)"
         with self.transaction() as conn:
             if sessions:
                 counts[0] = self.run(
                     conn,
-                    f"WITH old AS (DELETE FROM {{s}}.sessions WHERE updated_at <= {cutoff} "
-                    "RETURNING id), m AS (DELETE FROM {s}.messages WHERE session_id IN "
-                    "(SELECT id FROM old)), l AS (DELETE FROM {s}.leases WHERE session_id IN "
-                    "(SELECT id FROM old) AND (expires_at IS NULL OR expires_at < now())) "
+                    f"WITH old AS (DELETE FROM {{s}}.sessions s WHERE updated_at <= {cutoff} "
+                    f"AND NOT EXISTS ({live_session}) RETURNING id), "
+                    "m AS (DELETE FROM {s}.messages WHERE session_id IN (SELECT id FROM old)) "
                     "SELECT count(*) FROM old",
                     params,
                 ).fetchone()[0]
             if checkpoints:
                 counts[1] = self.run(
-                    conn, f"DELETE FROM {{s}}.checkpoints WHERE updated_at <= {cutoff}", params
+                    conn,
+                    f"DELETE FROM {{s}}.checkpoints c WHERE updated_at <= {cutoff} "
+                    f"AND NOT EXISTS ({live_turn})",
+                    params,
+                ).rowcount
+            if sessions:
+                # the fences of sessions gone: released, or expired that long ago (a holder
+                # paused past its lease may still write; its fence must refuse it)
+                counts[5] = self.run(
+                    conn,
+                    "DELETE FROM {s}.leases l WHERE (l.expires_at IS NULL OR "
+                    f"l.expires_at <= {cutoff}) AND NOT EXISTS (SELECT 1 FROM {{s}}.sessions s "
+                    "WHERE s.id = l.session_id) AND NOT EXISTS (SELECT 1 FROM {s}.checkpoints c "
+                    "WHERE starts_with(c.turn_id, l.session_id || '.'))",
+                    params,
                 ).rowcount
             if approvals:
                 counts[2] = self.run(

@@ -29,6 +29,12 @@ __all__ = ["PostgresLease", "ReleaseListener"]
 
 log = logging.getLogger("lousho_sessions.stores.postgres")
 
+#: The first pause before a failed lease renewal is tried again (doubling, up to ttl / 6).
+_RETRY_FIRST = 0.05
+
+#: How long ``ReleaseListener.close()`` waits for its thread (a daemon, left behind after).
+_CLOSE_WAIT = 2.0
+
 
 class PostgresLease(RenewedLease):
     """A lease kept alive by the store's heartbeat; ``lost`` once a renewal fails.
@@ -52,6 +58,7 @@ class PostgresLease(RenewedLease):
         heartbeat: Heartbeat,
         owner: object = None,
         forget: Callable[[], None] = lambda: None,
+        taken_at: float | None = None,
     ) -> None:
         self.ttl = ttl
         #: the store whose row this is (a commit may free it: ``commit_turn(release=)``)
@@ -60,24 +67,49 @@ class PostgresLease(RenewedLease):
         self._free = release
         self._forget = forget
         self._lost = threading.Event()
-        self._last_ok = time.monotonic()
+        #: when the last renewal that succeeded was sent (the row's expiry is later than
+        #: this plus ``ttl``, by the database's clock): first, when the lease was asked for
+        self._last_ok = time.monotonic() if taken_at is None else taken_at
         super().__init__(session_id, fence, self._finish, heartbeat=heartbeat, interval=ttl / 3)
 
     @property
     def lost(self) -> bool:
-        """True once released, or once a renewal found the session taken over or failed for ``ttl`` s."""
-        return self._lost.is_set() or super().lost
+        """True once released, once a renewal found the session taken over, or once ``ttl``
+        seconds passed since the last renewal that succeeded was sent (a renewal failing,
+        or hanging on a hung database: the row may have expired and been taken)."""
+        if self._lost.is_set() or super().lost:
+            return True
+        if time.monotonic() - self._last_ok >= self.ttl:
+            self._lost.set()  # stays lost: another turn may have taken the session meanwhile
+            return True
+        return False
 
     def _beat(self) -> bool:
-        """One renewal; whether to go on renewing."""
-        try:
-            held = self._renew()
-        except Exception as exc:  # the database is unreachable: retry until the ttl is spent
-            if time.monotonic() - self._last_ok < self.ttl:
+        """One renewal, tried again at once (after a short pause) while it fails and the
+        lease is not lost: a renewal cut on a dead connection retries on another one
+        within the ttl, not a third of it later. Whether to go on renewing."""
+        pause = _RETRY_FIRST
+        while True:
+            sent = time.monotonic()
+            try:
+                held = self._renew()
+                break
+            except Exception as exc:  # the database is unreachable: retry until the ttl is spent
+                if self.lost:
+                    log.error(
+                        "session %r: lease lost, not renewed for %.1f s: %s",
+                        self.session_id,
+                        self.ttl,
+                        exc,
+                    )
+                    return False
                 log.warning("session %r: lease renewal failed, retrying: %s", self.session_id, exc)
-                return True
+            if self._beat_entry.removed:  # released meanwhile
+                return False
+            time.sleep(min(pause, self.ttl / 6))  # a backoff; release() waits at most this
+            pause *= 2
+        if self.lost:  # the reply came too late: the row may have expired meanwhile
             log.error("session %r: lease lost, not renewed for %.1f s", self.session_id, self.ttl)
-            self._lost.set()
             return False
         if not held:
             log.warning(
@@ -88,7 +120,7 @@ class PostgresLease(RenewedLease):
             )
             self._lost.set()
             return False
-        self._last_ok = time.monotonic()
+        self._last_ok = sent
         return True
 
     def released_by_store(self) -> None:
@@ -143,10 +175,23 @@ class ReleaseListener:
                 if entry.users == 0 and self._interests.get(session_id) is entry:
                     del self._interests[session_id]
 
-    def wait(self, entry: _Interest, seen: int, timeout: float) -> None:
-        """Wait until a release newer than ``seen`` is announced, or ``timeout`` seconds."""
+    def wait(self, entry: _Interest, seen: int, timeout: float, signal: Any = None) -> None:
+        """Wait until a release newer than ``seen`` is announced, ``signal`` (an
+        ``AbortSignal``, woken by ``poke()``) is aborted, or ``timeout`` seconds."""
         with self._cond:
-            self._cond.wait_for(lambda: entry.generation != seen or self._stop.is_set(), timeout)
+            self._cond.wait_for(
+                lambda: (
+                    entry.generation != seen
+                    or self._stop.is_set()
+                    or (signal is not None and signal.aborted)
+                ),
+                timeout,
+            )
+
+    def poke(self) -> None:
+        """Wake the waiting threads to look at their signals."""
+        with self._cond:
+            self._cond.notify_all()
 
     def start(self, timeout: float) -> bool:
         """Start listening (once); whether ``LISTEN`` is in place within ``timeout`` seconds."""
@@ -167,7 +212,12 @@ class ReleaseListener:
             thread = self._thread
         if thread is not None:
             os.write(self._wake_w, b"x")
-            thread.join()
+            thread.join(_CLOSE_WAIT)  # it may be connecting to a hung server: not waited for
+            if thread.is_alive():
+                log.warning(
+                    "the LISTEN thread did not stop within %.0f s; left behind", _CLOSE_WAIT
+                )
+                return  # its pipe stays open: the thread may still select on it
             os.close(self._wake_r)
             os.close(self._wake_w)
 

@@ -96,15 +96,25 @@ class PostgresCheckpointStore(PgPart, BaseCheckpointStore):
             yield turn_id, data
 
     def pending_fields(self, fields: Sequence[str]) -> Iterator[tuple[str, dict[str, Any]]]:
-        """The durable turns' checkpoints cut down to ``fields`` on the server, in one query."""
+        """The durable turns' checkpoints cut down to ``fields`` on the server, in one query.
+
+        ``json_each`` refuses a body holding a ``\\u0000`` escape (a U+0000 a user typed or
+        a tool returned: ``json`` keeps it, ``text`` cannot), which failed the whole query;
+        such a body (or one merely holding that text), and one that is not an object
+        (``json_each`` refuses it: written by hand), come whole and are judged here."""
+        wanted = frozenset(fields)
         rows = self.store.fetch(
-            "SELECT turn_id, coalesce((SELECT json_object_agg(key, value) FROM json_each(body) "
-            "WHERE key = ANY(%(fields)s)), '{}'::json)::text FROM {s}.checkpoints "
-            "WHERE turn_id ~ '^[A-Za-z0-9_-]{1,128}[.](turn-[0-9]+|send)$' "
+            "SELECT turn_id, whole, CASE WHEN whole THEN body::text ELSE "
+            "coalesce((SELECT json_object_agg(key, value) FROM json_each(body) "
+            "WHERE key = ANY(%(fields)s)), '{}'::json)::text END FROM "
+            "(SELECT turn_id, body, (strpos(body::text, %(nul)s) > 0 "
+            "OR json_typeof(body) <> 'object') AS whole "
+            "FROM {s}.checkpoints "
+            "WHERE turn_id ~ '^[A-Za-z0-9_-]{1,128}[.](turn-[0-9]+|send)$') c "
             'ORDER BY turn_id COLLATE "C"',
-            {"fields": list(fields)},
+            {"fields": list(fields), "nul": "\\u0000"},
         )
-        for turn_id, body in rows:
+        for turn_id, whole, body in rows:
             try:
                 data = decode_json_object(
                     body, source=f"{self.store.where}: checkpoint {turn_id!r}"
@@ -112,6 +122,8 @@ class PostgresCheckpointStore(PgPart, BaseCheckpointStore):
             except StoreCorruptError as exc:
                 log.warning("skipping unreadable checkpoint %s: %s", turn_id, exc)
                 continue
+            if whole:
+                data = {key: value for key, value in data.items() if key in wanted}
             yield turn_id, data
 
     def prune(self, older_than: timedelta | float) -> PruneResult:

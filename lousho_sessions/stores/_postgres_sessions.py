@@ -12,9 +12,14 @@ import secrets
 from collections.abc import Sequence
 from datetime import timedelta
 
-from ..errors import StoreConflictError
-from ..messages import Message
+import psycopg
+import psycopg_pool
+
+from ..errors import StoreClosedError, StoreConflictError, StoreError
+from ..messages import Message, Usage
 from ..serde import messages_from_json
+from ..usage_totals import postgres_usage_sql, usage_from_row
+from ._commit_check import commit_unknown, log_landed
 from ._postgres_core import FENCED, PgCore, PgPart
 from ._postgres_lease import PostgresLease
 from ._postgres_records import PostgresCheckpointStore
@@ -32,6 +37,13 @@ from .base import (
 from .lease import Lease
 
 __all__ = ["PostgresSessionStore"]
+
+#: the sums of ``usage``'s fields over a session's messages ``m`` (``PostgresSessionStore.usage``)
+_USAGE_SUMS = postgres_usage_sql("m.body")
+#: Reads of the session after a commit's reply was lost, before saying "unknown".
+LOOK_AGAIN_TRIES = 3
+#: How long that read waits for a commit still running on the lost connection.
+LOOK_AGAIN_LOCK_MS = 5000
 
 
 class PostgresSessionStore(PgPart, BaseSessionStore):
@@ -163,20 +175,26 @@ class PostgresSessionStore(PgPart, BaseSessionStore):
         keys = "{" + ",".join(validate_turn_id(key) for key in delete) + "}"
         revision = secrets.randbits(63)
         fence = self.store.effective_fence(id, fence)
-        row = self.store.call(
-            "SELECT * FROM {s}.append_turn($1, $2::bigint, $3::integer, $4::bigint, $5::json, "
-            "$6::text[], $7)",
-            [
-                id,
-                None if fence is None else str(fence),
-                str(expected_length),
-                str(revision),
-                bodies,
-                keys,
-                # the store's NOTIFY channel: also free the lease of ``fence``
-                self.store._channel if release else None,
-            ],
-        )
+        try:
+            row = self.store.call(
+                "SELECT * FROM {s}.append_turn($1, $2::bigint, $3::integer, $4::bigint, "
+                "$5::json, $6::text[], $7)",
+                [
+                    id,
+                    None if fence is None else str(fence),
+                    str(expected_length),
+                    str(revision),
+                    bodies,
+                    keys,
+                    # the store's NOTIFY channel: also free the lease of ``fence``
+                    self.store._channel if release else None,
+                ],
+            )
+        except StoreError as exc:
+            if not _reply_lost(exc) or not self._landed(id, messages, expected_length, exc):
+                raise
+            log_landed(self.store.where, id, expected_length, exc)
+            return revision
         written, fenced, length = row[0] == "t", row[1] == "t", row[2]
         if written:
             return revision
@@ -185,6 +203,42 @@ class PostgresSessionStore(PgPart, BaseSessionStore):
             f"session {id!r} ({self.store.where}): expected {expected_length} stored "
             f"messages, found {length or 0}"
         )
+
+    def _landed(
+        self, id: str, messages: Sequence[Message], expected_length: int, lost: StoreError
+    ) -> bool:
+        """Whether the commit of ``messages`` at ``expected_length``, whose reply was lost
+        (``lost``), landed: read on another connection (``_commit_check``). Waits first for
+        a commit still running on the lost connection (it holds the session's lease row
+        ``FOR SHARE``); ``CommitUnknownError`` when the session cannot be read (a new
+        connection waits up to the pool's ``timeout``)."""
+        look: StoreError | None = None
+        for _ in range(LOOK_AGAIN_TRIES):  # a pooled connection may have died with the other
+            try:
+                with self.store.transaction() as conn:
+                    self.store.run(conn, f"SET LOCAL lock_timeout = '{LOOK_AGAIN_LOCK_MS}ms'")
+                    self.store.run(
+                        conn,
+                        "SELECT 1 FROM {s}.leases WHERE session_id = %(id)s FOR UPDATE",
+                        {"id": id},
+                    )
+                    rows = self.store.run(
+                        conn,
+                        "SELECT m.body->>'id' FROM {s}.sessions s JOIN {s}.messages m "
+                        "ON m.session_id = s.id AND m.seq < s.length WHERE s.id = %(id)s "
+                        "AND m.seq >= %(n)s ORDER BY m.seq LIMIT %(k)s",
+                        {"id": id, "n": expected_length, "k": len(messages)},
+                    ).fetchall()
+            except StoreClosedError:
+                raise
+            except StoreError as exc:
+                look = exc
+                if isinstance(exc.__cause__, psycopg_pool.PoolTimeout):
+                    break  # no connection within the pool's timeout: the server is away
+                continue
+            return [row[0] for row in rows] == [m.id for m in messages]
+        assert look is not None
+        raise commit_unknown(self.store.where, id, messages, lost, look) from lost
 
     def delete(self, id: str) -> None:
         validate_session_id(id)
@@ -212,6 +266,16 @@ class PostgresSessionStore(PgPart, BaseSessionStore):
         )
         return None if not rows else SessionInfo(id, int(rows[0][0]), float(rows[0][1]))
 
+    def usage(self, id: str) -> Usage | None:
+        """The stored transcript's usage totals, summed by PostgreSQL over the message JSON."""
+        validate_session_id(id)
+        rows = self.store.fetch(
+            f"SELECT s.id, {_USAGE_SUMS} FROM {{s}}.sessions s "
+            "LEFT JOIN {s}.messages m ON m.session_id = s.id WHERE s.id = %(id)s GROUP BY s.id",
+            {"id": id},
+        )
+        return None if not rows else usage_from_row(rows[0][1:])
+
     def turn_lock(self, id: str, *, timeout: float | None = None) -> Lease:
         """Lease session ``id`` for a turn; see ``PostgresStore.turn_lock``."""
         return self.store.turn_lock(id, timeout=timeout)
@@ -225,6 +289,20 @@ class PostgresSessionStore(PgPart, BaseSessionStore):
     def claim_stale(self, ids: Sequence[str]) -> dict[str, Lease]:
         """Lease those of ``ids`` no live turn holds; see ``PostgresStore.claim_stale``."""
         return self.store.claim_stale(ids)
+
+    def take_over(self, id: str) -> int:
+        """A new fence in the session's ``leases`` row, expired at once: the holder's
+        renewals and writes are refused from now on; the row stays (refusing them) until a
+        ``prune`` older than now removes it once the session is gone."""
+        validate_session_id(id)
+        rows = self.store.fetch(
+            "INSERT INTO {s}.leases AS l (session_id, fence, holder, expires_at) "
+            "VALUES (%(id)s, nextval('{s}.fences'), NULL, now()) ON CONFLICT (session_id) "
+            "DO UPDATE SET fence = excluded.fence, holder = NULL, expires_at = now() "
+            "RETURNING l.fence",
+            {"id": id},
+        )
+        return int(rows[0][0])
 
     def turn_held(self, id: str) -> bool:
         """Whether a lease on ``id`` is unexpired now (its holder still heartbeats)."""
@@ -250,6 +328,18 @@ class PostgresSessionStore(PgPart, BaseSessionStore):
     def prune(self, older_than: timedelta | float) -> PruneResult:
         """Delete the sessions not updated within ``older_than`` (seconds or a ``timedelta``)."""
         return self.store.prune_parts(older_than, checkpoints=False, approvals=False)
+
+
+def _reply_lost(error: StoreError) -> bool:
+    """Whether ``error`` may have lost the reply of a statement that ran: the connection
+    failed (libpq's own error, with no SQLSTATE, or an operational one such as a server
+    shutdown), not an answer from the server such as a constraint."""
+    cause = error.__cause__
+    if isinstance(error, StoreClosedError) or not isinstance(cause, psycopg.Error):
+        return False
+    return cause.sqlstate is None or isinstance(
+        cause, (psycopg.OperationalError, psycopg.InterfaceError)
+    )
 
 
 def _bodies(id: str, messages: Sequence[Message]) -> list[str]:

@@ -27,6 +27,7 @@ __all__ = [
     "CHECKPOINT_PRUNE",
     "CHECKPOINT_SAVE",
     "INDEX_FORGET",
+    "LEASE_PRUNE",
     "LOAD",
     "RELEASE",
     "RENEW",
@@ -34,6 +35,7 @@ __all__ = [
     "SESSION_DELETE",
     "SESSION_PARTS",
     "SESSION_PRUNE",
+    "TAKE_OVER",
 ]
 
 #: The parts of one session's key ``<prefix>:{<id>}:<part>``, in the order scripts get them.
@@ -226,6 +228,29 @@ redis.call('DEL', META, MESSAGES, LEASE)
 return 1
 """)
 
+#: ARGV: cutoff (µs). Deletes the lease (the last fence) of a session that is gone: no
+#: transcript, checkpoint or approval, not held, and released or expired before the cutoff
+#: (a holder paused past its lease may still write: its fence refuses it until then). -> 1|0
+LEASE_PRUNE = _script("""
+local now = now_us()
+if live(now) then return 0 end
+if redis.call('EXISTS', META) == 1 or redis.call('HLEN', CPS) > 0 or redis.call('HLEN', APS) > 0
+then return 0 end
+if tonumber(redis.call('HGET', LEASE, 'until') or '0') >= tonumber(ARGV[1]) then return 0 end
+return redis.call('DEL', LEASE)
+""")
+
+#: No ARGV. A fence newer than the holder's, the lease expired at once (an operator's
+#: takeover: the holder's renewals and writes are refused). -> the fence
+TAKE_OVER = _script("""
+local now = now_us()
+local fence = now
+local last = tonumber(redis.call('HGET', LEASE, 'fence') or '0')
+if fence <= last then fence = last + 1 end
+redis.call('HSET', LEASE, 'fence', fmt(fence), 'holder', '', 'until', fmt(now))
+return fmt(fence)
+""")
+
 #: ARGV: turn id, JSON, fence or '', session ttl. -> {'ok'} | {'lease-lost', latest}
 CHECKPOINT_SAVE = _script("""
 local now = now_us()
@@ -247,6 +272,7 @@ return {'ok'}
 
 #: ARGV: cutoff (µs), session ttl. -> how many checkpoints were deleted
 CHECKPOINT_PRUNE = _script("""
+if live(now_us()) then return 0 end
 local times = redis.call('HGETALL', CP_TIMES)
 local deleted = 0
 for i = 1, #times, 2 do

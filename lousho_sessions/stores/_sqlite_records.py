@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import sqlite3
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -110,7 +110,8 @@ class SqliteCheckpointStore(Part, BaseCheckpointStore):
         """Delete the checkpoints not updated within ``older_than``."""
         cutoff = time.time() - older_than_seconds(older_than)
         with self.store.transaction() as conn:
-            return PruneResult(sessions=0, checkpoints=prune_checkpoints(conn, cutoff), approvals=0)
+            count = prune_checkpoints(conn, cutoff, self.store._turns.held)
+        return PruneResult(sessions=0, checkpoints=count, approvals=0)
 
 
 class SqliteApprovalStore(Part, BaseApprovalStore):
@@ -239,17 +240,37 @@ def _upsert(conn: sqlite3.Connection, turn_id: str, text: str) -> None:
     conn.execute(SAVE_CHECKPOINT, (turn_id, text, time.time()))
 
 
-def prune_sessions(conn: sqlite3.Connection, cutoff: float) -> int:
-    """In a transaction: delete the sessions (and their messages, fences) written before ``cutoff``."""
-    old = "SELECT id FROM sessions WHERE updated_at < ?"
-    conn.execute(f"DELETE FROM messages WHERE session_id IN ({old})", (cutoff,))
-    conn.execute(f"DELETE FROM leases WHERE session_id IN ({old})", (cutoff,))
-    return int(conn.execute("DELETE FROM sessions WHERE updated_at < ?", (cutoff,)).rowcount)
+def prune_sessions(conn: sqlite3.Connection, cutoff: float, held: Callable[[str], bool]) -> int:
+    """In a transaction: delete the sessions (and their messages) written before ``cutoff``,
+    but those a turn holds right now (``held``)."""
+    rows = conn.execute("SELECT id FROM sessions WHERE updated_at < ?", (cutoff,)).fetchall()
+    old = [(id,) for (id,) in rows if not held(id)]
+    conn.executemany("DELETE FROM messages WHERE session_id = ?", old)
+    conn.executemany("DELETE FROM sessions WHERE id = ?", old)
+    return len(old)
 
 
-def prune_checkpoints(conn: sqlite3.Connection, cutoff: float) -> int:
-    """In a transaction: delete the checkpoints written before ``cutoff``."""
-    return int(conn.execute("DELETE FROM checkpoints WHERE updated_at < ?", (cutoff,)).rowcount)
+def prune_checkpoints(conn: sqlite3.Connection, cutoff: float, held: Callable[[str], bool]) -> int:
+    """In a transaction: delete the checkpoints written before ``cutoff``, but those of
+    sessions a turn holds right now (``held``)."""
+    rows = conn.execute("SELECT turn_id FROM checkpoints WHERE updated_at < ?", (cutoff,))
+    old = [(turn_id,) for (turn_id,) in rows.fetchall() if not held(fence_session_id(turn_id))]
+    conn.executemany("DELETE FROM checkpoints WHERE turn_id = ?", old)
+    return len(old)
+
+
+def prune_leases(conn: sqlite3.Connection, held: Callable[[str], bool]) -> int:
+    """In a transaction: delete the fences of sessions with neither a transcript nor a
+    checkpoint that no turn holds (a turn holding one may still write: its fence stays)."""
+    rows = conn.execute(
+        "SELECT session_id FROM leases l WHERE NOT EXISTS "
+        "(SELECT 1 FROM sessions s WHERE s.id = l.session_id) AND NOT EXISTS "
+        "(SELECT 1 FROM checkpoints c WHERE c.turn_id >= l.session_id || '.' "
+        "AND c.turn_id < l.session_id || '/')"
+    ).fetchall()
+    gone = [(id,) for (id,) in rows if not held(id)]
+    conn.executemany("DELETE FROM leases WHERE session_id = ?", gone)
+    return len(gone)
 
 
 def prune_approvals(conn: sqlite3.Connection, cutoff: float) -> int:

@@ -21,14 +21,12 @@ do more subclass the base classes (``BaseSessionStore``, ``BaseCheckpointStore``
   it and delete its checkpoints, in one transaction when both share a database.
 * ``BaseCheckpointStore.save_and_delete(turn_id, checkpoint, delete, fence=)``:
   save a checkpoint and delete the records it replaces, in one transaction where it can.
-* ``claim_stale(ids)``: take the turn locks of those no live turn holds, without waiting (a
-  sweep's claim). ``turn_held(id)``: whether a live turn holds ``id`` now, without taking it
-  (``None``: the store cannot tell), ``held_sessions(ids)`` the same for many at once;
-  ``BaseCheckpointStore.pending_turns()``: the ids of durable turns' checkpoints, which
-  ``lousho_sessions.recovery`` sweeps (``pending_fields(fields)``: their fields it reads).
-* ``prune(older_than)``: delete what was not updated for that long.
-* ``BaseSessionStore.list_ids()`` and ``info(id)``: the stored session ids, and a
-  session's length and last write without loading it (the admin command's listing).
+* ``claim_stale(ids)``: a sweep's claim of the unheld; ``turn_held(id)``/``held_sessions``:
+  whether a live turn holds them (``None``: cannot tell); ``take_over(id)``: a new fence, not
+  waiting for the holder; ``pending_turns()``/``pending_fields()``: what recovery sweeps.
+* ``prune(older_than)``: delete what was not updated for that long (never a held session).
+* ``list_ids()``, ``info(id)``: the session ids, a session's length and last write;
+  ``usage(id)``: the transcript's usage totals (a database sums them in one query).
 """
 
 from __future__ import annotations
@@ -46,8 +44,9 @@ from typing import Any, Literal, Protocol, runtime_checkable
 import attrs
 
 from ..errors import SessionBusyError, StoreConflictError, StoreCorruptError
-from ..messages import Message
+from ..messages import Message, Usage
 from ..serde import decode_json_object, encode_json_object, message_json
+from ..usage_totals import transcript_usage
 from ._approval_records import approval_sort_key, check_approval_record, resolved_approval, shown
 from ._checks import (
     APPROVAL_ID_PATTERN,
@@ -61,6 +60,7 @@ from ._checks import (
 )
 from ._commit import TurnCommit
 from ._start import StartCheckpoint, TurnStart
+from ._summaries import PruneResult, SessionInfo
 from .lease import Lease, LocalLeases
 
 __all__ = [
@@ -99,38 +99,6 @@ log = logging.getLogger("lousho_sessions.stores")
 _PENDING_TURN = re.compile(r"[A-Za-z0-9_-]{1,128}\.(turn-[0-9]+|send)")
 
 
-@attrs.frozen
-class PruneResult:
-    """How many sessions, checkpoints and resolved approvals a ``prune`` deleted, and how
-    many leftover lock files and temp files of dead writers it removed."""
-
-    sessions: int
-    checkpoints: int
-    approvals: int
-    lock_files: int = 0
-    temp_files: int = 0
-
-    def __add__(self, other: PruneResult) -> PruneResult:
-        if not isinstance(other, PruneResult):
-            return NotImplemented
-        return PruneResult(
-            *(a + b for a, b in zip(attrs.astuple(self), attrs.astuple(other), strict=True))
-        )
-
-
-@attrs.frozen
-class SessionInfo:
-    """What ``BaseSessionStore.info`` tells of a stored session without loading it all.
-
-    ``updated_at`` is when it was last written (seconds since the epoch), ``None``
-    when the store does not know.
-    """
-
-    id: str
-    messages: int
-    updated_at: float | None = None
-
-
 @runtime_checkable
 class SessionStore(Protocol):
     """Keeps transcripts between calls. ``load`` of an unknown id returns ``None``."""
@@ -144,10 +112,8 @@ class SessionStore(Protocol):
 
 @runtime_checkable
 class CheckpointStore(Protocol):
-    """Keeps the checkpoints of unfinished durable turns, keyed by turn id.
-
-    Checkpoints are opaque JSON objects: store what you are given, unchanged.
-    """
+    """Keeps the checkpoints of unfinished durable turns (opaque JSON objects, stored
+    unchanged), keyed by turn id."""
 
     def load(self, turn_id: str) -> dict[str, Any] | None: ...
 
@@ -160,13 +126,10 @@ class CheckpointStore(Protocol):
 
 @runtime_checkable
 class ApprovalStore(Protocol):
-    """Keeps approval records (JSON objects with at least ``id``, ``session_id``,
-    ``status`` — ``"pending"``, ``"approved"`` or ``"denied"``).
-
-    ``resolve`` is an atomic compare-and-set from ``"pending"``: exactly one caller
-    wins; the others get ``ApprovalAlreadyResolvedError``. An unknown id raises
-    ``ApprovalNotFoundError``.
-    """
+    """Keeps approval records (JSON objects with at least ``id``, ``session_id``, ``status``:
+    ``"pending"``, ``"approved"`` or ``"denied"``). ``resolve`` is an atomic compare-and-set
+    from ``"pending"``: one caller wins, the others get ``ApprovalAlreadyResolvedError``; an
+    unknown id raises ``ApprovalNotFoundError``."""
 
     def create(self, record: Mapping[str, Any]) -> None: ...
 
@@ -321,6 +284,11 @@ class BaseSessionStore(_Closeable, TurnCommit, TurnStart, ABC):
         validate_session_id(id)
         return self._local_leases().acquire(id, timeout)
 
+    def take_over(self, id: str) -> int:
+        """A fence newer than any handed out for ``id``, recorded at once without waiting for
+        the holder, whose writes are refused from then on (``lousho sessions rm --force``)."""
+        return self._local_leases().issue(validate_session_id(id))
+
     def claim_stale(self, ids: Sequence[str]) -> dict[str, Lease]:
         """Take, without waiting, the turn locks of those of ``ids`` that no live turn holds:
         a lease (with a new fence) for each one taken, by id; the others are left out.
@@ -369,6 +337,15 @@ class BaseSessionStore(_Closeable, TurnCommit, TurnStart, ABC):
         """
         messages = self.load(id)
         return None if messages is None else SessionInfo(id, len(messages))
+
+    def usage(self, id: str) -> Usage | None:
+        """The totals of every ``Usage`` field over the stored transcript of ``id`` (its
+        assistant messages and what compaction summaries carry); ``None`` if not stored.
+
+        The default loads the transcript (``usage_totals.transcript_usage``).
+        """
+        messages = self.load(id)
+        return None if messages is None else transcript_usage(messages)
 
     def _local_leases(self) -> LocalLeases:
         # Created on first use, so a subclass need not call ``super().__init__()``.

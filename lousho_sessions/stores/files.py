@@ -89,6 +89,7 @@ log = logging.getLogger("lousho_sessions.stores.files")
 #: version, adds a line here, a migration in ``_parse_session`` and a golden fixture.
 SESSION_FILE_VERSIONS: Mapping[int, str] = {
     1: "first version: messages as serde dicts, a random revision token per write",
+    2: "messages may hold reasoning parts and tool calls their place (after_parts); v1 reads as is",
 }
 SESSION_FILE_VERSION = max(SESSION_FILE_VERSIONS)
 _FORMAT = "lousho.session"
@@ -258,21 +259,27 @@ class FileSessionStore(BaseSessionStore):
                 continue  # a checkpoint or approval file
             path = self._dir.path / name
             age = self._dir.age(path, now)
-            if age is not None and age > seconds and self._remove(id, path, seconds):
+            if age is None or age <= seconds or self.turn_held(id):
+                continue  # recent, or its turn runs right now
+            if self._remove(id, path, seconds):
                 sessions += 1
         lock_files = 0
         for name in self._dir.names(".lock"):
             id = name[: -len(".json.lock")] if name.endswith(".json.lock") else name[:-5]
             if _is_session_id(id) and not (self._dir.path / f"{id}.json").exists():
                 lock_files += _lockfile.remove_if_free(self._dir.path / name)
+        leases = 0
         for name in self._dir.names(".fence"):
             id = name[: -len(".fence")]
             if _is_session_id(id) and not any(
                 (self._dir.path / f"{id}{suffix}").exists() for suffix in (".json", ".lock")
             ):
                 self._remove_fence(id)
+                leases += 1
         temp_files = self._dir.sweep_temp_files()
-        return PruneResult(sessions, 0, 0, lock_files=lock_files, temp_files=temp_files)
+        return PruneResult(
+            sessions, 0, 0, lock_files=lock_files, temp_files=temp_files, leases=leases
+        )
 
     def list_ids(self) -> list[str]:
         """The ids of the ``<id>.json`` session files, sorted."""
@@ -323,6 +330,10 @@ class FileSessionStore(BaseSessionStore):
             release()
             raise
         return Lease(id, fence, release)
+
+    def take_over(self, id: str) -> int:
+        """A fence newer than the holder's, written to ``<dir>/<id>.fence`` at once."""
+        return bump_fence_file(self._fence_path(validate_session_id(id)))
 
     def turn_held(self, id: str) -> bool:
         """Whether a live process holds ``<dir>/<id>.lock`` now (a dead one holds nothing)."""

@@ -211,6 +211,15 @@ class LocalLeases:
             entry = self._held.get(session_id)
             return entry is not None and entry.lock.locked()
 
+    def forget_unheld(self, keep: Callable[[str], bool]) -> int:
+        """Drop the fences of the sessions nobody holds for which ``keep(id)`` is false (a
+        deleted session's: no turn can write with an older fence any more); how many."""
+        with self._lock:
+            gone = [id for id in self._fences if id not in self._held and not keep(id)]
+            for id in gone:
+                del self._fences[id]
+        return len(gone)
+
     def latest(self, session_id: str) -> int | None:
         """The fence handed out last for ``session_id``, or ``None``."""
         return self._fences.get(session_id)

@@ -111,10 +111,15 @@ class MemorySessionStore(BaseSessionStore):
         """Delete sessions not written within ``older_than`` (seconds or a ``timedelta``)."""
         cutoff = time.time() - older_than_seconds(older_than)
         with self._lock:
-            old = [id for id, at in self._updated.items() if at < cutoff]
+            old = [
+                id
+                for id, at in self._updated.items()
+                if at < cutoff and not self._leases.held(id)  # a running turn's: kept
+            ]
             for id in old:
                 del self._data[id], self._revisions[id], self._updated[id]
-        return PruneResult(len(old), 0, 0)
+            leases = self._leases.forget_unheld(lambda id: id in self._data)
+        return PruneResult(len(old), 0, 0, leases=leases)
 
     def revision(self, id: str) -> int | None:
         validate_session_id(id)
@@ -178,7 +183,11 @@ class MemoryCheckpointStore(BaseCheckpointStore):
         """Delete checkpoints not written within ``older_than`` (seconds or a ``timedelta``)."""
         cutoff = time.time() - older_than_seconds(older_than)
         with self._lock:
-            old = [k for k, (_, at) in self._data.items() if at < cutoff]
+            old = [
+                k
+                for k, (_, at) in self._data.items()
+                if at < cutoff and not self._leases.held(fence_session_id(k))
+            ]
             for k in old:
                 del self._data[k]
         return PruneResult(0, len(old), 0)

@@ -10,13 +10,14 @@ lease is a row with a fence and an expiry kept by the database's clock
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
 import threading
 import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -44,8 +45,10 @@ from ._postgres_schema import (
     validate_schema,
 )
 from ._postgres_sessions import PostgresSessionStore
+from ._postgres_watch import Watchdog
 from ._secrets import scrub, secrets_of
 from ._start import StartCheckpoint, start_body
+from ._waiting import call_signal, lease_wait_stopped, until_text
 from .base import (
     PruneResult,
     validate_session_id,
@@ -71,6 +74,9 @@ _RECHECK = 5.0
 _POLL_FIRST, _POLL_MAX = 0.05, 1.0
 
 
+#: How long ``close()`` waits for the pool's own threads (one may be connecting to a hung server).
+_CLOSE_WAIT = 2.0
+
 #: With ``prepare=True``: a statement is prepared on a connection from its second run there.
 _PREPARE = 1
 
@@ -94,6 +100,12 @@ class PostgresStore(PgCore):
     on open (``migrate=False``: only checked, for users who run ``migration_sql()``
     themselves). ``SchemaVersionError`` for a schema written by a newer release.
 
+    ``statement_timeout`` (seconds, default 60; ``None``: no bound) bounds every
+    statement from the client: one that gets no reply in time (a hung server, a proxy
+    that stopped forwarding) has its connection cut and raises ``StoreError``; a lease
+    renewal is bounded by a third of ``lease_ttl``. A pooled connection the server
+    closed while idle is dropped before use, with no round trip.
+
     ``turn_lock`` leases a session for ``lease_ttl`` seconds (database time),
     renewed every ``lease_ttl / 3`` s while held. Writes given the lease's fence,
     or made with ``fence=None`` by the thread holding the session's lease, are
@@ -112,11 +124,21 @@ class PostgresStore(PgCore):
         notify: bool = True,
         migrate: bool = True,
         prepare: bool = False,
+        statement_timeout: float | None = 60.0,
     ) -> None:
         self.schema = validate_schema(schema)
         if not (isinstance(lease_ttl, (int, float)) and 0.1 <= lease_ttl <= 86400):
             raise ValueError(f"lease_ttl must be seconds between 0.1 and 86400, got {lease_ttl!r}")
+        if statement_timeout is not None and not (
+            isinstance(statement_timeout, (int, float)) and 0.1 <= statement_timeout <= 86400
+        ):
+            raise ValueError(
+                "statement_timeout must be seconds between 0.1 and 86400 (or None: no bound), "
+                f"got {statement_timeout!r}"
+            )
         self.lease_ttl = float(lease_ttl)
+        self.statement_timeout = None if statement_timeout is None else float(statement_timeout)
+        self._watchdog = Watchdog(f"lousho-postgres-watchdog-{schema}")
         self.notify = notify
         self.prepare = prepare
         self._s = quoted(schema)
@@ -157,7 +179,11 @@ class PostgresStore(PgCore):
                 min_size=min_size,
                 max_size=max_size,
                 timeout=timeout,
-                kwargs={"autocommit": True, "prepare_threshold": _PREPARE if prepare else None},
+                kwargs={
+                    "autocommit": True,
+                    "prepare_threshold": _PREPARE if prepare else None,
+                    **self._connect_timeout(),
+                },
                 open=True,
                 name=f"lousho-{schema}",
             )
@@ -191,17 +217,39 @@ class PostgresStore(PgCore):
         if self._closed:
             return
         self._closed = True
+        self._watchdog.cut_all()  # a statement waiting on a hung server fails now
         self._listener.close()
         self._heartbeat.close()
         if self._own_pool:
-            self._pool.close()
+            # the pool joins its threads one by one, each perhaps connecting to a hung
+            # server: all of it bounded by _CLOSE_WAIT, the rest left to finish by itself
+            closing = threading.Thread(
+                target=self._pool.close,
+                kwargs={"timeout": _CLOSE_WAIT},
+                name=f"lousho-postgres-close-{self.schema}",
+                daemon=True,
+            )
+            closing.start()
+            closing.join(_CLOSE_WAIT)
 
     # -- connections ---------------------------------------------------------------
 
     def _connect(self) -> psycopg.Connection[tuple[Any, ...]]:
         """A connection of its own (migrations, ``LISTEN``), in autocommit mode."""
-        kwargs = {**self._kwargs, "autocommit": True, "prepare_threshold": None}
+        kwargs = {
+            **self._connect_timeout(),
+            **self._kwargs,
+            "autocommit": True,
+            "prepare_threshold": None,
+        }
         return psycopg.connect(self._conninfo, **kwargs)
+
+    def _connect_timeout(self) -> dict[str, Any]:
+        """``connect_timeout`` from ``statement_timeout`` unless the conninfo sets one: a
+        connection attempt to a hung server is bounded too."""
+        if self.statement_timeout is None or "connect_timeout" in self._conninfo:
+            return {}
+        return {"connect_timeout": max(2, round(self.statement_timeout))}
 
     def _open_schema(self, run: bool) -> None:
         failure: StoreError | None = None
@@ -269,16 +317,20 @@ class PostgresStore(PgCore):
         validate_session_id(id)
         if self._closed:
             raise StoreClosedError(f"{self.where}: the PostgreSQL store was closed")
-        deadline = None if timeout is None else time.monotonic() + max(timeout, 0.0)
+        began = time.monotonic()
+        deadline = None if timeout is None else began + max(timeout, 0.0)
         poll = _POLL_FIRST
-        with self._listener.interest(id) as interest:
+        signal = call_signal()
+        logged = None
+        with self._listener.interest(id) as interest, self._woken_by(signal):
             while True:
                 seen = interest.generation
+                asked = time.monotonic()
                 fence, holder, remaining, revision, checkpoints, saved = self._try_acquire(
                     id, offer
                 )
                 if fence is not None:
-                    lease = self._lease(id, fence)
+                    lease = self._lease(id, fence, asked)
                     # read in the statement that took the lease: a turn's first look
                     lease.start_revision = (revision,)
                     if checkpoints is False:
@@ -286,6 +338,20 @@ class PostgresStore(PgCore):
                     lease.start_saved = saved
                     return lease
                 now = time.monotonic()
+                if signal is not None and signal.aborted:
+                    raise lease_wait_stopped(
+                        id, holder, remaining, now - began, signal.reason, self.where
+                    )
+                if holder != logged and (deadline is None or deadline > now):
+                    logged = holder
+                    log.info(
+                        "session %r: waiting for the lease held by %s until %s, unless it "
+                        "is released or renewed first (%s)",
+                        id,
+                        holder or "an unknown holder",
+                        until_text(remaining),
+                        self.where,
+                    )
                 if deadline is not None and now >= deadline:
                     raise SessionBusyError(
                         f"session {id!r} is held by another turn ({holder or 'unknown holder'}, "
@@ -301,7 +367,19 @@ class PostgresStore(PgCore):
                     wait, poll = min(wait, poll), min(poll * 2, _POLL_MAX)
                 if deadline is not None:
                     wait = min(wait, max(deadline - time.monotonic(), 0.0))
-                self._listener.wait(interest, seen, wait)
+                self._listener.wait(interest, seen, wait, signal)
+
+    @contextlib.contextmanager
+    def _woken_by(self, signal: Any) -> Iterator[None]:
+        """While the block runs, aborting ``signal`` wakes the threads waiting for a release."""
+        if signal is None:
+            yield
+            return
+        remove = signal.add_callback(lambda s: self._listener.poke())
+        try:
+            yield
+        finally:
+            remove()
 
     def claim_stale(self, ids: Sequence[str]) -> dict[str, Lease]:
         """Lease, in one statement, those of sessions ``ids`` whose lease expired or was
@@ -354,19 +432,23 @@ class PostgresStore(PgCore):
             saved == "t",
         )
 
-    def _lease(self, id: str, fence: int) -> Lease:
+    def _lease(self, id: str, fence: int, asked: float | None = None) -> Lease:
         held = self._held_leases()
         params = {"id": id, "fence": fence, "ttl": self.lease_ttl, "channel": self._channel}
+        # a renewal waits a sixth of the ttl at most, then tries another connection
+        bound = min(self.lease_ttl / 6, self.statement_timeout or self.lease_ttl)
 
         def renew() -> bool:
-            return bool(
-                self.fetch(
-                    "UPDATE {s}.leases SET expires_at = now() + make_interval(secs => %(ttl)s) "
-                    "WHERE session_id = %(id)s AND fence = %(fence)s "
-                    "AND expires_at IS NOT NULL RETURNING 1",
-                    params,
+            with self.connection(bound) as conn:
+                return bool(
+                    self.run(
+                        conn,
+                        "UPDATE {s}.leases SET expires_at = now() + make_interval(secs => %(ttl)s) "
+                        "WHERE session_id = %(id)s AND fence = %(fence)s "
+                        "AND expires_at IS NOT NULL RETURNING 1",
+                        params,
+                    ).fetchall()
                 )
-            )
 
         def forget() -> None:
             if held.get(id) is lease:
@@ -393,6 +475,7 @@ class PostgresStore(PgCore):
             heartbeat=self._heartbeat,
             owner=self,
             forget=forget,
+            taken_at=asked,
         )
         held[id] = lease
         return lease

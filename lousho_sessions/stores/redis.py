@@ -26,14 +26,22 @@ from datetime import timedelta
 
 import redis
 
-from ..errors import SessionBusyError, StoreConflictError, StoreCorruptError, StoreError
+from ..errors import (
+    SessionBusyError,
+    StoreClosedError,
+    StoreConflictError,
+    StoreCorruptError,
+    StoreError,
+)
 from ..messages import Message
 from ..serde import messages_from_json
+from ._commit_check import commit_unknown, log_landed
 from ._heartbeat import Heartbeat
 from ._redis_base import RedisConnection, text
 from ._redis_lease import RedisLease
 from ._redis_records import RedisApprovalStore, RedisCheckpointStore
 from ._start import StartCheckpoint, start_body
+from ._waiting import call_signal, lease_wait_stopped, until_text
 from .base import (
     BaseCheckpointStore,
     BaseSessionStore,
@@ -50,6 +58,10 @@ from .lease import Lease, fence_session_id
 __all__ = ["RedisLease", "RedisSessionStore", "RedisStore"]
 
 log = logging.getLogger("lousho_sessions.stores.redis")
+
+#: While a call with an abort signal waits for a lease: how long one ``BLPOP`` may block
+#: (the signal cannot wake it), so a timeout or abort stops the wait within this.
+_SIGNAL_POLL = 0.2
 
 
 class RedisStore(RedisConnection):
@@ -151,9 +163,12 @@ class RedisStore(RedisConnection):
         validate_session_id(id)
         token = secrets.token_hex(12)
         ttl_ms = str(max(1, round(self.lease_ttl * 1000)))
-        deadline = None if timeout is None else time.monotonic() + max(timeout, 0.0)
+        began = time.monotonic()
+        deadline = None if timeout is None else began + max(timeout, 0.0)
         wake = self.key(id, "wake")
         script = "ACQUIRE_SAVING" if offer else "ACQUIRE"
+        signal = call_signal()
+        logged = False
         while True:
             acquired, value, *revision = self.run(
                 script, id, token, ttl_ms, self._ttl_arg, *offer, what="lease"
@@ -171,7 +186,24 @@ class RedisStore(RedisConnection):
                 with self._lock:
                     self._leases.add(lease)
                 return lease
-            wait = min(self.wake_poll, int(value) / 1e6 + 0.005)
+            remaining = int(value) / 1e6
+            wait = min(self.wake_poll, remaining + 0.005)
+            now = time.monotonic()
+            if signal is not None:
+                if signal.aborted:
+                    raise lease_wait_stopped(
+                        id, None, remaining, now - began, signal.reason, self.where
+                    )
+                wait = min(wait, _SIGNAL_POLL)  # BLPOP cannot be woken by the signal
+            if not logged and (deadline is None or deadline > now):
+                logged = True
+                log.info(
+                    "session %r: waiting for the lease held by another turn until %s, "
+                    "unless it is released or renewed first (%s)",
+                    id,
+                    until_text(remaining),
+                    self.where,
+                )
             if deadline is not None:
                 left = deadline - time.monotonic()
                 if left <= 0:
@@ -321,20 +353,36 @@ class RedisSessionStore(BaseSessionStore):
         validate_session_id(id)
         rows = _rows(id, messages)
         revision = secrets.token_hex(8)
-        reply = self.store.run(
-            "APPEND",
-            id,
-            str(int(expected_length)),
-            "" if fence is None else str(int(fence)),
-            revision,
-            self.store.ttl_arg(id),
-            release,
-            str(len(delete)),
-            *delete,
-            *rows,
-            what=f"append to {id!r}",
-        )
+        try:
+            reply = self.store.run(
+                "APPEND",
+                id,
+                str(int(expected_length)),
+                "" if fence is None else str(int(fence)),
+                revision,
+                self.store.ttl_arg(id),
+                release,
+                str(len(delete)),
+                *delete,
+                *rows,
+                what=f"append to {id!r}",
+            )
+        except StoreError as exc:
+            if not isinstance(exc.__cause__, (redis.ConnectionError, redis.TimeoutError)):
+                raise
+            # the reply was lost: the script may have run
+            if not self._landed(id, messages, rows, expected_length, exc):
+                raise
+            log_landed(self.store.where, id, expected_length, exc)
+            return revision
         outcome = text(reply[0], source="append")
+        if outcome in ("lease-lost", "conflict") and self._landed(
+            id, messages, rows, expected_length, None
+        ):
+            # the client sent the script again after a lost reply (redis-py retries on a
+            # dropped connection): the first run landed, the second found it there
+            log_landed(self.store.where, id, expected_length, StoreError(f"reply {outcome!r}"))
+            return revision
         if outcome == "lease-lost":
             raise self.store.lease_lost(id, fence, reply[1])
         if outcome == "conflict":
@@ -348,6 +396,36 @@ class RedisSessionStore(BaseSessionStore):
                 "messages disagree; nothing was written"
             )
         return revision
+
+    def _landed(
+        self,
+        id: str,
+        messages: Sequence[Message],
+        rows: list[str],
+        expected_length: int,
+        lost: StoreError | None,
+    ) -> bool:
+        """Whether the append of ``rows`` at ``expected_length`` landed (``_commit_check``):
+        the messages there are these. ``lost``: the error that lost the script's reply
+        (``None``: the reply came, a refusal after a retry); when the session cannot be
+        read, ``CommitUnknownError`` for a lost reply, else ``lost`` is raised as it was.
+        Nothing to look for (no messages, or a length no append could have) is not landed."""
+        if not rows or expected_length < 0:
+            return False
+        try:
+            with self.store.call(f"look again at {id!r}") as client:
+                stored = client.lrange(
+                    self.store.key(id, "messages"),
+                    expected_length,
+                    expected_length + len(rows) - 1,
+                )
+        except StoreClosedError:
+            raise
+        except StoreError as exc:
+            if lost is None:
+                return False  # the refusal is raised as the script gave it
+            raise commit_unknown(self.store.where, id, messages, lost, exc) from lost
+        return [text(row, source=f"session {id!r}") for row in stored] == rows
 
     def delete(self, id: str) -> None:
         """Delete the transcript; the session's last fence is kept (fences keep growing)."""
@@ -386,6 +464,13 @@ class RedisSessionStore(BaseSessionStore):
         """The lease and the turn's first checkpoint; see ``RedisStore.turn_lock_saving``."""
         return self.store.turn_lock_saving(id, start, timeout=timeout)
 
+    def take_over(self, id: str) -> int:
+        """A new fence in the session's ``lease`` hash, expired at once (``TAKE_OVER``): the
+        holder's renewals and writes are refused from now on."""
+        validate_session_id(id)
+        fence = self.store.run("TAKE_OVER", id, what=f"take over {id!r}")
+        return int(text(fence, source="fence"))
+
     def turn_held(self, id: str) -> bool:
         """Whether a lease on ``id`` is unexpired now (its holder still heartbeats)."""
         validate_session_id(id)
@@ -418,11 +503,16 @@ class RedisSessionStore(BaseSessionStore):
         return self.prune_before(cutoff)
 
     def prune_before(self, cutoff_us: int) -> PruneResult:
-        deleted = 0
+        """Delete the sessions written before ``cutoff_us`` (unless held), then the leases
+        of sessions that are gone (``LEASE_PRUNE``)."""
+        deleted = leases = 0
         for key in set(self.store.scan(f"{self.store.prefix}:{{*}}:meta")):
             id = self.store.session_of(key)
             deleted += int(self.store.run("SESSION_PRUNE", id, str(cutoff_us), what="prune"))
-        return PruneResult(sessions=deleted, checkpoints=0, approvals=0)
+        for key in set(self.store.scan(f"{self.store.prefix}:{{*}}:lease")):
+            id = self.store.session_of(key)
+            leases += int(self.store.run("LEASE_PRUNE", id, str(cutoff_us), what="prune"))
+        return PruneResult(sessions=deleted, checkpoints=0, approvals=0, leases=leases)
 
 
 def _rows(id: str, messages: Sequence[Message]) -> list[str]:

@@ -22,8 +22,10 @@ from collections.abc import Callable, Sequence
 from datetime import timedelta
 
 from ..errors import StoreConflictError
-from ..messages import Message
+from ..messages import Message, Usage
 from ..serde import messages_from_json_texts
+from ..usage_totals import sqlite_usage_sql, usage_from_row
+from . import _lockfile
 from ._sqlite_db import MIGRATIONS, SCHEMA_VERSION, SqliteDatabase
 from ._sqlite_records import (
     Part,
@@ -31,8 +33,10 @@ from ._sqlite_records import (
     SqliteCheckpointStore,
     prune_approvals,
     prune_checkpoints,
+    prune_leases,
     prune_sessions,
 )
+from ._sqlite_turns import RECORD_FENCE
 from .base import (
     BaseCheckpointStore,
     BaseSessionStore,
@@ -44,7 +48,7 @@ from .base import (
     validate_session_id,
     validate_turn_id,
 )
-from .lease import Lease
+from .lease import Lease, next_fence
 
 __all__ = [
     "MIGRATIONS",
@@ -58,6 +62,8 @@ __all__ = [
 log = logging.getLogger("lousho_sessions.stores.sqlite")
 
 _MEMORY = ":memory:"
+#: the sums of ``usage``'s fields over a session's messages ``m`` (``SqliteSessionStore.usage``)
+_USAGE_SUMS = sqlite_usage_sql("m.json")
 
 
 class SqliteStore(SqliteDatabase):
@@ -104,20 +110,23 @@ class SqliteStore(SqliteDatabase):
         """Delete sessions and checkpoints not updated within ``older_than`` (seconds or a
         ``timedelta``) and approvals resolved that long ago; pending approvals are kept."""
         cutoff = time.time() - older_than_seconds(older_than)
+        held = self._turns.held  # a running turn's session, checkpoints and fence stay
         with self.transaction() as conn:
-            sessions = prune_sessions(conn, cutoff)
-            checkpoints = prune_checkpoints(conn, cutoff)
+            sessions = prune_sessions(conn, cutoff, held)
+            checkpoints = prune_checkpoints(conn, cutoff, held)
             approvals = prune_approvals(conn, cutoff)
+            leases = prune_leases(conn, held)
         lock_files = self._prune_lock_files()
         log.info(
-            "%s: pruned %d sessions, %d checkpoints, %d approvals, %d lock files",
+            "%s: pruned %d sessions, %d checkpoints, %d approvals, %d lock files, %d leases",
             self.path,
             sessions,
             checkpoints,
             approvals,
             lock_files,
+            leases,
         )
-        return PruneResult(sessions, checkpoints, approvals, lock_files=lock_files)
+        return PruneResult(sessions, checkpoints, approvals, lock_files=lock_files, leases=leases)
 
 
 class SqliteSessionStore(Part, BaseSessionStore):
@@ -269,6 +278,17 @@ class SqliteSessionStore(Part, BaseSessionStore):
             ).fetchone()
         return None if row is None else SessionInfo(id, int(row[0]), float(row[1]))
 
+    def usage(self, id: str) -> Usage | None:
+        """The stored transcript's usage totals, summed by SQLite over the message JSON."""
+        validate_session_id(id)
+        with self.store.connection() as conn:
+            row = conn.execute(
+                f"SELECT s.id, {_USAGE_SUMS} FROM sessions s "
+                "LEFT JOIN messages m ON m.session_id = s.id WHERE s.id = ? GROUP BY s.id",
+                (id,),
+            ).fetchone()
+        return None if row is None else usage_from_row(row[1:])
+
     def turn_lock(self, id: str, *, timeout: float | None = None) -> Lease:
         """Hold session ``id`` for a turn; see ``SqliteStore.turn_lock``.
 
@@ -298,6 +318,21 @@ class SqliteSessionStore(Part, BaseSessionStore):
             lease.start_no_checkpoints = self._checkpoints
         return lease
 
+    def take_over(self, id: str) -> int:
+        """A fence newer than the holder's, recorded in the ``leases`` row (the holder's
+        writes compare with it in their own transactions)."""
+        validate_session_id(id)
+        turns = self.store._turns
+        if turns.memory is not None:
+            return turns.memory.issue(id)
+        with self.store.transaction() as conn:
+            row = conn.execute("SELECT fence FROM leases WHERE session_id = ?", (id,)).fetchone()
+            known = [int(row[0])] if row is not None else []
+            latest = _lockfile.read_fence(turns.lock_path(id))
+            fence = next_fence(max([*known, *([] if latest is None else [latest])], default=None))
+            conn.execute(RECORD_FENCE, (id, fence))
+        return fence
+
     def turn_held(self, id: str) -> bool:
         """Whether a live turn holds ``id`` now; see ``SqliteStore.turn_lock``."""
         return self.store._turns.held(validate_session_id(id))
@@ -305,8 +340,11 @@ class SqliteSessionStore(Part, BaseSessionStore):
     def prune(self, older_than: timedelta | float) -> PruneResult:
         """Delete the sessions not updated within ``older_than`` (seconds or a ``timedelta``)."""
         cutoff = time.time() - older_than_seconds(older_than)
+        held = self.store._turns.held
         with self.store.transaction() as conn:
-            return PruneResult(sessions=prune_sessions(conn, cutoff), checkpoints=0, approvals=0)
+            sessions = prune_sessions(conn, cutoff, held)
+            leases = prune_leases(conn, held)
+        return PruneResult(sessions=sessions, checkpoints=0, approvals=0, leases=leases)
 
 
 def _rows(id: str, messages: Sequence[Message], start: int) -> list[tuple[str, int, str]]:

@@ -196,7 +196,13 @@ def _sqlite(shown: str, netloc: str, path: str, options: dict[str, str]) -> URLS
 
 def _postgres(shown: str, parts: Any, options: dict[str, str]) -> URLStore:
     kwargs: dict[str, Any] = {}
-    numbers = (("min_size", int), ("max_size", int), ("timeout", float), ("lease_ttl", float))
+    numbers = (
+        ("min_size", int),
+        ("max_size", int),
+        ("timeout", float),
+        ("lease_ttl", float),
+        ("statement_timeout", float),
+    )
     for name, kind in numbers:
         if name in options:
             kwargs[name] = _number(shown, name, options.pop(name), kind)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable
 from datetime import timedelta
@@ -13,7 +14,7 @@ from ..messages import Message
 from ..serde import message_from_dict, message_to_dict
 from ..stores.base import BaseSessionStore, SessionStore
 from ._base import KitBase, need_checkpoints, need_sessions
-from ._support import raises, rich_message, skip, texts, tracks_revisions, turn
+from ._support import WAIT, raises, rich_message, skip, texts, tracks_revisions, turn
 
 BAD_SESSION_IDS = ["../x", "a/b", "", "a" * 129, "a.b", "a b"]
 
@@ -259,4 +260,37 @@ class SessionTests(KitBase):
             assert sessions.prune(timedelta(days=1)).sessions == 0 == kept.sessions
             assert sessions.load("s1") is not None
             assert sessions.prune(0).sessions == 1
+            assert sessions.load("s1") is None
+
+    def test_prune_keeps_a_session_whose_turn_holds_its_lease(self, tmp_path: Path) -> None:
+        """However old, a session whose turn runs right now is not pruned (nor its checkpoint):
+        the turn's commit, after the prune, lands on the transcript it started from."""
+        with self.store(tmp_path) as parts:
+            sessions = need_sessions(parts)
+            try:
+                sessions.prune(timedelta(days=1))
+            except NotImplementedError:
+                skip(f"{type(sessions).__name__} does not implement prune()")
+            sessions.save("s1", turn(1))
+            sessions.save("s2", turn(1))
+            checkpoints = parts.checkpoints
+            with sessions.turn_lock("s1", timeout=WAIT) as lease:
+                if checkpoints is not None:
+                    checkpoints.save("s1.turn-2", {"n": 2}, fence=lease.fence)
+                assert sessions.prune(0).sessions == 1  # s2 only
+                if checkpoints is not None:
+                    with contextlib.suppress(NotImplementedError):
+                        checkpoints.prune(0)
+                    assert checkpoints.load("s1.turn-2") == {"n": 2}
+                sessions.append_and_delete(
+                    "s1",
+                    turn(2),
+                    2,
+                    checkpoints=checkpoints,
+                    delete=["s1.turn-2"],
+                    fence=lease.fence,
+                )
+            assert texts(sessions.load("s1")) == ["q1", "a1", "q2", "a2"]
+            assert sessions.load("s2") is None
+            assert sessions.prune(0).sessions == 1  # let go: pruned as any other
             assert sessions.load("s1") is None

@@ -2,15 +2,28 @@
 
 from __future__ import annotations
 
+from ._coverage import CoverageTests
+from ._end_to_end import EndToEndTests
+from ._fastpaths import FastPathTests
 from ._leases import LeaseTests
 from ._records import ApprovalTests, CheckpointTests
 from ._sessions import SessionTests
 from ._support import WAIT
+from ._usage import UsageTests
 
 __all__ = ["WAIT", "StoreContractTests"]
 
 
-class StoreContractTests(SessionTests, LeaseTests, CheckpointTests, ApprovalTests):
+class StoreContractTests(
+    SessionTests,
+    UsageTests,
+    LeaseTests,
+    CheckpointTests,
+    ApprovalTests,
+    FastPathTests,
+    EndToEndTests,
+    CoverageTests,
+):
     """The store contract as tests. Subclass it as ``Test…`` and define ``make_store``.
 
     ``make_store(self, tmp_path)`` returns a new, empty store (anything
@@ -22,4 +35,11 @@ class StoreContractTests(SessionTests, LeaseTests, CheckpointTests, ApprovalTest
     not declare (``fenced_writes``, ``prune``, revisions) and the cross-process tests of a
     ``"process"``-scoped lock are skipped, each saying why. The tests check behaviour
     and error types, never the wording of messages.
+
+    Besides each method of the contract on its own, it calls the fast paths a turn
+    takes (``load_since``, ``append_and_delete``, ``commit_turn``, ``turn_lock_saving``,
+    ``save_and_delete``), runs the public API over the store end to end (two sessions
+    taking turns, a durable turn with a tool, a turn killed in another process and
+    resumed, an approval), and fails naming any contract method the store overrides
+    that no test of the kit exercises (``test_kit_exercises_every_override``).
     """

@@ -1,0 +1,216 @@
+"""What prompt caching saves a long session, and what our own code costs per model call.
+
+1. Cache: a 30-turn session (a 1,500-token system prompt, one tool, one tool call per
+   turn: two model calls a turn) against ``tests/cache_server.py``, a loopback server
+   that reports cache hits by each vendor's documented rules (Anthropic: the longest
+   prefix ending at an earlier ``cache_control`` mark, looking back 20 blocks; OpenAI:
+   prefixes of at least 1,024 tokens in 128-token steps). Per turn it prints the share of
+   input tokens read from the cache and the billed input cost, with caching on (the
+   default) and off (``cache=False``), priced as ``claude-sonnet-4-5`` and ``gpt-5`` from
+   the built-in table. OpenAI caches whether asked or not, so its "off" run still reads
+   from the cache; the table also gives the cost of the same input with no cache at all.
+   Targets: from turn 5 on, >= 85% of input tokens read from the cache on both servers;
+   the 30 turns' billed input cost <= 0.3x the uncached run.
+2. Our time per model call, at 10 and 1,000 stored messages: from ``send()`` to the
+   request reaching the server, plus from the server's last byte to the next request (the
+   tool runs in between) or to ``send()`` returning, per model call (memory and SQLite
+   stores). Target: <= 1 ms at 1,000 messages.
+
+Run: ``python benchmarks/token_cost.py`` (``--turns N`` for a shorter cache run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import requests
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+
+from cache_server import CacheServer
+
+from lousho_sessions import Message, ToolCall, Usage, create_agent, memory_store, tool
+from lousho_sessions.pricing import Pricing, lookup_pricing
+from lousho_sessions.providers.anthropic import AnthropicProvider
+from lousho_sessions.providers.openai import OpenAIProvider
+
+MODELS = {"anthropic": "claude-sonnet-4-5", "openai": "gpt-5"}
+SYSTEM = "You are a careful research assistant who cites every figure. " * 100  # ~1,500 tokens
+
+
+@tool
+def search(query: str, limit: int) -> str:
+    """Search the records for ``query``; at most ``limit`` results."""
+    return f"{limit} records for {query!r}: " + "a figure, its source and a note. " * 35
+
+
+def provider(wire: str, url: str, cache: bool) -> Any:
+    if wire == "anthropic":
+        return AnthropicProvider(MODELS[wire], api_key="k", base_url=url, cache=cache)
+    return OpenAIProvider(MODELS[wire], api_key="k", base_url=url + "/v1", cache=cache)
+
+
+def price(wire: str) -> Pricing:
+    found = lookup_pricing(MODELS[wire])
+    assert found is not None
+    return found
+
+
+def input_cost(usage: Usage, p: Pricing) -> float:
+    """The billed cost of ``usage``'s input tokens (reads and writes at their rates)."""
+    return p.cost(
+        usage.input_tokens,
+        0,
+        cache_read_tokens=usage.cache_read_tokens,
+        cache_write_tokens=usage.cache_write_tokens,
+    )
+
+
+def run_session(wire: str, cache: bool, turns: int) -> list[Usage]:
+    """The usage of each turn of a ``turns``-turn session (two model calls a turn)."""
+    with CacheServer() as server:
+        agent = create_agent(
+            SYSTEM, provider=provider(wire, server.url, cache), tools=[search], store=memory_store()
+        )
+        session = agent.session("bench-session")
+        per_turn = []
+        for n in range(turns):
+            result = session.send(f"Question {n}: how did the figures for region {n} change?")
+            assert result.finish_reason == "stop" and result.steps == 2, result
+            per_turn.append(result.usage)
+        agent.close()
+        return per_turn
+
+
+def cache_report(turns: int) -> bool:
+    ok = True
+    for wire in ("anthropic", "openai"):
+        p = price(wire)
+        on, off = run_session(wire, True, turns), run_session(wire, False, turns)
+        print(f"\n{wire} ({MODELS[wire]}: input ${p.input_per_million}/M, cache read "
+              f"${p.cache_read_per_million}/M, write ${p.cache_write_per_million}/M)")  # fmt: skip
+        print(f"{'turn':>4} {'input':>7} {'cached on':>9} {'cached off':>10} "
+              f"{'$ on':>9} {'$ off':>9} {'$ no cache':>10}")  # fmt: skip
+        for n, (a, b) in enumerate(zip(on, off, strict=True), start=1):
+            print(f"{n:>4} {a.input_tokens:>7} {a.cache_read_tokens / a.input_tokens:>9.1%} "
+                  f"{b.cache_read_tokens / b.input_tokens:>10.1%} {input_cost(a, p):>9.5f} "
+                  f"{input_cost(b, p):>9.5f} {p.cost(a.input_tokens, 0):>10.5f}")  # fmt: skip
+        total_on = sum(input_cost(u, p) for u in on)
+        total_off = sum(input_cost(u, p) for u in off)
+        uncached = sum(p.cost(u.input_tokens, 0) for u in on)
+        worst = min(u.cache_read_tokens / u.input_tokens for u in on[4:])
+        print(f"{turns} turns: billed input ${total_on:.4f} with caching, ${total_off:.4f} "
+              f"with cache=False, ${uncached:.4f} with no cache at all; ratio to the "
+              f"uncached run {total_on / uncached:.3f} (target <= 0.3); lowest cached "
+              f"share from turn 5 on {worst:.1%} (target >= 85%)")  # fmt: skip
+        ok = ok and total_on <= 0.3 * uncached and worst >= 0.85
+    return ok
+
+
+def prefill(n: int) -> list[Message]:
+    """``n`` messages of a tool-using session: user, tool call, tool result, answer."""
+    messages: list[Message] = []
+    usage = Usage(5000, 200, 0.001, cache_read_tokens=4500)
+    for i in range(n // 4 + 1):
+        messages += [
+            Message.user(f"Question {i}: what changed in region {i} last quarter?"),
+            Message.assistant(
+                "",
+                tool_calls=[ToolCall(f"p{i}", "search", {"query": f"r{i}", "limit": 5})],
+                usage=usage,
+            ),
+            Message.tool(f"p{i}", "a figure, its source and a note. " * 8),
+            Message.assistant("The figures rose by a small margin. " * 4, usage=usage),
+        ]
+    return messages[:n]
+
+
+@contextlib.contextmanager
+def server_process() -> Iterator[str]:
+    """``tests/cache_server.py`` in a process of its own (its clock, ``perf_counter``, is
+    the machine's monotonic clock): its base URL."""
+    script = Path(__file__).resolve().parent.parent / "tests" / "cache_server.py"
+    child = subprocess.Popen(
+        [sys.executable, str(script)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert child.stdout is not None
+        yield child.stdout.readline().strip()
+    finally:
+        assert child.stdin is not None
+        child.stdin.close()
+        child.wait(30)
+
+
+def overhead(wire: str, store_factory: Callable[[], Any], stored: int, turns: int) -> list[float]:
+    """Our seconds per model call, one value per turn, with ``stored`` messages before."""
+    with server_process() as url, requests.Session() as control:
+        store = store_factory()
+        agent = create_agent(
+            SYSTEM, provider=provider(wire, url, True), tools=[search], store=store
+        )
+        agent.store.sessions.save("timed", prefill(stored))
+        session = agent.session("timed")
+        session.load()
+        session.send("warm up")
+        per_call = []
+        for n in range(turns):
+            control.get(url + "/clear").raise_for_status()
+            start = time.perf_counter()
+            session.send(f"Question {n}?")
+            end = time.perf_counter()
+            first, second = control.get(url + "/served").json()
+            ours = (first["received"] - start) + (second["received"] - first["last_byte"])
+            ours += end - second["last_byte"]
+            per_call.append(ours / 2)
+        agent.close()
+        return per_call
+
+
+def timing_report(turns: int) -> bool:
+    print("\nour time per model call (ms): median / p90 over turns")
+    ok = True
+    with tempfile.TemporaryDirectory() as tmp:
+        stores: dict[str, Callable[[], Any]] = {"memory": memory_store}
+        counter = iter(range(1000))
+
+        def sqlite() -> Any:
+            from lousho_sessions.sqlite import SqliteStore
+
+            return SqliteStore(str(Path(tmp) / f"s{next(counter)}.db"))
+
+        stores["sqlite"] = sqlite
+        for wire in ("anthropic", "openai"):
+            for name, factory in stores.items():
+                for stored in (10, 1000):
+                    times = sorted(overhead(wire, factory, stored, turns))
+                    median = statistics.median(times) * 1000
+                    p90 = times[int(len(times) * 0.9) - 1] * 1000
+                    print(f"  {wire:9} {name:6} {stored:>5} messages: {median:.3f} / {p90:.3f}")
+                    if stored == 1000:
+                        ok = ok and median <= 1.0
+    return ok
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--turns", type=int, default=30)
+    parser.add_argument("--timed-turns", type=int, default=40)
+    args = parser.parse_args()
+    cached = cache_report(args.turns)
+    timed = timing_report(args.timed_turns)
+    print(f"\ncache targets {'met' if cached else 'MISSED'}; "
+          f"time target {'met' if timed else 'MISSED'}")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

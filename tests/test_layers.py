@@ -1,0 +1,119 @@
+"""The layering of the package (docs/architecture.md): who may import whom.
+
+Each rule names a group of modules and the modules it must never import, read from the
+source with ``ast`` (imports inside functions and under ``TYPE_CHECKING`` count too: a
+rule is about the design, not about what happens to run at import time).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parent.parent / "lousho_sessions"
+
+#: The model: plain data, importing nothing but itself.
+MODEL = {"errors", "messages", "events", "results", "run", "inputs", "abort", "pricing"}
+#: The engine: one turn and how it is settled.
+ENGINE = {
+    "_turn",
+    "_turn_state",
+    "_turn_config",
+    "_runner",
+    "_durable",
+    "_single",
+    "_transcript",
+    "_checkpoints",
+    "_effects",
+    "_limits",
+    "_tool_calls",
+    "_inbox",
+    "_checkpoint_codec",
+}
+#: The threads an agent owns.
+RUNTIME = {"_runtime", "_worker", "_tool_loop", "_calls"}
+#: The face users call.
+FACE = {"agent", "session", "aio", "recovery", "_recover", "celery", "admin", "demo"}
+
+
+def module_name(path: Path) -> str:
+    """``stores._commit`` for ``lousho_sessions/stores/_commit.py``."""
+    parts = path.relative_to(PACKAGE).with_suffix("").parts
+    return ".".join(p for p in parts if p != "__init__") or "__init__"
+
+
+def imports_of(path: Path) -> set[str]:
+    """The package's own modules ``path`` imports, as dotted names relative to the package."""
+    return imports_in(path.read_text(), module_name(path), is_package=path.name == "__init__.py")
+
+
+def imports_in(source: str, name: str, *, is_package: bool = False) -> set[str]:
+    """The package's own modules ``source`` (module ``name``) imports."""
+    found: set[str] = set()
+    here = name.split(".")
+    package = here if is_package else here[:-1]
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package[: len(package) - (node.level - 1)] if node.level > 1 else package
+                target = [*base, *(node.module.split(".") if node.module else [])]
+            elif node.module and node.module.startswith("lousho_sessions"):
+                target = node.module.split(".")[1:]
+            else:
+                continue
+            found.add(".".join(target))
+            for alias in node.names:  # ``from . import serde`` imports a module
+                found.add(".".join([*target, alias.name]))
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.startswith("lousho_sessions."):
+                    found.add(alias.name.split(".", 1)[1])
+    return found
+
+
+def top(name: str) -> str:
+    return name.split(".")[0]
+
+
+MODULES = {module_name(p): p for p in PACKAGE.rglob("*.py")}
+
+
+def broken(group: set[str], forbidden: set[str]) -> list[str]:
+    """``"a imports b"`` for each module of ``group`` importing one of ``forbidden``."""
+    found = []
+    for name, path in sorted(MODULES.items()):
+        if top(name) not in group:
+            continue
+        for imported in sorted(imports_of(path)):
+            if top(imported) in forbidden and top(imported) != top(name):
+                found.append(f"{name} imports {imported}")
+    return found
+
+
+@pytest.mark.parametrize(
+    ("group", "forbidden", "rule"),
+    [
+        ({"stores"}, ENGINE | FACE | {"providers", "tools"}, "stores never import the engine"),
+        (ENGINE, FACE, "the engine never imports the face"),
+        (RUNTIME, ENGINE | FACE, "the runtime never imports the engine or the face"),
+        ({"providers"}, ENGINE | FACE | {"stores"}, "providers never import engine or stores"),
+        (MODEL, ENGINE | FACE | {"stores", "providers", "serde"}, "the model imports no layer"),
+    ],
+    ids=lambda value: value if isinstance(value, str) else "",
+)
+def test_layering(group: set[str], forbidden: set[str], rule: str) -> None:
+    assert broken(group, forbidden) == [], rule
+
+
+def test_the_reader_sees_every_form_of_import() -> None:
+    """Relative, absolute and ``from . import`` imports are all found (else a rule could pass anything)."""
+    source = (
+        "from .._turn import Turn\nfrom ..session import Session\n"
+        "import lousho_sessions.agent\nfrom .. import recovery\nfrom . import _commit\n"
+        "import os\n"
+    )
+    found = {top(name) for name in imports_in(source, "stores.probe")}
+    assert {"_turn", "session", "agent", "recovery", "stores"} <= found
+    assert "os" not in found
