@@ -18,7 +18,14 @@ import redis
 from ..errors import LeaseLostError, StoreClosedError, StoreCorruptError, StoreError
 from . import _redis_scripts as lua
 
-__all__ = ["EVICTION_MODES", "MAX_VALUE_BYTES", "NO_SESSION", "RedisConnection", "text"]
+__all__ = [
+    "EVICTION_MODES",
+    "MAX_VALUE_BYTES",
+    "NO_SESSION",
+    "RedisConnection",
+    "eviction_mode",
+    "text",
+]
 
 log = logging.getLogger("lousho_sessions.stores.redis")
 
@@ -57,6 +64,13 @@ def _seconds(value: timedelta | float | None, what: str) -> float | None:
     return seconds
 
 
+def eviction_mode(value: str) -> str:
+    """``value`` if it is one of ``EVICTION_MODES``, else ``ValueError``."""
+    if value not in EVICTION_MODES:
+        raise ValueError(f"eviction must be 'refuse' or 'warn', got {value!r}")
+    return value
+
+
 def _config_value(reply: object) -> str | None:
     """The value of a one-parameter ``CONFIG GET`` reply (a dict; on Cluster, one per node)."""
     while isinstance(reply, dict):
@@ -79,9 +93,7 @@ class RedisConnection:
         wake_poll: float = 2.0,
         eviction: str = "refuse",
     ) -> None:
-        if eviction not in EVICTION_MODES:
-            raise ValueError(f"eviction must be 'refuse' or 'warn', got {eviction!r}")
-        self.eviction = eviction
+        self.eviction = eviction_mode(eviction)
         #: set once the server's policy and limits were read (``check_server``)
         self._server_checked = False
         self.max_value_bytes = MAX_VALUE_BYTES

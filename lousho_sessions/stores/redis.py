@@ -37,7 +37,7 @@ from ..messages import Message
 from ..serde import messages_from_json
 from ._commit_check import commit_unknown, log_landed
 from ._heartbeat import Heartbeat
-from ._redis_base import RedisConnection, text
+from ._redis_base import RedisConnection, eviction_mode, text
 from ._redis_lease import RedisLease
 from ._redis_records import RedisApprovalStore, RedisCheckpointStore
 from ._start import StartCheckpoint, start_body
@@ -75,11 +75,8 @@ class RedisStore(RedisConnection):
     that long; a live holder renews it every third of it. ``ttl`` (seconds or a
     ``timedelta``, default none) lets a finished session expire that long after its
     last write; see docs/stores.md "Redis". A waiting ``turn_lock`` blocks in
-    ``BLPOP`` for at most ``wake_poll`` seconds at a time: with a client
-    ``socket_timeout`` at or below it, ``wake_poll`` is lowered to half of it. A server
-    whose ``maxmemory-policy`` may evict keys is refused on first use (``StoreError``)
-    unless ``eviction="warn"``, which logs a warning instead; a value larger than the
-    server takes (``proto-max-bulk-len``, 512 MB) is refused before it is sent. After
+    ``BLPOP`` for at most ``wake_poll`` seconds at a time (lowered under a client's
+    ``socket_timeout``). ``eviction``: see ``RedisConnection.check_server``. After
     ``close()`` every call raises ``StoreClosedError``.
     """
 
@@ -93,14 +90,8 @@ class RedisStore(RedisConnection):
         wake_poll: float = 2.0,
         eviction: str = "refuse",
     ) -> None:
-        super().__init__(
-            client,
-            prefix=prefix,
-            lease_ttl=lease_ttl,
-            ttl=ttl,
-            wake_poll=wake_poll,
-            eviction=eviction,
-        )
+        super().__init__(client, prefix=prefix, lease_ttl=lease_ttl, ttl=ttl, wake_poll=wake_poll)
+        self.eviction = eviction_mode(eviction)
         self._leases: weakref.WeakSet[RedisLease] = weakref.WeakSet()
         #: renews every lease this store holds (one thread, started on the first lease)
         self.heartbeat = Heartbeat(f"lousho-redis-heartbeat-{prefix}")
