@@ -299,7 +299,7 @@ class TurnTrace:
                 output = run()
             except BaseException as exc:
                 otel.detach(token)
-                _fail(otel, span, exc)
+                _fail(otel, span, exc, content)
                 span.end()
                 raise
             otel.detach(token)
@@ -321,7 +321,7 @@ class TurnTrace:
         if not recording:
             pass
         elif error is not None:
-            _fail(otel, span, error)
+            _fail(otel, span, error, self.telemetry.content)
         elif result is not None:
             usage = result.usage
             attributes = {
@@ -395,7 +395,7 @@ class ChatTrace:
         otel = telemetry.otel
         otel.detach(self._token)
         if error is not None:
-            _fail(otel, span, error)
+            _fail(otel, span, error, telemetry.content)
         elif response is None:
             span.set_attribute("lousho.steered", True)
         else:
@@ -455,9 +455,13 @@ def _metric_attributes(
     )
 
 
-def _fail(otel: Any, span: Any, error: BaseException) -> None:
-    span.set_attribute("error.type", _error_type(error))
-    span.set_status(otel.Status(otel.error, str(error)))
+def _fail(otel: Any, span: Any, error: BaseException, content: bool) -> None:
+    """Mark ``span`` failed; ``str(error)`` (often quoting tool arguments or user input) is
+    its status description only with ``content``, else the error's type and ``code``."""
+    kind, code = _error_type(error), getattr(error, "code", None)
+    span.set_attribute("error.type", kind)
+    described = str(error) if content else kind if not isinstance(code, str) else f"{kind} ({code})"
+    span.set_status(otel.Status(otel.error, described))
 
 
 def _error_type(error: BaseException) -> str:

@@ -86,6 +86,15 @@ class InvalidSessionIdError(LoushoError, ValueError):
     code = "LOUSHO_INVALID_SESSION_ID"
 
 
+class InvalidApprovalError(LoushoError, ValueError):
+    """An approval record or decision given to a store that is not one: not a mapping, a
+    status that is not pending/approved/denied, ``approved`` not a bool, ``reason`` not text.
+
+    What was given was wrong, not what is stored (that is ``StoreCorruptError``)."""
+
+    code = "LOUSHO_INVALID_APPROVAL"
+
+
 class StoreError(LoushoError):
     """A store could not do what was asked."""
 

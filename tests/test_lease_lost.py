@@ -27,7 +27,7 @@ from lousho_sessions import (
     create_agent,
     tool,
 )
-from lousho_sessions.stores.base import AgentStore
+from lousho_sessions.stores.base import AgentStore, TakenTurn, TakeTurn
 from lousho_sessions.stores.lease import Lease
 
 KINDS = ("memory", "files", "sqlite")
@@ -40,12 +40,21 @@ class Takeover:
         self.kit = kit
         self.leases: list[Lease] = []
         self.original: Callable[..., Lease] = kit.sessions.turn_lock
+        self.original_take: Callable[[TakeTurn], TakenTurn] = kit.sessions.take_turn
         kit.sessions.turn_lock = self.turn_lock
+        # a store whose take_turn has its own fast path takes the lease without turn_lock
+        kit.sessions.take_turn = self.take_turn
 
     def turn_lock(self, id: str, *, timeout: float | None = None) -> Lease:
         lease = self.original(id, timeout=timeout)
         self.leases.append(lease)
         return lease
+
+    def take_turn(self, request: TakeTurn) -> TakenTurn:
+        taken = self.original_take(request)
+        if not self.leases or self.leases[-1] is not taken.lease:
+            self.leases.append(taken.lease)
+        return taken
 
     def take(self) -> None:
         """Force-release the turn's lease, then write as the new owner from another thread."""

@@ -50,7 +50,9 @@ def place(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str,
 
 
 def start(mode: str, kind: str, path: Path, logfile: Path) -> subprocess.Popen[str]:
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent)}
+    # tests/ first, then what PYTHONPATH held (a checkout's own code, not the installed one)
+    where = (str(Path(__file__).parent), os.environ.get("PYTHONPATH", ""))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in where if p)}
     return subprocess.Popen(
         [sys.executable, HARNESS, mode, kind, str(path), str(logfile)],
         stdout=subprocess.PIPE,

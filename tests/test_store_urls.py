@@ -118,6 +118,64 @@ def test_redacted_url() -> None:
     assert redacted_url("postgresql://app@db/x") == "postgresql://app@db/x"
 
 
+def test_passwords_with_raw_at_signs_and_ssl_passwords_are_masked() -> None:
+    """A raw ``@`` in a password: the user info ends at the last ``@`` (as the drivers read
+    it), so nothing of the password is left in ``store.url`` or ``doctor``'s output."""
+    assert redacted_url("redis://:p@ss@h:6379/0") == "redis://:***@h:6379/0"
+    assert redacted_url("postgresql://app:a@b@c@db/x") == "postgresql://app:***@db/x"
+    assert (
+        redacted_url("postgresql://h/x?sslmode=require&sslpassword=keypass&password=pw")
+        == "postgresql://h/x?sslmode=require&sslpassword=***&password=***"
+    )
+
+
+def test_a_redis_url_with_a_raw_at_in_its_password_keeps_it_out_of_store_url() -> None:
+    require_redis()
+    host = redis_url().split("://", 1)[1].split("/", 1)[0].rpartition("@")[2]
+    store = open_store(f"redis://:tail@secret@{host}/0?prefix=t-urls-{os.urandom(4).hex()}")
+    try:
+        assert store.url.startswith("redis://:***@") and "secret" not in store.url
+        assert "secret" not in repr(store) and "secret" not in store.backend.where
+    finally:
+        store.close()
+
+
+def test_a_percent_in_a_postgres_password_stays_out_of_the_error() -> None:
+    """libpq copies a password it cannot percent-decode into its error: the store's error
+    (and the errors it was raised from) must not show it."""
+    require_postgres()
+    with pytest.raises(StoreError) as caught:
+        open_store("postgresql://app:top%zzsecret@127.0.0.1:5432/test?connect_timeout=5")
+    seen: BaseException | None = caught.value
+    while seen is not None:
+        assert "top%zzsecret" not in str(seen) and "zzsecret" not in str(seen), repr(seen)
+        seen = seen.__cause__ or seen.__context__
+    assert "app:***@127.0.0.1" in str(caught.value)
+
+
+def test_postgres_url_options_reach_libpq_with_their_spaces() -> None:
+    """``options=-c%20statement_timeout%3D5000``: re-encoding it made ``-c+statement...``,
+    which libpq reads with a plus and refuses (or misreads)."""
+    require_postgres()
+    url = postgres_url()
+    sep = "&" if "?" in url else "?"
+    schema = "t_urls_" + os.urandom(4).hex()
+    try:
+        with (
+            open_store(f"{url}{sep}schema={schema}&options=-c%20statement_timeout%3D5000") as store,
+            store.backend._pool.connection() as conn,
+        ):
+            assert conn.execute("SHOW statement_timeout").fetchone() == ("5s",)
+    finally:
+        drop_schema(schema)
+
+
+@pytest.mark.parametrize("url", ["redis://[bad/0", "postgresql://[::1/x"])
+def test_a_malformed_url_is_a_url_error(url: str) -> None:
+    with pytest.raises(StoreURLError, match="malformed store URL"):
+        open_store(url)
+
+
 def test_unreachable_server_error_names_the_url_not_the_password() -> None:
     with pytest.raises(StoreError) as caught:
         open_store("postgresql://app:topsecret@127.0.0.1:1/db?connect_timeout=2")

@@ -237,7 +237,7 @@ def test_a_failed_model_call_sets_error_type_on_both_spans_and_the_duration(otel
     def fail(request: ModelRequest) -> str:
         raise ConnectionError("refused")
 
-    agent = otel.agent(provider=FunctionProvider(fail, name="flaky"))
+    agent = otel.agent(provider=FunctionProvider(fail, name="flaky"), trace_content=True)
     with pytest.raises(ProviderError):
         agent.session("s-fail").send("hi")
     [turn] = otel.named("invoke_agent")
@@ -249,6 +249,35 @@ def test_a_failed_model_call_sets_error_type_on_both_spans_and_the_duration(otel
     [duration] = otel.points("gen_ai.client.operation.duration")
     assert duration.attributes["error.type"] == "ProviderError"
     assert otel.points("gen_ai.client.token.usage") == []
+
+
+def test_without_trace_content_error_messages_stay_out_of_span_statuses(otel: Otel) -> None:
+    """``str(exc)`` quotes what the turn carried (tool arguments, user input, a server's
+    reply): without ``trace_content`` a status description is the error's type only."""
+
+    @tool
+    def transfer(account: str) -> str:
+        """Fails quoting its argument, as validation errors do."""
+        raise ValueError(f"no account {account!r}")
+
+    def model(request: ModelRequest) -> Message | str:
+        if request.messages[-1].role == "user":
+            return calls(("transfer", {"account": "IBAN-SECRET-1"}))
+        raise ConnectionError(f"server said: {request.messages[-1].text}")
+
+    agent = otel.agent(provider=FunctionProvider(model, name="m"), tools=[transfer])
+    with pytest.raises(ProviderError):
+        agent.session("s-secret").send("pay IBAN-SECRET-1 please")
+    spans = otel.spans()
+    assert {s.name.split()[0] for s in spans} >= {"invoke_agent", "chat", "execute_tool"}
+    for span in spans:
+        assert "IBAN-SECRET-1" not in (span.status.description or ""), span.name
+        assert "IBAN-SECRET-1" not in json.dumps(attrs_of(span), default=str), span.name
+    [run] = otel.named("execute_tool")
+    assert run.status.status_code is StatusCode.ERROR
+    assert run.status.description == "ValueError"
+    [turn] = otel.named("invoke_agent")
+    assert turn.status.description == "ProviderError (LOUSHO_PROVIDER_ERROR)"
 
 
 def test_content_is_traced_only_when_opted_in(otel: Otel) -> None:

@@ -6,20 +6,52 @@ import argparse
 import inspect
 import os
 import sys
+from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
 from .. import _sweeper
 from ..agent import Agent, create_agent
 from ..errors import LoushoError
-from ..stores.urls import STORE_ENV, StoreURLError, URLStore, open_store
+from ..stores.urls import STORE_ENV, StoreURLError, URLStore, open_store, redacted_url
 from ._data import Parts
-from ._output import EXIT_STORE, EXIT_USAGE, CommandError, Output
+from ._output import EXIT_STORE, EXIT_USAGE, CommandError, Output, say
 
 __all__ = ["Context", "load_object", "open_url"]
 
 
-def open_url(url: str, what: str = "--store") -> URLStore:
-    """``open_store(url)``, its errors as ``CommandError`` (usage for a bad URL, else store)."""
+def _missing_local_store(url: str) -> str | None:
+    """What is missing when ``url`` names an SQLite database or a file store directory
+    that does not exist (opening it would create it); ``None`` when it exists or is not
+    local."""
+    try:
+        parts = urlsplit(url.strip())
+    except ValueError:
+        return None  # open_store says what is wrong with it
+    scheme = parts.scheme.lower()
+    raw = unquote(parts.path)
+    if scheme == "sqlite" and raw.startswith("/") and raw not in ("/", "/:memory:"):
+        path = Path(raw[1:])
+        return None if path.is_file() else f"no SQLite database {str(path)!r}"
+    if scheme == "file" and raw:
+        path = Path(raw)
+        return None if path.is_dir() else f"no file store directory {str(path)!r}"
+    return None
+
+
+def open_url(url: str, what: str = "--store", *, must_exist: bool = False) -> URLStore:
+    """``open_store(url)``, its errors as ``CommandError`` (usage for a bad URL, else store).
+
+    ``must_exist``: a read-only command never creates a store: an SQLite file or a
+    file store directory that is not there is a store error (a mistyped path)."""
+    if must_exist:
+        missing = _missing_local_store(url)
+        if missing is not None:
+            raise CommandError(
+                f"{what}: {missing} (from {redacted_url(url)!r}): this command only reads, "
+                "and creates no store; check the path",
+                EXIT_STORE,
+            )
     try:
         return open_store(url)
     except StoreURLError as exc:
@@ -48,6 +80,21 @@ def _takes_an_argument(fn: Any) -> bool:
     )
 
 
+def _other_store(agents: Any, given: URLStore) -> str | None:
+    """How to name the agent's store when it is not ``given`` (``None`` when it is)."""
+    if agents is None or agents is given or getattr(agents, "backend", None) is given.backend:
+        return None
+    if given.backend is not None and any(
+        getattr(agents, part, None) is getattr(given.backend, part, object())
+        for part in ("sessions", "checkpoints")
+    ):
+        return None
+    url = getattr(agents, "url", None)
+    if isinstance(url, str) and url == given.url:
+        return None  # the same store opened twice
+    return url if isinstance(url, str) and url else repr(agents)
+
+
 class Context:
     """A sub-command's arguments, ``Output`` and store (opened on first use, closed by ``close``)."""
 
@@ -68,7 +115,10 @@ class Context:
                     "(e.g. sqlite:///app.db, postgresql://host/db, redis://host:6379/0)",
                     EXIT_USAGE,
                 )
-            self._store = open_url(url)
+            read_only = bool(getattr(self.args, "read_only", False)) or bool(
+                getattr(self.args, "dry_run", False)
+            )
+            self._store = open_url(url, must_exist=read_only)
         return self._store
 
     @property
@@ -106,6 +156,13 @@ class Context:
                 EXIT_USAGE,
             )
         self._agent = value
+        other = _other_store(value.store, self.store)
+        if other is not None:
+            say(
+                f"lousho: note: --agent {spec!r} has a store of its own ({other}), not "
+                f"--store ({self.store.url}): the turns are read from and written to "
+                "--store; give --agent a function taking the store to use one store only"
+            )
         return value
 
     def close(self) -> None:

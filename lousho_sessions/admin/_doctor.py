@@ -4,8 +4,9 @@ Every kind: unfinished and stale turns, orphaned checkpoints (behind the
 transcript, or result records without their turn), pending approvals whose turn is
 gone. Then per kind: SQLite's schema version, journal mode and lock files; the file
 store's lock and temp files; PostgreSQL's schema version, leases and a connection
-pooler in transaction mode (PgBouncer); Redis's server version, leases and
-unreadable approval records. A check is ``ok``, ``warn`` (worth a look) or ``fail``
+pooler in transaction mode (PgBouncer); Redis's server version, its
+``maxmemory-policy`` (anything but ``noeviction`` fails), leases and unreadable
+approval records. A check is ``ok``, ``warn`` (worth a look) or ``fail``
 (breaks something); the exit code is 1 when any is not ``ok``.
 """
 
@@ -49,7 +50,7 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
         metavar="AGE",
         help="count a stale turn only once its checkpoint was not written for this long",
     )
-    p.set_defaults(run=doctor)
+    p.set_defaults(run=doctor, read_only=True)
 
 
 def _check(name: str, status: str, detail: str) -> Check:
@@ -66,6 +67,8 @@ def doctor(ctx: Context) -> int:
         "postgresql": _postgres_checks,
         "redis": _redis_checks,
     }.get(store.kind)
+    if store.kind == "redis":  # doctor reports an evicting server instead of refusing it
+        store.backend.check_server(refuse=False)
     if kind_checks is not None:
         live = set(parts.sessions.list_ids())
         live.update(fence_session_id(t) for t in parts.checkpoints.list(""))
@@ -312,6 +315,24 @@ def _redis_checks(backend: Any, live: set[str]) -> list[Check]:
             f"{version} (6 or newer needed)",
         )
     ]
+    policy = backend.check_server(refuse=False)
+    evicting = policy is not None and policy != "noeviction"
+    checks.append(
+        _check(
+            "eviction",
+            "fail" if evicting else "ok",
+            "maxmemory-policy unknown (CONFIG is not allowed): make sure it is noeviction"
+            if policy is None
+            else f"maxmemory-policy {policy}"
+            + (
+                ": the server deletes keys under memory pressure (sessions lost or "
+                "half-gone, leases gone under running turns); set noeviction, see "
+                "docs/operations.md 'An evicting Redis'"
+                if evicting
+                else ""
+            ),
+        )
+    )
     now = backend.server_time_us()
     held = expired = 0
     with backend.call("read leases") as client:

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import sys
+import threading
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import Any
 
@@ -83,7 +87,12 @@ def register(
     p.add_argument(
         "--force", action="store_true", help="overwrite sessions the destination holds already"
     )
-    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.add_argument(
+        "--json",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="print JSON instead of a table",
+    )
     p.set_defaults(run=migrate)
 
 
@@ -153,7 +162,10 @@ def _sweep_forever(ctx: Context, agent: Agent, older: float | None) -> int:
     if args.every <= 0:
         raise CommandError(f"--every must be a positive number of seconds, got {args.every}", 2)
 
+    done: Counter[str] = Counter()
+
     def report(turn: SweptTurn) -> None:
+        done[turn.outcome] += 1
         row = swept_json(turn)
         if ctx.out.as_json:
             ctx.out.stdout.write(json.dumps(row, sort_keys=True, default=str) + "\n")
@@ -161,15 +173,38 @@ def _sweep_forever(ctx: Context, agent: Agent, older: float | None) -> int:
             ctx.out.line(f"{row['turn_id']}  {row['outcome']}  attempts={row['attempts']}")
         ctx.out.stdout.flush()
 
-    totals = _sweeper.run_sweeper(
-        ctx.store,
-        agent=agent,
-        every=args.every,
-        limit=args.limit,
-        older_than=older,
-        max_attempts=args.max_attempts,
-        on_swept=report,
-    )
+    stop = threading.Event()
+
+    def stopping() -> None:
+        if stop.wait():
+            say(
+                "lousho sweep: stopping after the sweep in progress (a second signal stops at once)"
+            )
+
+    threading.Thread(target=stopping, name="lousho-sweep-stopping", daemon=True).start()
+    try:
+        totals = _sweeper.run_sweeper(
+            ctx.store,
+            agent=agent,
+            every=args.every,
+            limit=args.limit,
+            older_than=older,
+            max_attempts=args.max_attempts,
+            on_swept=report,
+            stop=stop,
+        )
+    except KeyboardInterrupt:
+        # a second SIGTERM/SIGINT: stop now. The turns in progress run in worker threads
+        # nothing can stop, and the interpreter would wait for them at exit: leave them
+        # to their leases (the next sweep takes them over) and exit at once.
+        say(
+            f"lousho sweep: stopped at once by a second signal; finished before it: "
+            f"{dict(sorted(done.items())) or 'none'}; the turns in progress are left to the "
+            "next sweep (their leases run out)"
+        )
+        ctx.out.stdout.flush()
+        sys.stderr.flush()
+        os._exit(130)
     summary = {**attrs.asdict(totals), "swept": totals.swept}
     say(f"lousho sweep: stopped: {summary}")
     return EXIT_OK
@@ -237,7 +272,7 @@ def _write_session(target: Parts, dump: dict[str, Any], force: bool) -> None:
 
 def migrate(ctx: Context) -> int:
     args = ctx.args
-    source: URLStore = open_url(args.source, "--from")
+    source: URLStore = open_url(args.source, "--from", must_exist=True)
     try:
         target: URLStore = open_url(args.target, "--to")
     except BaseException:

@@ -14,9 +14,11 @@ __all__ = [
     "EXIT_OK",
     "EXIT_STORE",
     "EXIT_USAGE",
+    "MAX_AGE",
     "CommandError",
     "Output",
     "Progress",
+    "cli_hints",
     "iso",
     "parse_age",
     "say",
@@ -32,6 +34,9 @@ EXIT_FOUND = 1
 EXIT_USAGE = 2
 #: The store could not be opened or answered with an error.
 EXIT_STORE = 3
+
+#: The largest age taken (1000 years): a larger one overflows dates and durations.
+MAX_AGE = 1000 * 365.25 * 86400
 
 _AGE = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
@@ -61,7 +66,36 @@ def parse_age(text: str) -> float:
         seconds = sum(float(n) * _UNITS[u] for n, u in pieces)
     if not 0 <= seconds < float("inf"):
         raise CommandError(f"invalid age {text!r}: it must be finite and not negative", EXIT_USAGE)
+    if seconds > MAX_AGE:
+        raise CommandError(
+            f"invalid age {text!r}: at most 1000 years (52000w), a larger one overflows dates",
+            EXIT_USAGE,
+        )
     return seconds
+
+
+#: What the library's errors advise in Python, and the command that does it.
+_HINTS = (
+    (
+        re.compile(r"agent\.approvals\.resolve\(\)"),
+        "`lousho approvals resolve APPROVAL_ID --approve` (or --deny)",
+    ),
+    (re.compile(r"(?:call )?discard_pending\(\)"), "`lousho turns discard TURN_ID`"),
+    (re.compile(r"\bresume\(\)"), "`lousho turns resume TURN_ID --agent MODULE:ATTR`"),
+    (re.compile(r"recovery\.abandoned_turns"), "`lousho turns list --status abandoned`"),
+    (
+        re.compile(r"make the agent with create_agent\(store=store\)"),
+        "give --agent a function taking the store (it is called with --store's)",
+    ),
+)
+
+
+def cli_hints(text: str) -> str:
+    """``text`` (an error's message) with its advice in Python calls (``discard_pending()``)
+    replaced by the ``lousho`` commands that do the same."""
+    for pattern, command in _HINTS:
+        text = pattern.sub(command, text)
+    return text
 
 
 def say(text: str) -> None:

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
+import tempfile
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 from ..errors import SessionBusyError, StoreConflictError
@@ -35,7 +39,7 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
         "last written and its pending turn.",
     )
     p.add_argument("--limit", type=int, metavar="N", help="show at most N sessions")
-    p.set_defaults(run=list_sessions)
+    p.set_defaults(run=list_sessions, read_only=True)
 
     p = sub.add_parser(
         "show",
@@ -44,7 +48,7 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
         description="Show one session: its messages, its unfinished turns and its approvals.",
     )
     p.add_argument("id", help="the session id")
-    p.set_defaults(run=show_session)
+    p.set_defaults(run=show_session, read_only=True)
 
     p = sub.add_parser(
         "export",
@@ -55,7 +59,7 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
     )
     p.add_argument("ids", nargs="*", metavar="ID", help="the sessions to export (default: all)")
     p.add_argument("-o", "--output", help="write to this file instead of stdout")
-    p.set_defaults(run=export_sessions)
+    p.set_defaults(run=export_sessions, read_only=True)
 
     p = sub.add_parser(
         "rm",
@@ -206,6 +210,12 @@ def _cache_text(usage: Usage) -> str:
 
 
 def export_sessions(ctx: Context) -> int:
+    output = None if not ctx.args.output else Path(ctx.args.output)
+    if output is not None and not output.parent.is_dir():  # before reading every session
+        raise CommandError(
+            f"-o {str(output)!r}: the directory {str(output.parent)!r} does not exist",
+            EXIT_USAGE,
+        )
     parts = ctx.parts
     ids = [_check_id(i) for i in ctx.args.ids] or session_ids(parts)
     records = parts.approvals.list(status=None)
@@ -221,13 +231,30 @@ def export_sessions(ctx: Context) -> int:
             key=lambda r: str(r.get("id")),
         )
     text = json.dumps(document, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
-    if ctx.args.output:
-        with open(ctx.args.output, "w", encoding="utf-8") as f:
-            f.write(text)
-        say(f"exported {len(sessions)} sessions to {ctx.args.output}")
+    if output is not None:
+        _write_private(output, text)
+        say(f"exported {len(sessions)} sessions to {output}")
     else:
         ctx.out.stdout.write(text)
     return EXIT_OK
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` readable by its owner only (0600, as the stores keep
+    transcripts), whole or not at all: a temporary file beside it, then renamed."""
+    fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:  # mkstemp makes it 0600
+            f.write(text)
+        os.replace(temp, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(temp)
+        raise CommandError(f"-o {str(path)!r}: cannot write it: {exc}", EXIT_USAGE) from exc
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temp)
+        raise
 
 
 def remove_sessions(ctx: Context) -> int:

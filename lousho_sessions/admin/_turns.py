@@ -58,7 +58,7 @@ def register(
         metavar="AGE",
         help="with --stale: only those not written for this long (e.g. 5m)",
     )
-    p.set_defaults(run=list_turns)
+    p.set_defaults(run=list_turns, read_only=True)
 
     p = sub.add_parser(
         "show",
@@ -67,7 +67,7 @@ def register(
         description="Show one unfinished turn: status, steps, its new messages and tool results.",
     )
     p.add_argument("turn_id", help=f"the turn id (<session id>.turn-<n>, {TURN_ID_PATTERN})")
-    p.set_defaults(run=show_turn)
+    p.set_defaults(run=show_turn, read_only=True)
 
     p = sub.add_parser(
         "resume",
@@ -106,15 +106,15 @@ def register(
     )
     p.add_argument("--status", choices=_APPROVAL_STATUSES, default="pending")
     p.add_argument("--session", help="only this session's approvals")
-    p.set_defaults(run=list_approvals)
+    p.set_defaults(run=list_approvals, read_only=True)
 
     p = sub.add_parser(
         "resolve",
         parents=[common, agent],
         help="approve or deny a pending approval",
         description="Approve or deny a pending approval. The decision is recorded in the "
-        "store; the paused turn goes on at the session's next resume() or send(), or now "
-        "when --agent is given.",
+        "store; the paused turn goes on when your application next sends to or resumes "
+        "the session, or now when --agent is given (`lousho turns resume` later).",
     )
     p.add_argument("id", help="the approval id")
     decision = p.add_mutually_exclusive_group(required=True)

@@ -13,6 +13,7 @@ from ..errors import (
     ApprovalAlreadyResolvedError,
     ApprovalCancelledError,
     ApprovalDecisionError,
+    InvalidApprovalError,
     StoreCorruptError,
 )
 
@@ -20,6 +21,8 @@ __all__ = [
     "approval_sort_key",
     "cancelled_error",
     "check_approval_record",
+    "check_decision",
+    "check_new_approval",
     "resolved_approval",
     "shown",
 ]
@@ -53,6 +56,7 @@ def resolved_approval(
     tool runs with; ``call.arguments`` keeps the model's). Checking them against the tool's
     schema is the caller's work (``Approvals.resolve`` does it before any store is asked).
     """
+    check_decision(approved, reason, source=source)
     status = record.get("status")
     if status == "cancelled":
         raise cancelled_error(record, source)
@@ -111,3 +115,31 @@ def check_approval_record(record: Mapping[str, Any], *, source: str) -> dict[str
     if problem:
         raise StoreCorruptError(f"{source}: not a valid approval record: {problem}")
     return dict(record)
+
+
+def check_decision(approved: object, reason: object, *, source: str) -> None:
+    """``InvalidApprovalError`` unless ``approved`` is a bool and ``reason`` text or ``None``
+    (``approved="no"`` would otherwise approve)."""
+    if not isinstance(approved, bool):
+        raise InvalidApprovalError(
+            f"approval {source}: approved must be True or False, got {shown(approved)}"
+        )
+    if reason is not None and not isinstance(reason, str):
+        raise InvalidApprovalError(
+            f"approval {source}: reason must be text or None, got {type(reason).__name__}"
+        )
+
+
+def check_new_approval(record: object) -> Mapping[str, Any]:
+    """``record`` if it is a mapping a store may create; ``InvalidApprovalError`` naming what
+    is wrong if not (the same checks as ``check_approval_record``: what was given is
+    wrong, nothing stored is corrupt)."""
+    if not isinstance(record, Mapping):
+        raise InvalidApprovalError(
+            f"an approval record must be a mapping (a dict), got {type(record).__name__}"
+        )
+    try:
+        check_approval_record(record, source=f"approval {shown(record.get('id'))}")
+    except StoreCorruptError as exc:
+        raise InvalidApprovalError(str(exc).replace("not a valid", "not a valid new")) from None
+    return record

@@ -20,6 +20,7 @@ from typing import Any
 from ..encryption import EncryptionOption
 from ..errors import ApprovalNotFoundError, StoreCorruptError
 from . import _lockfile
+from ._approval_records import check_new_approval
 from ._directory import WRITE_LOCK_TIMEOUT, Directory, check_fence_file
 from ._sealing import Sealing
 from .base import (
@@ -147,9 +148,8 @@ class FileApprovalStore(BaseApprovalStore):
 
     def create(self, record: Mapping[str, Any], *, fence: int | None = None) -> None:
         """Store a new record; ``ValueError`` if one with its ``id`` exists or it is malformed."""
-        approval_id = validate_approval_id(record.get("id"))
+        approval_id = validate_approval_id(check_new_approval(record).get("id"))
         path = self.path(approval_id)
-        check_approval_record(record, source=f"approval {approval_id!r}")
         session_id = record.get("session_id")
         text = self.sealing.record_text(
             "approval", _sid(session_id), record, what=f"approval {approval_id!r}"

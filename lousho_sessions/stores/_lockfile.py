@@ -158,9 +158,11 @@ def _wait_in_line(fd: int, while_waiting: Callable[[], None] | None = None) -> i
     try:
         raw = os.pread(fd, _TICKET_SIZE, _TICKET_AT).strip(b"\0 ")
         ticket = int(raw) if raw.isdigit() else 0
-        os.pwrite(fd, str(ticket + 1).ljust(_TICKET_SIZE).encode("ascii"), _TICKET_AT)
+        # hold the ticket before counting it: a ticket the counter shows is one in line
+        # (a holder coming straight back sees it), never one about to be
         _range(fd, fcntl.F_WRLCK, _LINE_AT + ticket, False)
         _range(fd, fcntl.F_WRLCK, _QUEUED_AT + ticket, False)
+        os.pwrite(fd, str(ticket + 1).ljust(_TICKET_SIZE).encode("ascii"), _TICKET_AT)
     finally:
         _range(fd, fcntl.F_UNLCK, _TICKET_GUARD, False)
     if ticket > 0:

@@ -8,6 +8,7 @@ from datetime import timedelta
 from typing import Any
 
 from ..errors import ApprovalAlreadyResolvedError, ApprovalNotFoundError, StoreCorruptError
+from ._approval_records import check_new_approval
 from ._postgres_core import FENCED, PgPart
 from ._sealing import CHECKPOINT_CLEAR
 from .base import (
@@ -156,8 +157,7 @@ class PostgresApprovalStore(PgPart, BaseApprovalStore):
 
     def create(self, record: Mapping[str, Any], *, fence: int | None = None) -> None:
         """Store a new record; ``ValueError`` if one with its ``id`` exists or it is malformed."""
-        approval_id = validate_approval_id(record.get("id"))
-        check_approval_record(record, source=f"approval {approval_id!r}")
+        approval_id = validate_approval_id(check_new_approval(record).get("id"))
         status = str(record["status"])
         session_id = record.get("session_id")
         sid = session_id if isinstance(session_id, str) else None

@@ -6,6 +6,7 @@ parts (``_redis_records``) share, in a module of its own so neither imports the 
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -18,7 +19,23 @@ from ..errors import LeaseLostError, StoreClosedError, StoreCorruptError, StoreE
 from . import _redis_scripts as lua
 from ._sealing import Sealing
 
-__all__ = ["NO_SESSION", "RedisConnection", "text"]
+__all__ = [
+    "EVICTION_MODES",
+    "MAX_VALUE_BYTES",
+    "NO_SESSION",
+    "RedisConnection",
+    "eviction_mode",
+    "text",
+]
+
+log = logging.getLogger("lousho_sessions.stores.redis")
+
+#: What ``RedisStore(eviction=...)`` does on a server whose ``maxmemory-policy`` may
+#: evict keys: refuse to work (the default) or log a warning on first use and go on.
+EVICTION_MODES = ("refuse", "warn")
+#: The largest value Redis takes in one argument unless its ``proto-max-bulk-len`` says
+#: otherwise (read from the server on first use).
+MAX_VALUE_BYTES = 512 * 1024 * 1024
 
 #: The hash tag of approvals whose ``session_id`` is not a session id (``None``, say).
 NO_SESSION = "~"
@@ -48,6 +65,22 @@ def _seconds(value: timedelta | float | None, what: str) -> float | None:
     return seconds
 
 
+def eviction_mode(value: str) -> str:
+    """``value`` if it is one of ``EVICTION_MODES``, else ``ValueError``."""
+    if value not in EVICTION_MODES:
+        raise ValueError(f"eviction must be 'refuse' or 'warn', got {value!r}")
+    return value
+
+
+def _config_value(reply: object) -> str | None:
+    """The value of a one-parameter ``CONFIG GET`` reply (a dict; on Cluster, one per node)."""
+    while isinstance(reply, dict):
+        if not reply:
+            return None
+        reply = next(iter(reply.values()))
+    return None if reply is None else text(reply, source="CONFIG GET")
+
+
 class RedisConnection:
     """A Redis client, a key prefix and the store's scripts; Redis errors become ``StoreError``."""
 
@@ -62,7 +95,12 @@ class RedisConnection:
         lease_ttl: float = 20.0,
         ttl: timedelta | float | None = None,
         wake_poll: float = 2.0,
+        eviction: str = "refuse",
     ) -> None:
+        self.eviction = eviction_mode(eviction)
+        #: set once the server's policy and limits were read (``check_server``)
+        self._server_checked = False
+        self.max_value_bytes = MAX_VALUE_BYTES
         if not isinstance(prefix, str) or not prefix or _FORBIDDEN_IN_PREFIX & set(prefix):
             raise ValueError(
                 f"prefix must be a non-empty string without braces, glob characters or "
@@ -85,6 +123,19 @@ class RedisConnection:
             f"redis://{kwargs.get('host', '?')}:{kwargs.get('port', '?')}/{kwargs.get('db', 0)} "
             f"prefix {prefix!r}"
         )
+        timeout = kwargs.get("socket_timeout")
+        if isinstance(timeout, (int, float)) and 0 < timeout <= self.wake_poll:
+            # a BLPOP of wake_poll seconds would outlast the socket: every waiting turn
+            # would fail with a timeout. Wait in shorter BLPOPs instead.
+            log.info(
+                "%s: wake_poll lowered from %.3g s to %.3g s, under the client's "
+                "socket_timeout of %.3g s",
+                self.where,
+                self.wake_poll,
+                timeout / 2,
+                timeout,
+            )
+            self.wake_poll = timeout / 2
         self._closed = False
         self._lock = threading.Lock()
         self._scripts = {
@@ -121,19 +172,78 @@ class RedisConnection:
         """The client, with Redis errors raised as ``StoreError`` naming the server and ``what``."""
         if self._closed:
             raise StoreClosedError(f"{self.where}: the Redis store was closed")
+        if not self._server_checked:
+            self.check_server()
         try:
             yield self.client
         except redis.RedisError as exc:
             raise StoreError(f"{self.where}: {what}: {type(exc).__name__}: {exc}") from exc
 
+    def check_server(self, *, refuse: bool | None = None) -> str | None:
+        """Read the server's ``maxmemory-policy`` and ``proto-max-bulk-len`` (once, on first
+        use); the policy, or ``None`` where ``CONFIG`` is not allowed (managed servers).
+
+        A policy other than ``noeviction`` lets the server delete keys when memory runs
+        short: transcripts vanish, a session keeps its length but loses messages, a lease
+        disappears under its turn. ``StoreError`` then unless ``eviction="warn"`` (or
+        ``refuse=False``), which logs a warning once instead. A server that cannot be
+        reached is checked at the next call.
+        """
+        try:
+            policy = _config_value(self.client.config_get("maxmemory-policy"))
+            bulk = _config_value(self.client.config_get("proto-max-bulk-len"))
+        except (redis.ConnectionError, redis.TimeoutError):
+            return None  # the call itself says so; checked at the next one
+        except Exception as exc:  # CONFIG refused (managed servers, ACLs), or a Cluster reply
+            log.debug("%s: cannot read the server's config: %s", self.where, exc)
+            self._server_checked = True
+            return None
+        if bulk is not None and bulk.isdigit():
+            self.max_value_bytes = int(bulk)
+        if policy is not None and policy != "noeviction":
+            message = (
+                f"{self.where}: the server's maxmemory-policy is {policy!r}: under memory "
+                "pressure it deletes keys, and sessions, checkpoints and leases with them "
+                "(sessions lost or half-gone, two turns at once). Set it to noeviction "
+                "(CONFIG SET maxmemory-policy noeviction, and in redis.conf), or use a "
+                "Redis of its own for sessions"
+            )
+            if refuse if refuse is not None else self.eviction == "refuse":
+                raise StoreError(message + "; eviction='warn' opens it all the same")
+            if not self._server_checked:
+                log.warning("%s", message)
+        self._server_checked = True
+        return policy
+
+    def check_size(self, args: tuple[object, ...], what: str) -> None:
+        """``StoreError`` naming the limit if an argument is larger than the server takes in
+        one value (``proto-max-bulk-len``, 512 MB by default), before anything is sent."""
+        limit = self.max_value_bytes
+        for arg in args:
+            if isinstance(arg, str) and len(arg) * 4 > limit:  # UTF-8: at most 4 bytes a character
+                size = len(arg.encode("utf-8", "surrogatepass"))
+            elif isinstance(arg, bytes):
+                size = len(arg)
+            else:
+                continue
+            if size > limit:
+                raise StoreError(
+                    f"{self.where}: {what}: a value of {size:,} bytes is over the largest "
+                    f"Redis takes in one value ({limit:,} bytes: proto-max-bulk-len, 512 MB "
+                    "by default); nothing was written. Keep large content (files, images) "
+                    "out of the transcript"
+                )
+
     def run(self, name: str, id: str, *args: object, what: str) -> Any:
         """Run script ``name`` on session ``id``'s keys with ``args``."""
         with self.call(what):
+            self.check_size(args, what)
             return self._scripts[name](keys=self.session_keys(id), args=list(args))
 
     def run_on(self, name: str, keys: list[str], *args: object, what: str) -> Any:
         """Run script ``name`` on ``keys`` (all in one slot) with ``args``."""
         with self.call(what):
+            self.check_size(args, what)
             return self._scripts[name](keys=keys, args=list(args))
 
     def ttl_arg(self, id: str) -> str:

@@ -18,6 +18,7 @@ from datetime import timedelta
 from typing import Any
 
 from ..errors import ApprovalAlreadyResolvedError, ApprovalNotFoundError, StoreCorruptError
+from ._approval_records import check_new_approval
 from ._redis_base import NO_SESSION, RedisConnection, text
 from .base import (
     SESSION_ID_PATTERN,
@@ -169,8 +170,7 @@ class RedisApprovalStore(_Part, BaseApprovalStore):
 
     def create(self, record: Mapping[str, Any], *, fence: int | None = None) -> None:
         """Store a new record; ``ValueError`` if one with its ``id`` exists or it is malformed."""
-        approval_id = validate_approval_id(record.get("id"))
-        check_approval_record(record, source=f"approval {approval_id!r}")
+        approval_id = validate_approval_id(check_new_approval(record).get("id"))
         body = self.store.sealing.record_text(
             "approval", _sid(record.get("session_id")), record, what=f"approval {approval_id!r}"
         )

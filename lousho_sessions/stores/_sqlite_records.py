@@ -10,6 +10,7 @@ from datetime import timedelta
 from typing import Any
 
 from ..errors import ApprovalNotFoundError, StoreCorruptError
+from ._approval_records import check_new_approval
 from ._sqlite_db import SqliteDatabase
 from .base import (
     BaseApprovalStore,
@@ -127,8 +128,7 @@ class SqliteApprovalStore(Part, BaseApprovalStore):
 
     def create(self, record: Mapping[str, Any], *, fence: int | None = None) -> None:
         """Store a new record; ``ValueError`` if one with its ``id`` exists or it is malformed."""
-        approval_id = validate_approval_id(record.get("id"))
-        check_approval_record(record, source=f"approval {approval_id!r}")
+        approval_id = validate_approval_id(check_new_approval(record).get("id"))
         status = record.get("status")
         session_id = record.get("session_id")
         text = self.store.sealing.record_text(

@@ -13,6 +13,7 @@ import attrs
 from ..encryption import Encryption, EncryptionOption
 from ..errors import ApprovalNotFoundError, StoreConflictError
 from ..messages import Message
+from ._approval_records import check_decision, check_new_approval
 from ._history_requests import (
     Forked,
     ForkRequest,
@@ -30,7 +31,6 @@ from .base import (
     BaseSessionStore,
     PruneResult,
     SessionInfo,
-    check_approval_record,
     decode_json_object,
     encode_json_object,
     message_json,
@@ -259,8 +259,7 @@ class MemoryApprovalStore(BaseApprovalStore):
 
     def create(self, record: Mapping[str, Any], *, fence: int | None = None) -> None:
         """Store a new record; ``ValueError`` if one with its ``id`` exists or it is malformed."""
-        approval_id = validate_approval_id(record.get("id"))
-        check_approval_record(record, source=f"approval {approval_id!r}")
+        approval_id = validate_approval_id(check_new_approval(record).get("id"))
         text = encode_json_object(record, what=f"approval {approval_id!r}")
         session_id = record.get("session_id")
         with self._lock:
@@ -286,6 +285,7 @@ class MemoryApprovalStore(BaseApprovalStore):
         arguments: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
         validate_approval_id(id)
+        check_decision(approved, reason, source=repr(id))
         with self._lock:
             text = self._data.get(id)
             if text is None:

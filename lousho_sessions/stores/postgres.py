@@ -48,6 +48,7 @@ from ._postgres_schema import (
 from ._postgres_sessions import PostgresSessionStore
 from ._postgres_watch import Watchdog
 from ._sealing import Sealing
+from ._secrets import scrub, secrets_of
 from ._turn_requests import TakeTurn, start_body
 from ._waiting import call_signal, lease_wait_stopped, until_text
 from .base import (
@@ -255,6 +256,7 @@ class PostgresStore(PgCore):
         return {"connect_timeout": max(2, round(self.statement_timeout))}
 
     def _open_schema(self, run: bool) -> None:
+        failure: StoreError | None = None
         try:
             with self._connect() as conn:
                 if run:
@@ -262,7 +264,13 @@ class PostgresStore(PgCore):
                     return
                 version = stored_version(conn, self.schema)
         except psycopg.Error as exc:
-            raise StoreError(f"{self.where}: cannot open the schema: {exc}") from exc
+            # libpq copies a password it cannot decode (a raw "%") into its message
+            message = scrub(str(exc), secrets_of(self._conninfo))
+            failure = StoreError(f"{self.where}: cannot open the schema: {message}")
+            if message == str(exc):
+                raise failure from exc
+        if failure is not None:  # outside the except block: no __context__ with the password
+            raise failure
         if version != SCHEMA_VERSION:
             newer = version > SCHEMA_VERSION
             raise SchemaVersionError(

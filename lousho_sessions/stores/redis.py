@@ -39,7 +39,7 @@ from ..serde import messages_from_json
 from ._commit_check import log_landed
 from ._heartbeat import Heartbeat
 from ._history_requests import Forked, ForkRequest, RewindRequest, Rewound
-from ._redis_base import RedisConnection, text
+from ._redis_base import RedisConnection, eviction_mode, text
 from ._redis_history import redis_fork, redis_info, redis_rewind
 from ._redis_landed import redis_landed
 from ._redis_lease import RedisLease
@@ -79,9 +79,9 @@ class RedisStore(RedisConnection):
     that long; a live holder renews it every third of it. ``ttl`` (seconds or a
     ``timedelta``, default none) lets a finished session expire that long after its
     last write; see docs/stores.md "Redis". A waiting ``turn_lock`` blocks in
-    ``BLPOP`` for at most ``wake_poll`` seconds at a time, so a client's
-    ``socket_timeout``, if set, must be longer. After ``close()`` every call raises
-    ``StoreClosedError``.
+    ``BLPOP`` for at most ``wake_poll`` seconds at a time (lowered under a client's
+    ``socket_timeout``). ``eviction``: see ``RedisConnection.check_server``. After
+    ``close()`` every call raises ``StoreClosedError``.
     """
 
     def __init__(
@@ -93,9 +93,11 @@ class RedisStore(RedisConnection):
         ttl: timedelta | float | None = None,
         wake_poll: float = 2.0,
         encryption: EncryptionOption = None,
+        eviction: str = "refuse",
     ) -> None:
         super().__init__(client, prefix=prefix, lease_ttl=lease_ttl, ttl=ttl, wake_poll=wake_poll)
         self.sealing = Sealing(encryption)
+        self.eviction = eviction_mode(eviction)
         self._leases: weakref.WeakSet[RedisLease] = weakref.WeakSet()
         #: renews every lease this store holds (one thread, started on the first lease)
         self.heartbeat = Heartbeat(f"lousho-redis-heartbeat-{prefix}")

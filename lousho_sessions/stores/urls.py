@@ -22,17 +22,17 @@ so ``?encryption_key=...`` and the like are refused.
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Callable, Mapping
 from datetime import timedelta
 from typing import Any
-from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, unquote, urlsplit, urlunsplit
 
 import attrs
 
 from ..encryption import Encryption, EncryptionKeyError
 from ..errors import LoushoError, StoreError
 from ._rotation import BATCH, RotationResult
+from ._secrets import redacted_url, scrub, secrets_of
 from .base import AgentStore, PruneResult
 from .files import file_store
 from .memory import memory_store
@@ -92,12 +92,6 @@ class URLStore(AgentStore):
         return f"URLStore({self.url!r})"
 
 
-def redacted_url(url: str) -> str:
-    """``url`` with the password of its netloc (and a ``password=`` option) replaced by ``***``."""
-    url = re.sub(r"^([A-Za-z][A-Za-z0-9+.-]*://[^/?#@:]*):[^/?#@]*@", r"\1:***@", url)
-    return re.sub(r"(?i)([?&]password=)[^&#]*", r"\1***", url)
-
-
 def open_store(url: str) -> URLStore:
     """Open the store ``url`` names (see the module docstring); ``StoreURLError`` if it cannot.
 
@@ -115,7 +109,10 @@ def open_store(url: str) -> URLStore:
             f"unknown store URL {shown!r}: expected memory:, file:///dir, sqlite:///path.db, "
             "postgresql://..., or redis://..."
         )
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError as exc:  # "Invalid IPv6 URL": an unclosed "["
+        raise StoreURLError(f"malformed store URL {shown!r}: {exc}") from None
     options = dict(parse_qsl(parts.query, keep_blank_values=True))
     encryption = _encryption(shown, options)
     if scheme == "memory":
@@ -134,9 +131,26 @@ def open_store(url: str) -> URLStore:
             return _postgres(shown, parts, options, encryption)
         return _redis(shown, parts, options, encryption)
     except StoreError as exc:
-        if shown in str(exc):
+        # a driver may quote the password (libpq copies one it cannot decode): never show it
+        secrets = secrets_of(url)
+        message = scrub(str(exc), secrets)
+        leaked = _leaks(exc, secrets)
+        if shown in message and not leaked:
             raise
-        raise type(exc)(f"cannot open {shown!r}: {exc}") from exc
+        error = type(exc)(message if shown in message else f"cannot open {shown!r}: {message}")
+        if not leaked:
+            raise error from exc
+    raise error  # outside the except block: no __context__ holding the password either
+
+
+def _leaks(exc: BaseException, secrets: list[str]) -> bool:
+    """Whether ``exc`` or an error it was raised from quotes one of ``secrets``."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if scrub(str(seen), secrets) != str(seen):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 def _parts(store: Any) -> tuple[Any, Any, Any]:
@@ -151,7 +165,7 @@ def _opened(shown: str, kind: str, make: Callable[[], Any]) -> URLStore:
     except ValueError as exc:
         if isinstance(exc, LoushoError):
             raise
-        raise StoreURLError(f"{shown!r}: {redacted_url(str(exc))}") from exc
+        raise StoreURLError(f"{shown!r}: {redacted_url(str(exc))}") from None
     return URLStore(*_parts(store), kind=kind, url=shown, backend=store, close=store.close)
 
 
@@ -243,7 +257,13 @@ def _postgres(
     if "schema" in options:
         kwargs["schema"] = options.pop("schema")
     conninfo = urlunsplit(
-        ("postgresql", parts.netloc, parts.path, urlencode(options), parts.fragment)
+        (
+            "postgresql",
+            parts.netloc,
+            parts.path,
+            _driver_query(parts.query, options),
+            parts.fragment,
+        )
     )
     try:
         from .postgres import PostgresStore
@@ -259,13 +279,20 @@ def _redis(
     shown: str, parts: Any, options: dict[str, str], encryption: Encryption | None
 ) -> URLStore:
     kwargs: dict[str, Any] = {"encryption": encryption}
-    if "prefix" in options:
-        kwargs["prefix"] = options.pop("prefix")
+    for name in ("prefix", "eviction"):
+        if name in options:
+            kwargs[name] = options.pop(name)
     for name in ("lease_ttl", "ttl", "wake_poll"):
         if name in options:
             kwargs[name] = _number(shown, name, options.pop(name), float)
     client_url = urlunsplit(
-        (parts.scheme.lower(), parts.netloc, parts.path, urlencode(options), parts.fragment)
+        (
+            parts.scheme.lower(),
+            parts.netloc,
+            parts.path,
+            _driver_query(parts.query, options),
+            parts.fragment,
+        )
     )
     try:
         from .redis import RedisStore
@@ -274,6 +301,18 @@ def _redis(
             f"{shown!r} needs the redis client: pip install 'lousho-sessions[redis]' ({exc})"
         ) from exc
     return _opened(shown, "redis", lambda: RedisStore(client_url, **kwargs))
+
+
+def _driver_query(query: str, left: Mapping[str, str]) -> str:
+    """The options of ``query`` the store did not take (those still in ``left``), exactly as
+    written: decoding and encoding again would turn ``%20`` into ``+``, which libpq keeps as
+    a plus (``options=-c%20statement_timeout%3D5000`` must reach it intact)."""
+    kept = []
+    for piece in query.split("&"):
+        name = unquote(piece.partition("=")[0].replace("+", " "))
+        if piece and name in left:
+            kept.append(piece)
+    return "&".join(kept)
 
 
 def _number(shown: str, name: str, value: str, kind: type, *, base: int = 10) -> Any:
