@@ -478,7 +478,7 @@ class TestIgnoresLength(StoreContractTests):
 def test_the_three_broken_stores_of_the_issue_fail_the_kit(tmp_path: Path) -> None:
     """The docs' example store with one wrong fast-path override each fails the kit, run by
     pytest; the same store without the fault passes it."""
-    doc = Path(__file__).parent.parent / "docs" / "stores.md"
+    doc = Path(__file__).parent.parent / "docs" / "writing-a-store.md"
     blocks = re.findall(r"```python\n(.*?)```", doc.read_text(encoding="utf-8"), flags=re.S)
     (store,) = [b for b in blocks if "class JsonDictSessionStore(BaseSessionStore)" in b]
     store = store.split("\nstore = JsonDictSessionStore()")[0]
@@ -511,9 +511,9 @@ def test_the_three_broken_stores_of_the_issue_fail_the_kit(tmp_path: Path) -> No
 
 
 def test_the_docs_contract_table_lists_every_method() -> None:
-    """docs/stores.md's table of the contract has a row for every method of the three bases,
+    """docs/writing-a-store.md's table of the contract has a row for every method of the three bases,
     saying whether it is required (abstract) and its default."""
-    doc = (Path(__file__).parent.parent / "docs" / "stores.md").read_text(encoding="utf-8")
+    doc = (Path(__file__).parent.parent / "docs" / "writing-a-store.md").read_text(encoding="utf-8")
     rows = {
         found[1]: found[2]
         for found in re.finditer(r"^\| `([\w.]+)\(.*?\)` \| (yes|no) \|", doc, flags=re.M)
@@ -521,6 +521,6 @@ def test_the_docs_contract_table_lists_every_method() -> None:
     for base in CONTRACT.values():
         for method in contract_methods(base):
             key = method if base.__name__ == "BaseSessionStore" else f"{base.__name__}.{method}"
-            assert key in rows, f"docs/stores.md: no row for {key}"
+            assert key in rows, f"docs/writing-a-store.md: no row for {key}"
             required = method in getattr(base, "__abstractmethods__", ())
             assert rows[key] == ("yes" if required else "no"), key

@@ -220,8 +220,8 @@ def test_our_parts_subclass_the_bases_and_check_fences(store: Kit) -> None:
 
 
 def test_the_docs_example_store_passes_the_kit(tmp_path: Path) -> None:
-    """docs/stores.md's custom store and its five-line kit usage, run by pytest as a user would."""
-    doc = Path(__file__).parent.parent / "docs" / "stores.md"
+    """docs/writing-a-store.md's custom store and its five-line kit usage, run by pytest as a user would."""
+    doc = Path(__file__).parent.parent / "docs" / "writing-a-store.md"
     blocks = re.findall(r"```python\n(.*?)```", doc.read_text(encoding="utf-8"), flags=re.S)
     (store,) = [b for b in blocks if "class JsonDictSessionStore(BaseSessionStore)" in b]
     (kit,) = [b for b in blocks if "class TestJsonDictStore(StoreContractTests)" in b]
