@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml setup.cfg
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev,examples,celery,otel,postgres,redis]'
+	$(BIN)/pip install -q -e '.[dev,examples,celery,encryption,otel,postgres,redis]'
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -9,10 +9,13 @@ from .abort import AbortController, AbortSignal
 from .agent import Agent, AgentExecutor, create_agent
 from .approvals import ApprovalRequest, Approvals
 from .compaction import Compaction
+from .encryption import Encryption
 from .errors import (
     ApprovalAlreadyResolvedError,
+    ApprovalDecisionError,
     ApprovalNotFoundError,
     CommitUnknownError,
+    DecryptionError,
     InvalidSessionIdError,
     LeaseLostError,
     LoushoError,
@@ -85,6 +88,7 @@ __all__ = [
     "AgentStore",
     "AnthropicProvider",
     "ApprovalAlreadyResolvedError",
+    "ApprovalDecisionError",
     "ApprovalNotFoundError",
     "ApprovalRequest",
     "ApprovalStore",
@@ -97,7 +101,9 @@ __all__ = [
     "CommitUnknownError",
     "Compaction",
     "CompactionResult",
+    "DecryptionError",
     "DemoProvider",
+    "Encryption",
     "Event",
     "ExecutionResult",
     "FileApprovalStore",

@@ -23,6 +23,7 @@ from typing import Any
 
 import attrs
 
+from ._edits import decision_of, edited, show_edits
 from ._effects import RERUN_NOTE, ledger, rerun_approval_id
 from ._inbox import Inbox, take_queued
 from ._limits import limit_reached, tool_calls_left
@@ -31,12 +32,7 @@ from ._turn_config import ToolOutcome, TurnConfig
 from ._turn_state import CHECKPOINT_VERSION, TurnState
 from .abort import AbortController, AbortedError
 from .approvals import ApprovalRequest, approval_id_for, new_record
-from .errors import (
-    LoushoError,
-    PropagatingToolError,
-    ProviderError,
-    ToolArgumentsError,
-)
+from .errors import LoushoError, PropagatingToolError, ProviderError, ToolArgumentsError
 from .events import (
     ApprovalRequested,
     Event,
@@ -292,7 +288,7 @@ class Turn:
             elif isinstance(decision, str):  # "pending"
                 pause = pause or call
             elif decision["approved"]:
-                runnable.append(call)
+                runnable.append(edited(call, decision))  # with an approver's arguments
             else:
                 reason = decision.get("reason")
                 text = "The user denied this tool call" + (f": {reason}" if reason else ".")
@@ -305,6 +301,7 @@ class Turn:
                 self.record(
                     call, "Not run: limit reached (max_tool_calls).", True, checkpoint=False
                 )
+        assistant = show_edits(state, config, assistant, runnable)  # the calls as they run
         runnable, parked = ledger(self, runnable)
         if runnable:
             self._run(runnable)
@@ -335,7 +332,7 @@ class Turn:
         approval_id = approval_id_for(state.run_id, call.id)
         record = config.approvals.get(approval_id)
         if record is not None and record.get("status") in ("approved", "denied"):
-            decision = {"approved": record["status"] == "approved", "reason": record.get("reason")}
+            decision = decision_of(record)
         elif config.approve is not None:
             request = ApprovalRequest(
                 approval_id, state.session_id, state.turn_id, state.run_id, call

@@ -10,7 +10,9 @@ hold reasoning parts (``"type": "reasoning"``) and tool calls their place among 
 added without a new version (a release that does not know a field keeps it in
 ``extra`` and writes it back; one that does reads a checkpoint without it as before):
 ``trace`` — the W3C trace context of the run that started the turn and its attempt
-count (``_telemetry``), written only when the agent traces.
+count (``_telemetry``), written only when the agent traces. Inside ``decisions``, a
+decision's ``arguments``: an approver's edited arguments (``_edits``); the edited call
+is also in ``new`` (saved before it runs), which a release that does not know them reads.
 """
 
 from __future__ import annotations

@@ -107,7 +107,11 @@ class Agent:
         self.runtime = Runtime()
         self.runner = TurnRunner(self.config, self.runtime)
         self.approvals = Approvals(
-            self.config.approvals, self._resume_turn, self._resume_stream, self.config.output_for
+            self.config.approvals,
+            self._resume_turn,
+            self._resume_stream,
+            self.config.output_for,
+            tools=self.config.tools,
         )
         self._singles = SingleTurns(self.runner)
         self._sessions: weakref.WeakValueDictionary[str, Session] = weakref.WeakValueDictionary()

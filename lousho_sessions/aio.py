@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from concurrent.futures import Future
 from types import TracebackType
 from typing import Any, Generic, ParamSpec, TypeVar, overload
@@ -336,6 +336,7 @@ class AsyncApprovals:
         *,
         approved: bool,
         reason: str | None = None,
+        arguments: Mapping[str, Any] | None = None,
         context: Any = None,
         output_type: Any = None,
     ) -> ExecutionResult | None:
@@ -343,7 +344,8 @@ class AsyncApprovals:
 
         Cancelling the awaiting task aborts the continued turn (the decision stays recorded).
         """
-        return await _drive(self.sync._resolve_steps(id, approved, reason, context, output_type))
+        steps = self.sync._resolve_steps(id, approved, reason, context, output_type, arguments)
+        return await _drive(steps)
 
     async def resolve_stream(
         self,
@@ -351,6 +353,7 @@ class AsyncApprovals:
         *,
         approved: bool,
         reason: str | None = None,
+        arguments: Mapping[str, Any] | None = None,
         context: Any = None,
         output_type: Any = None,
     ) -> AsyncAgentRun:
@@ -359,9 +362,7 @@ class AsyncApprovals:
         ``ApprovalAlreadyResolvedError`` is raised by the ``await``, before any run exists.
         """
         self.sync._check_output(output_type)
-        record = await asyncio.to_thread(
-            self.sync._store.resolve, id, approved=approved, reason=reason
-        )
+        record = await asyncio.to_thread(self.sync._decide, id, approved, reason, arguments)
         return AsyncAgentRun(self.sync._continue_stream(record, context, output_type))
 
     async def get(self, id: str) -> ApprovalRequest:

@@ -19,14 +19,22 @@ import attrs
 from . import _worker
 from ._calls import Stoppable
 from .abort import AbortController
-from .errors import ApprovalNotFoundError, StoreCorruptError
+from .errors import (
+    ApprovalDecisionError,
+    ApprovalNotFoundError,
+    StoreCorruptError,
+    ToolArgumentsError,
+)
 from .events import RunDone
+from .inputs import check_json
 from .messages import ToolCall, thaw
 from .results import ExecutionResult
 from .run import AgentRun
+from .stores.adapters import adapt_approvals, takes_arguments
 from .stores.base import ApprovalStore
+from .tools import Tool
 
-__all__ = ["ApprovalRequest", "Approvals", "TurnKey", "approval_id_for", "new_record"]
+__all__ = ["ApprovalRequest", "Approvals", "TurnKey", "approval_id_for", "decide", "new_record"]
 
 
 @attrs.frozen
@@ -91,6 +99,9 @@ class ApprovalRequest:
     resolved_at: str | None = None
     #: why it is asked, when not for the tool's ``needs_approval``: "this call may have run; …"
     note: str | None = None
+    #: the arguments an approver replaced the model's with (the tool runs with these;
+    #: ``call.arguments`` stays what the model sent); ``None`` when not edited
+    arguments: Mapping[str, Any] | None = None
 
     @property
     def tool(self) -> str:
@@ -123,6 +134,7 @@ class ApprovalRequest:
             created_at=record.get("created_at"),
             resolved_at=record.get("resolved_at"),
             note=record.get("note"),
+            arguments=record.get("arguments"),
         )
 
 
@@ -156,6 +168,72 @@ def new_record(
     return record
 
 
+def decide(
+    store: ApprovalStore,
+    tools: Mapping[str, Tool],
+    id: str,
+    *,
+    approved: bool,
+    reason: str | None = None,
+    arguments: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Record the decision on approval ``id`` (the store's compare-and-set); the record.
+
+    ``arguments`` (only with ``approved=True``) replace the call's: they are checked as a
+    model's are, against the schema of the call's tool in ``tools``, and recorded in the
+    same compare-and-set as the decision. Whatever is wrong with them raises before
+    anything is stored: ``ToolArgumentsError`` naming the argument that does not fit,
+    ``ApprovalDecisionError`` for a denial with arguments, an unknown tool, or an
+    approval to run again a call that may have run.
+    """
+    if arguments is None:
+        return store.resolve(id, approved=approved, reason=reason)
+    if not approved:
+        raise ApprovalDecisionError(
+            f"approval {id!r}: arguments= replaces a call's arguments only when approving "
+            "(approved=True); a denied call does not run"
+        )
+    contract = adapt_approvals(store)
+    if not takes_arguments(contract):
+        raise ApprovalDecisionError(
+            f"approval {id!r}: the approval store {type(store).__name__} cannot keep edited "
+            "arguments (its resolve() takes no arguments=)"
+        )
+    record = contract.get(id)
+    if record is None:
+        raise ApprovalNotFoundError(f"no approval with id {id!r}")
+    if record.get("status") == "pending":  # else resolve() below says it was decided
+        arguments = _checked_arguments(ApprovalRequest.from_record(record), tools, arguments)
+    return contract.resolve(id, approved=True, reason=reason, arguments=arguments)
+
+
+def _checked_arguments(
+    request: ApprovalRequest, tools: Mapping[str, Tool], arguments: Mapping[str, Any]
+) -> dict[str, Any]:
+    """``arguments`` as plain JSON if they fit the tool of ``request``, else the error."""
+    where = f"approval {request.id!r}"
+    if request.note is not None:
+        raise ApprovalDecisionError(
+            f"{where} asks whether to run again a call that may have run ({request.note}): "
+            "its arguments cannot be changed"
+        )
+    tool = tools.get(request.tool)
+    if tool is None:
+        known = ", ".join(sorted(tools)) or "none"
+        raise ApprovalDecisionError(
+            f"{where}: this agent has no tool {request.tool!r} to check the edited arguments "
+            f"against (tools: {known})"
+        )
+    try:
+        tool.check_arguments(arguments)  # the strict check a model's arguments get
+        check_json(arguments, f"edited arguments of {where}")  # NaN, depth, key types
+    except ToolArgumentsError as exc:
+        raise ToolArgumentsError(f"{where}: {exc}") from exc
+    except (TypeError, ValueError) as exc:
+        raise ToolArgumentsError(str(exc)) from exc
+    return dict(thaw(arguments))
+
+
 #: Continues the turn an approval was resolved for, given the caller's ``context`` and
 #: ``output_type``: its Future (the result, None if none was pending) and what stops it.
 Resume = Callable[[TurnKey, Any, Any], Stoppable]
@@ -172,8 +250,10 @@ class Approvals:
         resume: Resume,
         resume_stream: ResumeStream,
         check_output: Callable[[Any], object] = lambda output_type: None,
+        tools: Mapping[str, Tool] | None = None,
     ) -> None:
         self._store = store
+        self._tools: Mapping[str, Tool] = tools if tools is not None else {}
         self._resume = resume
         self._resume_stream = resume_stream
         self._check_output = check_output  # refuses a bad output_type before deciding
@@ -196,6 +276,7 @@ class Approvals:
         *,
         approved: bool,
         reason: str | None = None,
+        arguments: Mapping[str, Any] | None = None,
         context: Any = None,
         output_type: Any = None,
     ) -> ExecutionResult | None:
@@ -207,17 +288,36 @@ class Approvals:
         the same. ``context`` is what the turn's tools see as ``ToolContext.context``;
         ``output_type`` what its answer is parsed into (else the agent's; docs/output.md).
 
+        ``arguments`` (approving only) replace the call's: checked against the tool's
+        schema as a model's are (``ToolArgumentsError`` before anything is recorded), the
+        tool runs with them and the transcript shows the call with them (the model's
+        are kept in the call's ``extra["original_arguments"]``).
+
         Exactly one ``resolve()`` of an approval wins, across processes; the others
         raise ``ApprovalAlreadyResolvedError``. Ctrl-C while the turn goes on aborts it
         (the decision stays recorded) and raises ``KeyboardInterrupt``.
         """
-        return _worker.drive(self._resolve_steps(id, approved, reason, context, output_type))
+        steps = self._resolve_steps(id, approved, reason, context, output_type, arguments)
+        return _worker.drive(steps)
+
+    def _decide(
+        self, id: str, approved: bool, reason: str | None, arguments: Mapping[str, Any] | None
+    ) -> dict[str, Any]:
+        return decide(
+            self._store, self._tools, id, approved=approved, reason=reason, arguments=arguments
+        )
 
     def _resolve_steps(
-        self, id: str, approved: bool, reason: str | None, context: Any, output_type: Any = None
+        self,
+        id: str,
+        approved: bool,
+        reason: str | None,
+        context: Any,
+        output_type: Any = None,
+        arguments: Mapping[str, Any] | None = None,
     ) -> _worker.Steps[ExecutionResult | None]:
         self._check_output(output_type)
-        record = yield lambda: self._store.resolve(id, approved=approved, reason=reason)
+        record = yield lambda: self._decide(id, approved, reason, arguments)
         turn = TurnKey.of_record(record)
         if turn is None:
             return None
@@ -230,6 +330,7 @@ class Approvals:
         *,
         approved: bool,
         reason: str | None = None,
+        arguments: Mapping[str, Any] | None = None,
         context: Any = None,
         output_type: Any = None,
     ) -> AgentRun:
@@ -241,9 +342,10 @@ class Approvals:
         ``run.done``, paused again (``approval.requested``) if the model asks for another
         approval. With no paused turn left to continue it yields only ``run.done`` with
         ``result`` None. Leaving the stream early aborts the turn, as for any stream.
+        ``arguments`` as for ``resolve()``.
         """
         self._check_output(output_type)
-        record = self._store.resolve(id, approved=approved, reason=reason)
+        record = self._decide(id, approved, reason, arguments)
         return self._continue_stream(record, context, output_type)
 
     def _continue_stream(

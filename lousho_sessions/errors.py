@@ -20,7 +20,8 @@
     ├── ProviderError                     .status .retryable .request_id .retry_after
     │   └── ProviderConfigError (ValueError)
     ├── ApprovalNotFoundError (LookupError)
-    └── ApprovalAlreadyResolvedError
+    ├── ApprovalAlreadyResolvedError
+    └── ApprovalDecisionError (ValueError)  a decision that cannot be made as asked
 
 Foreign errors are wrapped where they cross into the SDK, with ``raise … from exc``.
 """
@@ -32,8 +33,10 @@ from typing import Any
 __all__ = [
     "ApprovalAlreadyResolvedError",
     "ApprovalCancelledError",
+    "ApprovalDecisionError",
     "ApprovalNotFoundError",
     "CommitUnknownError",
+    "DecryptionError",
     "InvalidSessionIdError",
     "LeaseLostError",
     "LoushoError",
@@ -105,6 +108,14 @@ class StoreCorruptError(StoreError, ValueError):
     """Stored data cannot be read (not JSON, not SQLite, truncated); it is left as it is."""
 
     code = "LOUSHO_STORE_CORRUPT"
+
+
+class DecryptionError(StoreError):
+    """A sealed record could not be opened: no key with its key id, a wrong key, or a
+    record altered or moved from another session. Names the session and the key id;
+    nothing is returned in its place."""
+
+    code = "LOUSHO_DECRYPTION"
 
 
 class StoreConflictError(StoreError):
@@ -239,6 +250,14 @@ class ApprovalCancelledError(ApprovalAlreadyResolvedError):
     its pending turn discarded): its status is ``"cancelled"`` and it can no longer be resolved."""
 
     code = "LOUSHO_APPROVAL_CANCELLED"
+
+
+class ApprovalDecisionError(LoushoError, ValueError):
+    """A decision that cannot be made as asked (nothing was recorded): ``arguments`` with a
+    denial, edited arguments for a call this agent has no tool for, or for an approval to
+    run again a call that may have run."""
+
+    code = "LOUSHO_APPROVAL_DECISION"
 
 
 class OutputValidationError(LoushoError, ValueError):

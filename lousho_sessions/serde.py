@@ -25,7 +25,7 @@ import cattrs
 from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn
 
 from ._message_codec import LoadCache, message_dict, message_from_canonical
-from .errors import StoreCorruptError
+from .errors import DecryptionError, StoreCorruptError
 from .messages import (
     FrozenMapping,
     ImagePart,
@@ -289,6 +289,11 @@ def message_from_dict(data: Mapping[str, Any]) -> Message:
     fast = message_from_canonical(data)  # the shape this release writes, read directly
     if fast is not None:
         return fast
+    if isinstance(data, Mapping) and "lousho.sealed" in data:  # never read as an empty message
+        raise DecryptionError(
+            f"message {data.get('id')!r} is sealed (encryption at rest): read it through the "
+            "store that wrote it, with its encryption keys"
+        )
     try:
         return converter.structure(data, Message)
     except Exception as exc:  # cattrs raises several types; callers want one

@@ -44,6 +44,10 @@ class Kit:
     close: Callable[[], None]
 
 
+#: the keys of the "sqlite-encrypted" kind (its processes must agree on them)
+ENCRYPTION_KEYS = {"crash-key": bytes(range(100, 132))}
+
+
 def open_kit(kind: str, location: Path) -> Kit:
     """A new store of ``kind`` keeping its files (if any) under the directory ``location``."""
     if kind == "memory":
@@ -65,6 +69,9 @@ def open_kit(kind: str, location: Path) -> Kit:
         )
     if kind in ("sqlite", "sqlite-memory"):
         db = SqliteStore(":memory:" if kind == "sqlite-memory" else location / "store.db")
+        return Kit(kind, db.sessions, db.checkpoints, db.approvals, db.close)
+    if kind == "sqlite-encrypted":  # not in KINDS: tests/test_encryption.py runs it
+        db = SqliteStore(location / "store.db", encryption=ENCRYPTION_KEYS)
         return Kit(kind, db.sessions, db.checkpoints, db.approvals, db.close)
     if kind == "redis":  # not in KINDS: tests/test_redis.py runs it, with its own cleanup
         from services_redis import prefix_for, redis_url

@@ -113,6 +113,10 @@ def _keep_checkpoints(_: Any, args: dict[str, Any]) -> None:
     args["delete"] = ()
 
 
+def _drop_arguments(_: Any, args: dict[str, Any]) -> None:
+    args["arguments"] = None
+
+
 def _ignore_length(self: Any, args: dict[str, Any]) -> None:
     args["expected_length"] = len(self.load(args["id"]) or [])
 
@@ -174,6 +178,9 @@ def _mutants() -> list[Mutant]:
         Mutant(
             "checkpoints not deleted", "checkpoints", "save_and_delete", _rewrite(_keep_checkpoints)
         )
+    )
+    found.append(
+        Mutant("edited arguments dropped", "approvals", "resolve", _rewrite(_drop_arguments))
     )
     found += [
         Mutant(fault, "sessions", method, make, hint)

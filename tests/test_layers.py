@@ -27,6 +27,7 @@ ENGINE = {
     "_transcript",
     "_checkpoints",
     "_effects",
+    "_edits",
     "_limits",
     "_tool_calls",
     "_inbox",

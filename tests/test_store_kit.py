@@ -59,6 +59,28 @@ class TestSqliteMemoryStore(StoreContractTests):
         return SqliteStore(":memory:")
 
 
+#: the keys of the encrypted variants: an old key that still opens, a current one that seals
+KIT_KEYS = {"old": bytes(range(32)), "new": bytes(range(32, 64))}
+
+
+class TestEncryptedSqliteStore(StoreContractTests):
+    """The kit over a sealing store: every contract holds with the records sealed."""
+
+    def make_store(self, tmp_path: Path) -> Any:
+        return SqliteStore(tmp_path / "store.db", encryption=KIT_KEYS)
+
+    def reopen_store(self, tmp_path: Path) -> Any:
+        return SqliteStore(tmp_path / "store.db", encryption=KIT_KEYS)
+
+
+class TestEncryptedFileStore(StoreContractTests):
+    def make_store(self, tmp_path: Path) -> Any:
+        return file_store(tmp_path / "store", encryption=KIT_KEYS)
+
+    def reopen_store(self, tmp_path: Path) -> Any:
+        return file_store(tmp_path / "store", encryption=KIT_KEYS)
+
+
 class TestPostgresStore(StoreContractTests):
     """The kit on the real server, one schema per test (named after ``tmp_path``, dropped after)."""
 
@@ -75,6 +97,14 @@ class TestPostgresStore(StoreContractTests):
         return postgres(tmp_path)
 
 
+class TestEncryptedPostgresStore(TestPostgresStore):
+    def make_store(self, tmp_path: Path) -> Any:
+        return postgres(tmp_path, encryption=KIT_KEYS)
+
+    def reopen_store(self, tmp_path: Path) -> Any:
+        return postgres(tmp_path, encryption=KIT_KEYS)
+
+
 class DroppingPostgresStore(PostgresStore):
     """A store whose ``close()`` drops its schema: the state machines make one per run."""
 
@@ -83,10 +113,10 @@ class DroppingPostgresStore(PostgresStore):
         drop_schema(self.schema)
 
 
-def postgres(path: Path) -> Any:
+def postgres(path: Path, **options: Any) -> Any:
     # a short lease: the kit's killed-holder test waits for it to run out
     return PostgresStore(
-        postgres_url(), schema=schema_for(path), min_size=1, max_size=4, lease_ttl=2.0
+        postgres_url(), schema=schema_for(path), min_size=1, max_size=4, lease_ttl=2.0, **options
     )
 
 
@@ -110,6 +140,13 @@ class TestRedisStore(StoreContractTests):
 
     def reopen_store(self, tmp_path: Path) -> Any:
         return self.make_store(tmp_path)
+
+
+class TestEncryptedRedisStore(TestRedisStore):
+    def make_store(self, tmp_path: Path) -> Any:
+        return RedisStore(
+            redis_url(), prefix=prefix_for(tmp_path), lease_ttl=REDIS_LEASE_TTL, encryption=KIT_KEYS
+        )
 
 
 class DroppingRedisStore(RedisStore):
@@ -137,6 +174,10 @@ def sqlite(path: Path) -> Any:
     return SqliteStore(path / "store.db")
 
 
+def sqlite_encrypted(path: Path) -> Any:
+    return SqliteStore(path / "store.db", encryption=KIT_KEYS)
+
+
 def sqlite_memory(path: Path) -> Any:
     return SqliteStore(":memory:")
 
@@ -150,6 +191,9 @@ TestFileApprovals = approval_store_machine(files).TestCase
 TestSqliteSessions = session_store_machine(sqlite).TestCase
 TestSqliteCheckpoints = checkpoint_store_machine(sqlite).TestCase
 TestSqliteApprovals = approval_store_machine(sqlite).TestCase
+TestEncryptedSqliteSessions = session_store_machine(sqlite_encrypted).TestCase
+TestEncryptedSqliteCheckpoints = checkpoint_store_machine(sqlite_encrypted).TestCase
+TestEncryptedSqliteApprovals = approval_store_machine(sqlite_encrypted).TestCase
 TestSqliteMemorySessions = session_store_machine(sqlite_memory).TestCase
 TestSqliteMemoryCheckpoints = checkpoint_store_machine(sqlite_memory).TestCase
 TestSqliteMemoryApprovals = approval_store_machine(sqlite_memory).TestCase

@@ -13,7 +13,7 @@ import argparse
 from collections.abc import Sequence
 
 from ..errors import LoushoError
-from . import _doctor, _maintenance, _sessions, _turns
+from . import _doctor, _keys, _maintenance, _sessions, _turns
 from ._context import Context
 from ._output import EXIT_STORE, EXIT_USAGE, CommandError, say
 
@@ -56,6 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     _turns.register(commands, common, agent)
     _maintenance.register(commands, common, agent)
     _doctor.register(commands, common)
+    _keys.register(commands, common)
     return parser
 
 

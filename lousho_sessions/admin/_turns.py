@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import argparse
+import json
 from typing import Any
 
 from .. import recovery
+from ..approvals import decide
 from ..errors import (
     ApprovalAlreadyResolvedError,
+    ApprovalDecisionError,
     ApprovalNotFoundError,
     LoushoError,
     SessionAwaitingApprovalError,
+    ToolArgumentsError,
 )
 from ..recovery import SweptTurn, stale_turns
 from ..results import ExecutionResult
@@ -117,6 +121,12 @@ def register(
     decision.add_argument("--approve", action="store_true", help="let the tool call run")
     decision.add_argument("--deny", action="store_true", help="refuse it (the model is told)")
     p.add_argument("--reason", help="why (kept in the record)")
+    p.add_argument(
+        "--arguments",
+        metavar="JSON",
+        help="with --approve and --agent: a JSON object replacing the call's arguments, "
+        "checked against the tool's schema of --agent's tool; the tool runs with them",
+    )
     p.set_defaults(run=resolve_approval)
 
 
@@ -303,17 +313,51 @@ def list_approvals(ctx: Context) -> int:
     return EXIT_OK
 
 
+def _edited_arguments(ctx: Context) -> dict[str, Any] | None:
+    """The ``--arguments`` JSON object (None without it); a usage error naming what is wrong."""
+    args = ctx.args
+    if args.arguments is None:
+        return None
+    if not args.approve:
+        raise CommandError(
+            "--arguments replaces the arguments of an approved call: give --approve", EXIT_USAGE
+        )
+    if not args.agent:
+        raise CommandError(
+            "--arguments needs --agent: the arguments are checked against the schema of "
+            "your agent's tool before anything is recorded",
+            EXIT_USAGE,
+        )
+    try:
+        value = json.loads(args.arguments)
+    except ValueError as exc:
+        raise CommandError(f"--arguments is not valid JSON: {exc}", EXIT_USAGE) from None
+    if not isinstance(value, dict):
+        raise CommandError(
+            f"--arguments must be a JSON object, not {type(value).__name__}", EXIT_USAGE
+        )
+    return value
+
+
 def resolve_approval(ctx: Context) -> int:
     args = ctx.args
+    arguments = _edited_arguments(ctx)
     agent = ctx.agent(required=True) if args.agent else None
     try:
-        record = ctx.parts.approvals.resolve(
-            args.id, approved=bool(args.approve), reason=args.reason
+        record = decide(
+            ctx.parts.approvals,
+            agent.tools if agent is not None else {},
+            args.id,
+            approved=bool(args.approve),
+            reason=args.reason,
+            arguments=arguments,
         )
     except ApprovalNotFoundError:
         raise CommandError(f"no approval {args.id!r} in {ctx.store.url}") from None
     except ApprovalAlreadyResolvedError as exc:
         raise CommandError(str(exc)) from None
+    except (ToolArgumentsError, ApprovalDecisionError) as exc:  # nothing was recorded
+        raise CommandError(f"{type(exc).__name__}: {exc}", EXIT_USAGE) from None
     resumed = None
     session_id = record.get("session_id")
     if agent is not None and isinstance(session_id, str):
@@ -327,6 +371,8 @@ def resolve_approval(ctx: Context) -> int:
         finally:
             session.close()
     body = {"id": args.id, "status": record.get("status"), "resumed": resumed}
+    if arguments is not None:
+        body["arguments"] = record.get("arguments")
     if ctx.out.as_json:
         ctx.out.json(body)
     else:

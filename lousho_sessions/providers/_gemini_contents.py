@@ -20,14 +20,26 @@ the model validates signatures (Gemini 3 and later).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
+
+import attrs
 
 from ..messages import ImagePart, Message, ReasoningPart, TextPart, ToolCall
 from ._reasoning import replay_blocks
 from ._wire import image_base64, image_media_type, plain_json
 
-__all__ = ["FAMILY", "SIGNATURE_KEY", "SKIP_SIGNATURE", "contents"]
+__all__ = [
+    "FAMILY",
+    "SIGNATURE_KEY",
+    "SKIP_SIGNATURE",
+    "Names",
+    "call_names",
+    "contents",
+    "current_turn",
+    "sign_foreign_calls",
+    "turns",
+]
 
 #: The family of the reasoning parts Gemini makes and gets back.
 FAMILY = "gemini"
@@ -55,9 +67,47 @@ def contents(messages: Iterable[Message], *, placeholder: bool) -> list[dict[str
     ``placeholder``: give unsigned calls of the current turn the documented placeholder.
     """
     messages = list(messages)
-    names = {call.id: call.name for m in messages if m.role == "assistant" for call in m.tool_calls}
+    out, _ = turns(messages, call_names(messages))
+    if placeholder:
+        sign_foreign_calls(out)
+    return out
+
+
+def call_names(messages: Iterable[Message]) -> dict[str, str]:
+    """The name of each call, by id (a tool result names the function it answers)."""
+    return {call.id: call.name for m in messages if m.role == "assistant" for call in m.tool_calls}
+
+
+@attrs.frozen
+class Names:
+    """What a memo of Gemini turns keeps beyond them (see ``_body_memo``): the system
+    texts of its messages (by message index), the name of each call by id, and the call
+    ids its tool results answer (their function names were looked up by those ids)."""
+
+    system: list[tuple[int, str]]
+    names: dict[str, str]
+    answered: frozenset[str | None]
+
+    def names_with(self, new: Iterable[Message]) -> dict[str, str] | None:
+        """The call names with the calls of ``new`` messages; ``None`` when one of them
+        changes the name of a call a result sent before answers."""
+        names = dict(self.names)
+        for message in new:
+            if message.role == "assistant":
+                for call in message.tool_calls:
+                    if call.id in self.answered and names.get(call.id) != call.name:
+                        return None
+                    names[call.id] = call.name
+        return names
+
+
+def turns(
+    messages: Sequence[Message], names: Mapping[str, str]
+) -> tuple[list[dict[str, Any]], list[int]]:
+    """The turns of ``messages`` (no placeholders) and the index of each turn's first message."""
     out: list[dict[str, Any]] = []
-    for message in messages:
+    firsts: list[int] = []
+    for index, message in enumerate(messages):
         if message.role == "system":
             continue  # joins the system instruction
         if message.role == "assistant":
@@ -72,9 +122,23 @@ def contents(messages: Iterable[Message], *, placeholder: bool) -> list[dict[str
             out[-1]["parts"].extend(parts)
         else:
             out.append({"role": role, "parts": parts})
-    if placeholder:
-        _sign_foreign_calls(out)
-    return out
+            firsts.append(index)
+    return out, firsts
+
+
+def current_turn(messages: Sequence[Message]) -> int:
+    """The first message whose turn may get the placeholder: the last one with user
+    content (text or images) when a model message after it has calls none of which is
+    signed, else ``len(messages)`` (no placeholder needed)."""
+    unsigned = False
+    for index in range(len(messages) - 1, -1, -1):
+        message = messages[index]
+        if message.role not in ("system", "assistant", "tool") and _user_parts(message.content):
+            return index if unsigned else len(messages)
+        if message.role == "assistant" and message.tool_calls:
+            signatures = (call.extra.get(SIGNATURE_KEY) for call in message.tool_calls)
+            unsigned = unsigned or not any(isinstance(s, str) and s for s in signatures)
+    return 0 if unsigned else len(messages)
 
 
 def model_parts(message: Message) -> list[dict[str, Any]]:
@@ -142,7 +206,7 @@ def _function_response(message: Message, names: Mapping[str, str]) -> dict[str, 
     return {"functionResponse": response}
 
 
-def _sign_foreign_calls(out: list[dict[str, Any]]) -> None:
+def sign_foreign_calls(out: list[dict[str, Any]]) -> None:
     """Give each model turn of the current turn without any signed call the placeholder.
 
     The current turn starts after the last user turn with something other than

@@ -33,6 +33,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
 import time
 from collections.abc import Iterator, Mapping
 from typing import Any, TypeVar
@@ -73,6 +74,10 @@ T = TypeVar("T")
 
 Timeout = float | tuple[float, float]
 """Seconds: one number for both, or ``(connect, read)``; read is the longest silence allowed."""
+
+
+#: how request bodies are written: UTF-8 text as it is, NaN and infinities refused
+_dumps = json.JSONEncoder(ensure_ascii=False, allow_nan=False).encode
 
 
 # --- the client -----------------------------------------------------------------------
@@ -185,6 +190,35 @@ def _iter_body(response: requests.Response) -> Iterator[bytes]:
         yield chunk
 
 
+class _Session(requests.Session):
+    """A ``requests.Session`` that reads the environment's proxy and CA-bundle settings
+    once per change rather than on every request.
+
+    ``requests`` scans every environment variable twice a request to find proxies
+    (about 0.1 ms); this keeps what it found for each URL with a copy of the
+    environment it found it in, and asks again whenever the environment differs.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._merged: dict[tuple[Any, ...], tuple[dict[bytes, bytes], Any]] = {}
+
+    def merge_environment_settings(
+        self, url: Any, proxies: Any, stream: Any, verify: Any, cert: Any
+    ) -> Any:
+        environ = getattr(os.environ, "_data", None)  # (the raw variables: cheap to compare)
+        if proxies or not self.trust_env or not isinstance(environ, dict):
+            return super().merge_environment_settings(url, proxies, stream, verify, cert)
+        key = (url, stream, verify, cert)
+        found = self._merged.get(key)
+        if found is None or found[0] != environ:
+            merged = super().merge_environment_settings(url, proxies, stream, verify, cert)
+            if len(self._merged) >= 64:
+                self._merged.clear()
+            found = self._merged[key] = (dict(environ), merged)
+        return {k: dict(v) if isinstance(v, dict) else v for k, v in found[1].items()}
+
+
 def _check_headers(provider: str, headers: Mapping[str, str]) -> None:
     """Refuse header values HTTP cannot carry, naming the header but never its value."""
     for name, value in headers.items():
@@ -240,7 +274,7 @@ class HttpClient:
             )
         self.max_duration = max_duration
         self.max_event_size = max_event_size
-        self._session = requests.Session()
+        self._session = _Session()
         adapter = AbortableAdapter()
         self._session.mount("http://", adapter)
         self._session.mount("https://", adapter)
@@ -274,9 +308,10 @@ class HttpClient:
 
     @contextlib.contextmanager
     def stream(
-        self, path: str, body: Mapping[str, Any], signal: AbortSignal
+        self, path: str, body: Mapping[str, Any] | bytes, signal: AbortSignal
     ) -> Iterator[HttpStream]:
-        """POST ``body`` to ``path`` (retrying as the policy says) and give the open stream.
+        """POST ``body`` (a JSON object, or its UTF-8 JSON text already encoded with
+        :meth:`encode`) to ``path`` (retrying as the policy says) and give the open stream.
 
         The response is closed when the ``with`` block ends, however it ends.
         """
@@ -293,9 +328,11 @@ class HttpClient:
             if response is not None:
                 response.close()
 
-    def _encode(self, body: Mapping[str, Any]) -> bytes:
+    def encode(self, value: Any) -> bytes:
+        """``value`` as UTF-8 JSON text, as a request body carries it; a value that cannot
+        be sent is a ``ProviderError`` (``retryable=False``) saying why."""
         try:
-            return json.dumps(body, ensure_ascii=False, allow_nan=False).encode("utf-8")
+            return _dumps(value).encode("utf-8")
         except UnicodeEncodeError as exc:
             near = exc.object[max(exc.start - 20, 0) : exc.end + 20]
             raise ProviderError(
@@ -315,13 +352,13 @@ class HttpClient:
     def _send(
         self,
         path: str,
-        body: Mapping[str, Any],
+        body: Mapping[str, Any] | bytes,
         signal: AbortSignal,
         scope: AbortScope,
         deadline: Deadline,
     ) -> requests.Response:
         url = f"{self.base_url}/{path.lstrip('/')}"
-        data = self._encode(body)
+        data = body if isinstance(body, bytes) else self.encode(body)
         attempt = 0
         while True:
             if signal.aborted:

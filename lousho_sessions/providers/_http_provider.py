@@ -22,6 +22,7 @@ from ..abort import AbortSignal
 from ..errors import ProviderError
 from ..messages import Message, ToolCall, Usage
 from ..pricing import Pricing, price_usage
+from ._body_memo import BodyMemos
 from ._http import HttpClient, RetryPolicy, Timeout
 from ._reasoning import ReplyBlocks
 from ._redact import Secret
@@ -256,6 +257,8 @@ class HttpProvider(ProviderBase):
         policy = retry or RetryPolicy()
         if max_retries is not None:
             policy = attrs.evolve(policy, max_retries=max_retries)
+        #: the transcript's turns as sent last, per session (see ``_body_memo``)
+        self._memos = BodyMemos()
         self._http = HttpClient(
             provider=self.name,
             base_url=self.base_url,
@@ -276,8 +279,10 @@ class HttpProvider(ProviderBase):
         return self._needs_key
 
     def close(self) -> None:
-        """Close pooled connections (the provider still works afterwards)."""
+        """Close pooled connections and forget the sessions' encoded turns (the provider
+        still works afterwards)."""
         self._http.close()
+        self._memos.clear()
 
     def stream(self, request: ModelRequest, signal: AbortSignal) -> Iterator[ModelEvent]:
         """Stream the model's answer: text and tool-call deltas, then one ``ModelResponse``."""
@@ -290,7 +295,7 @@ class HttpProvider(ProviderBase):
                 f"{self.name}: no API key; pass api_key= or set {self.KEY_ENV}",
                 retryable=False,
             )
-        body = self.build_body(request)
+        body = self.encode_body(request)
         with self._http.stream(self.path(), body, signal) as stream:
             reply = Reply(self.name, stream.request_id, output_tool=self.output_tool(request))
             yield from self._read(stream.events(), reply)
@@ -338,6 +343,12 @@ class HttpProvider(ProviderBase):
     def build_body(self, request: ModelRequest) -> dict[str, Any]:
         """The JSON body sent for ``request``."""
         raise NotImplementedError
+
+    def encode_body(self, request: ModelRequest) -> bytes:
+        """The body sent for ``request`` as UTF-8 JSON text: :meth:`build_body`'s, which a
+        wire format may produce faster (reusing what it encoded for the session's
+        previous call, see ``_body_memo``) but never different in meaning."""
+        return self._http.encode(self.build_body(request))
 
     def _read(self, events: Iterator[ServerSentEvent], reply: Reply) -> Iterator[ModelEvent]:
         """Turn events into deltas while filling ``reply``; return once ``reply.done``."""

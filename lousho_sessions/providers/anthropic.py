@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import ProviderError
 from ..messages import Message, Part, ReasoningPart, TextPart, ToolCall
+from ._body_memo import Memo, splice
 from ._breakpoints import mark_breakpoints
 from ._http_provider import HttpOptions, HttpProvider, Reply
 from ._reasoning import ReasoningBlock, replay_blocks
@@ -113,10 +114,43 @@ class AnthropicProvider(HttpProvider):
 
     def build_body(self, request: ModelRequest) -> dict[str, Any]:
         """The JSON body sent for ``request``."""
-        system = [request.system] if request.system else []
-        # system messages inside the transcript join the top-level system text
-        system += [m.text for m in request.messages if m.role == "system" and m.text]
-        messages, ends = _messages(request.messages)
+        messages, ends, _ = _messages(request.messages)
+        body = self._frame(request, _system_texts(request.messages), messages)
+        if self.cache is not None:
+            mark_breakpoints(body, request.messages, ends, self.cache)
+        return body
+
+    def encode_body(self, request: ModelRequest) -> bytes:
+        """:meth:`build_body`'s body as JSON text, encoding only the turns from the one
+        before the previous call's end on (the cache marks are there) when the session's
+        previous call sent the turns before it (see ``_body_memo``)."""
+        messages, encode = request.messages, self._http.encode
+        head = self._memos.head(request.session_id, messages, _boundary(messages))
+        start = head.start
+        system: list[tuple[int, str]] = []
+        if head.memo is not None:
+            system += [(index, text) for index, text in head.memo.state if index < start]
+        tail = messages[start:]
+        system += [(start + n, m.text) for n, m in enumerate(tail) if m.role == "system" and m.text]
+        turns, ends, firsts = _messages(tail)
+        plain = [encode(turn) for turn in turns]  # kept without this call's marks
+        body = self._frame(request, [text for _, text in system], turns)
+        if body["messages"] is not turns:  # an ``extra_body`` gave them: they win
+            return encode(self.build_body(request))
+        if self.cache is not None:
+            mark_breakpoints(body, tail, ends, self.cache)
+        sent = encode(body.pop("messages"))[1:-1]  # this call's turns, marked
+        data = splice(encode, body, "messages", [*head.turns, sent] if sent else [*head.turns])
+        kept_firsts = head.memo.firsts[: len(head.turns)] if head.memo is not None else []
+        memo = Memo(messages, head.turns + plain, kept_firsts + [start + f for f in firsts], system)
+        self._memos.keep(request.session_id, memo)
+        return data
+
+    def _frame(
+        self, request: ModelRequest, system: list[str], messages: list[dict[str, Any]]
+    ) -> dict[str, Any]:
+        """The body around the turns: model, system text, tools, settings."""
+        system = [request.system, *system] if request.system else system
         body: dict[str, Any] = {
             "model": self.model,
             "max_tokens": self.max_tokens,
@@ -137,8 +171,6 @@ class AnthropicProvider(HttpProvider):
         if request.output_schema is not None:
             self._ask_output(body, request)
         body.update(pick_settings(request.settings, SETTINGS, {"stop": "stop_sequences"}))
-        if self.cache is not None:
-            mark_breakpoints(body, request.messages, ends, self.cache)
         return body
 
     def _ask_output(self, body: dict[str, Any], request: ModelRequest) -> None:
@@ -300,41 +332,66 @@ def _delta(
     # citation deltas are not part of the transcript (thinking ones go to _thinking_delta)
 
 
+def _system_texts(messages: Iterable[Message]) -> list[str]:
+    """The text of the system messages inside the transcript (they join the top-level
+    system text)."""
+    return [m.text for m in messages if m.role == "system" and m.text]
+
+
 def _messages(
     messages: tuple[Message, ...],
-) -> tuple[list[dict[str, Any]], dict[int, tuple[int, int]]]:
-    """The transcript as Messages API turns (tool results go in user turns), and where
-    each message ended: message index -> (turn index, block index) of its last block.
+) -> tuple[list[dict[str, Any]], dict[int, tuple[int, int]], list[int]]:
+    """The transcript as Messages API turns (tool results go in user turns), where each
+    message ended (message index -> (turn index, block index) of its last block) and
+    the index of each turn's first message.
 
     Consecutive user-side messages (tool results, then maybe user text) merge
     into one user turn with the tool results first, as the API requires.
     """
     out: list[dict[str, Any]] = []
     ends: dict[int, tuple[int, int]] = {}
+    firsts: list[int] = []
     for index, message in enumerate(messages):
-        if message.role == "system":
-            continue  # sent as the top-level system text
-        if message.role == "assistant":
-            content, role = _assistant_content(message), "assistant"
-        elif message.role == "tool":
-            result: dict[str, Any] = {
-                "type": "tool_result",
-                "tool_use_id": message.tool_call_id,
-                "content": _content(message.content) or message.text,
-            }
-            if message.is_error:
-                result["is_error"] = True
-            content, role = [result], "user"
-        else:
-            content, role = _content(message.content), "user"
+        content, role = _turn_content(message)
         if not content:
-            continue  # the API rejects empty turns
+            continue  # the API rejects empty turns (system text is sent apart)
         if out and out[-1]["role"] == role:
             out[-1]["content"].extend(content)
         else:
             out.append({"role": role, "content": content})
+            firsts.append(index)
         ends[index] = (len(out) - 1, len(out[-1]["content"]) - 1)
-    return out, ends
+    return out, ends, firsts
+
+
+def _turn_content(message: Message) -> tuple[list[dict[str, Any]], str]:
+    """A message's blocks and the role of the turn they go in (none for system text)."""
+    if message.role == "system":
+        return [], "system"  # sent as the top-level system text
+    if message.role == "assistant":
+        return _assistant_content(message), "assistant"
+    if message.role == "tool":
+        result: dict[str, Any] = {
+            "type": "tool_result",
+            "tool_use_id": message.tool_call_id,
+            "content": _content(message.content) or message.text,
+        }
+        if message.is_error:
+            result["is_error"] = True
+        return [result], "user"
+    return _content(message.content), "user"
+
+
+def _boundary(messages: tuple[Message, ...]) -> int:
+    """The first message a call's cache marks may fall on: the one the previous call
+    ended with (see ``_breakpoints``), else the last (``len(messages)``: none yet)."""
+    for index in range(len(messages) - 1, -1, -1):
+        if messages[index].role == "assistant":
+            for before in range(index - 1, -1, -1):
+                if _turn_content(messages[before])[0]:
+                    return before
+            break
+    return len(messages)
 
 
 def _assistant_content(message: Message) -> list[dict[str, Any]]:

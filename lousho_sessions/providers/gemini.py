@@ -13,7 +13,17 @@ import attrs
 
 from ..errors import ProviderError
 from ..messages import Part, ReasoningPart, TextPart, ToolCall
-from ._gemini_contents import FAMILY, SIGNATURE_KEY, contents
+from ._body_memo import Memo, splice
+from ._gemini_contents import (
+    FAMILY,
+    SIGNATURE_KEY,
+    Names,
+    call_names,
+    contents,
+    current_turn,
+    sign_foreign_calls,
+    turns,
+)
 from ._gemini_schema import openapi_schema
 from ._http_provider import HttpOptions, HttpProvider, Reply
 from ._reasoning import AFTER_PARTS
@@ -166,8 +176,50 @@ class GeminiProvider(HttpProvider):
         body: dict[str, Any] = {
             "contents": contents(request.messages, placeholder=self._checks_signatures)
         }
-        system = [request.system] if request.system else []
-        system += [m.text for m in request.messages if m.role == "system" and m.text]
+        system = [m.text for m in request.messages if m.role == "system" and m.text]
+        return self._frame(request, body, system)
+
+    def encode_body(self, request: ModelRequest) -> bytes:
+        """:meth:`build_body`'s body as JSON text, encoding only the turns from the current
+        one on (when a call in it may need the signature placeholder) or the last one
+        (otherwise) when the session's previous call sent the turns before (see
+        ``_body_memo``)."""
+        messages, encode = request.messages, self._http.encode
+        sign = self._checks_signatures
+        head = self._memos.head(
+            request.session_id, messages, current_turn(messages) if sign else len(messages)
+        )
+        memo = head.memo
+        state: Names = memo.state if memo is not None else Names([], {}, frozenset())
+        new = messages[len(memo.messages) :] if memo is not None else messages
+        names = state.names_with(new)
+        if names is None:  # a call of a new message renames a result sent before
+            names, head = call_names(messages), attrs.evolve(head, start=0, turns=[])
+        start = head.start
+        tail = messages[start:]
+        out, firsts = turns(tail, names)
+        plain = [encode(turn) for turn in out]  # kept without placeholders
+        if sign:
+            sign_foreign_calls(out)
+        system = [(i, text) for i, text in state.system if i < start]
+        system += [(start + n, m.text) for n, m in enumerate(tail) if m.role == "system" and m.text]
+        body = self._frame(request, {}, [text for _, text in system])
+        if "contents" in body:  # an ``extra_body`` gave them: they win
+            return encode(self.build_body(request))
+        sent = encode(out)[1:-1]
+        data = splice(encode, body, "contents", [*head.turns, sent], gaps=True)
+        answered = state.answered | {m.tool_call_id for m in new if m.role == "tool"}
+        kept = memo.firsts[: len(head.turns)] if memo is not None else []
+        firsts = kept + [start + first for first in firsts]
+        memo = Memo(messages, head.turns + plain, firsts, Names(system, names, answered))
+        self._memos.keep(request.session_id, memo)
+        return data
+
+    def _frame(
+        self, request: ModelRequest, body: dict[str, Any], system: list[str]
+    ) -> dict[str, Any]:
+        """``body`` with what goes around the contents: system text, tools, settings."""
+        system = [request.system, *system] if request.system else system
         config: dict[str, Any] = {}
         if request.tools:
             body["tools"] = [{"functionDeclarations": [_declaration(s) for s in request.tools]}]

@@ -11,6 +11,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from ..messages import ImagePart, Message, TextPart
+from ._body_memo import Memo, splice
 from ._http_provider import HttpProvider, Reply
 from ._redact import Secret
 from ._sse import ServerSentEvent
@@ -74,9 +75,30 @@ class OpenAIProvider(HttpProvider):
 
     def build_body(self, request: ModelRequest) -> dict[str, Any]:
         """The JSON body sent for ``request``."""
+        return self._frame(request, _messages(request))
+
+    def encode_body(self, request: ModelRequest) -> bytes:
+        """:meth:`build_body`'s body as JSON text, encoding only the messages the session's
+        previous call did not send (see ``_body_memo``)."""
+        messages, encode = request.messages, self._http.encode
+        head = self._memos.head(request.session_id, messages, len(messages))
+        start = head.start
+        # one item a message (b"": a message of a role it does not know, not sent)
+        items = [b"" if item is None else encode(item) for item in map(_item, messages[start:])]
+        first = [encode(_system(request.system))] if request.system else []
+        body = self._frame(request, None)
+        if body.pop("messages") is not None:  # an ``extra_body`` gave them: they win
+            return encode(self.build_body(request))
+        data = splice(encode, body, "messages", [*first, *head.turns, *items], gaps=True)
+        firsts = list(range(len(messages)))
+        self._memos.keep(request.session_id, Memo(messages, head.turns + items, firsts))
+        return data
+
+    def _frame(self, request: ModelRequest, messages: Any) -> dict[str, Any]:
+        """The body around the messages: model, tools, settings, cache key."""
         body: dict[str, Any] = {
             "model": self.model,
-            "messages": _messages(request),
+            "messages": messages,
             "stream": True,
             "stream_options": {"include_usage": True},
         }
@@ -160,35 +182,43 @@ def response_format(output: OutputSchema) -> dict[str, Any]:
 
 
 def _messages(request: ModelRequest) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
-    if request.system:
-        out.append({"role": "system", "content": request.system})
-    for message in request.messages:
-        if message.role == "system":
-            out.append({"role": "system", "content": message.text})
-        elif message.role == "user":
-            out.append({"role": "user", "content": _user_content(message)})
-        elif message.role == "assistant":
-            item: dict[str, Any] = {"role": "assistant", "content": message.text or None}
-            if message.tool_calls:
-                item["tool_calls"] = [
-                    {
-                        "id": call.id,
-                        "type": "function",
-                        "function": {
-                            "name": call.name,
-                            "arguments": json.dumps(plain_json(call.arguments), ensure_ascii=False),
-                        },
-                    }
-                    for call in message.tool_calls
-                ]
-            out.append(item)
-        elif message.role == "tool":
-            # Chat Completions has no error flag for tool results; the text says it.
-            out.append(
-                {"role": "tool", "tool_call_id": message.tool_call_id, "content": message.text}
-            )
-    return out
+    head = [_system(request.system)] if request.system else []
+    return head + _items(request.messages)
+
+
+def _system(text: str) -> dict[str, Any]:
+    return {"role": "system", "content": text}
+
+
+def _items(messages: tuple[Message, ...]) -> list[dict[str, Any]]:
+    """The messages as Chat Completions messages (one each, of a role it knows)."""
+    return [item for item in map(_item, messages) if item is not None]
+
+
+def _item(message: Message) -> dict[str, Any] | None:
+    if message.role == "system":
+        return _system(message.text)
+    if message.role == "user":
+        return {"role": "user", "content": _user_content(message)}
+    if message.role == "assistant":
+        item: dict[str, Any] = {"role": "assistant", "content": message.text or None}
+        if message.tool_calls:
+            item["tool_calls"] = [
+                {
+                    "id": call.id,
+                    "type": "function",
+                    "function": {
+                        "name": call.name,
+                        "arguments": json.dumps(plain_json(call.arguments), ensure_ascii=False),
+                    },
+                }
+                for call in message.tool_calls
+            ]
+        return item
+    if message.role == "tool":
+        # Chat Completions has no error flag for tool results; the text says it.
+        return {"role": "tool", "tool_call_id": message.tool_call_id, "content": message.text}
+    return None
 
 
 def _user_content(message: Message) -> str | list[dict[str, Any]]:

@@ -19,6 +19,7 @@ import attrs
 from ..abort import AbortSignal
 from ..errors import ProviderError
 from ..messages import Message
+from ._body_memo import Memo, splice
 from ._http_provider import HttpOptions, HttpProvider, Reply
 from ._redact import Secret
 from ._responses_items import FAMILY, context_digest, input_items, message_items, reasoning_extra
@@ -138,6 +139,31 @@ class OpenAIResponsesProvider(HttpProvider):
             body["input"] = [item for items in per_message[index + 1 :] for item in items]
         else:
             body["input"] = [item for items in per_message for item in items]
+        return self._frame(request, body)
+
+    def encode_body(self, request: ModelRequest) -> bytes:
+        """The body sent for ``request`` as JSON text. With ``store=False`` only the
+        messages the session's previous call did not send are encoded (see ``_body_memo``)."""
+        encode = self._http.encode
+        body: dict[str, Any] = {"model": self.model}
+        if request.system:
+            body["instructions"] = request.system
+        body = self._frame(request, body)
+        if self.store or "input" in body:  # (an ``extra_body`` input wins, as in build_body)
+            return encode(self.build_body(request))
+        messages = request.messages
+        head = self._memos.head(request.session_id, messages, len(messages))
+        items = [  # b"" for a message that sends no item
+            b",".join([encode(item) for item in message_items(m, store=False)])
+            for m in messages[head.start :]
+        ]
+        data = splice(encode, body, "input", [*head.turns, *items], gaps=True)
+        memo = Memo(messages, head.turns + items, list(range(len(messages))))
+        self._memos.keep(request.session_id, memo)
+        return data
+
+    def _frame(self, request: ModelRequest, body: dict[str, Any]) -> dict[str, Any]:
+        """``body`` with what follows the input: stream, store, tools, reasoning, settings."""
         body.update(stream=True, store=self.store, include=list(_INCLUDE))
         if request.tools:
             body["tools"] = [
@@ -204,6 +230,9 @@ class OpenAIResponsesProvider(HttpProvider):
                 f"{self.name}: no API key; pass api_key= or set {self.KEY_ENV}",
                 retryable=False,
             )
+        if not self.store:  # nothing stored to continue
+            yield from self._call(request, self.encode_body(request), signal)
+            return
         body = self._body(request, continuation=True)
         try:
             yield from self._call(request, body, signal)
@@ -214,7 +243,7 @@ class OpenAIResponsesProvider(HttpProvider):
             yield from self._call(request, self._body(request, continuation=False), signal)
 
     def _call(
-        self, request: ModelRequest, body: dict[str, Any], signal: AbortSignal
+        self, request: ModelRequest, body: dict[str, Any] | bytes, signal: AbortSignal
     ) -> Iterator[ModelEvent]:
         output = _Output()
         with self._http.stream(self.PATH, body, signal) as stream:

@@ -9,7 +9,12 @@ from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import Any
 
-from ..errors import ApprovalAlreadyResolvedError, ApprovalCancelledError, StoreCorruptError
+from ..errors import (
+    ApprovalAlreadyResolvedError,
+    ApprovalCancelledError,
+    ApprovalDecisionError,
+    StoreCorruptError,
+)
 
 __all__ = [
     "approval_sort_key",
@@ -33,12 +38,20 @@ def shown(value: object) -> str:
 
 
 def resolved_approval(
-    record: Mapping[str, Any], *, approved: bool, reason: str | None, source: str
+    record: Mapping[str, Any],
+    *,
+    approved: bool,
+    reason: str | None,
+    source: str,
+    arguments: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The record after a successful ``resolve``; ``ApprovalAlreadyResolvedError`` unless pending.
 
     Stores call this inside their compare-and-set (a lock, a transaction) so every
-    store writes the same fields: ``status``, ``reason`` and ``resolved_at`` (ISO 8601, UTC).
+    store writes the same fields: ``status``, ``reason`` and ``resolved_at`` (ISO 8601, UTC),
+    and ``arguments`` when the call was approved with edited arguments (the JSON object the
+    tool runs with; ``call.arguments`` keeps the model's). Checking them against the tool's
+    schema is the caller's work (``Approvals.resolve`` does it before any store is asked).
     """
     status = record.get("status")
     if status == "cancelled":
@@ -51,6 +64,12 @@ def resolved_approval(
         reason=reason,
         resolved_at=datetime.now(timezone.utc).isoformat(),
     )
+    if arguments is not None:
+        if not approved:
+            raise ApprovalDecisionError(
+                f"approval {source}: arguments replace a call's only when it is approved"
+            )
+        updated["arguments"] = dict(arguments)
     return updated
 
 
@@ -71,7 +90,8 @@ def approval_sort_key(record: Mapping[str, Any]) -> tuple[str, str]:
 def check_approval_record(record: Mapping[str, Any], *, source: str) -> dict[str, Any]:
     """``record`` as a dict if it has what every reader relies on, else ``StoreCorruptError``
     naming ``source``: a string ``id``, ``session_id`` a string or null, ``status`` one of
-    pending/approved/denied/cancelled, and ``call`` (if present) an object with an object ``arguments``."""
+    pending/approved/denied/cancelled, ``call`` (if present) an object with an object
+    ``arguments``, and ``arguments`` (the edited ones, if present) an object."""
     problem = None
     call = record.get("call")
     if not isinstance(record.get("id"), str):
@@ -86,6 +106,8 @@ def check_approval_record(record: Mapping[str, Any], *, source: str) -> dict[str
         isinstance(call, Mapping) and isinstance(call.get("arguments", {}), Mapping)
     ):
         problem = "'call' is not an object with an object 'arguments'"
+    elif record.get("arguments") is not None and not isinstance(record["arguments"], Mapping):
+        problem = "'arguments' (the edited arguments) is not an object"
     if problem:
         raise StoreCorruptError(f"{source}: not a valid approval record: {problem}")
     return dict(record)

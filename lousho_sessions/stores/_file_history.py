@@ -71,7 +71,14 @@ def file_fork(store: Any, request: ForkRequest) -> Forked:
             raise missing_error(request.source, str(source_path))
         keep = check_keep(request.source, request.keep, source.length, str(source_path))
         origin = origin_json(request.source, keep)
-        revision = store._write(request.new_id, new_path, _kept(source.body, keep), keep, origin)
+        body = _kept(source.body, keep)
+        if store.sealing.enabled and body:  # each record is bound to its session: sealed again
+            texts = [json.dumps(d, separators=(",", ":")) for d in json.loads(f"[{body}]")]
+            texts = store.sealing.forked_texts(
+                request.source, request.new_id, texts, where=str(source_path)
+            )
+            body = ",".join(texts)
+        revision = store._write(request.new_id, new_path, body, keep, origin)
     return Forked(keep, revision)
 
 

@@ -17,9 +17,11 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from ..encryption import EncryptionOption
 from ..errors import ApprovalNotFoundError, StoreCorruptError
 from . import _lockfile
 from ._directory import WRITE_LOCK_TIMEOUT, Directory, check_fence_file
+from ._sealing import Sealing
 from .base import (
     BaseApprovalStore,
     BaseCheckpointStore,
@@ -27,7 +29,6 @@ from .base import (
     approval_sort_key,
     check_approval_record,
     decode_json_object,
-    encode_json_object,
     older_than_seconds,
     resolved_approval,
     validate_approval_id,
@@ -52,8 +53,9 @@ class FileCheckpointStore(BaseCheckpointStore):
 
     fenced_writes = True
 
-    def __init__(self, dir: str | os.PathLike[str]) -> None:
+    def __init__(self, dir: str | os.PathLike[str], *, encryption: EncryptionOption = None) -> None:
         self._dir = Directory(dir)
+        self.sealing = Sealing(encryption)
 
     @property
     def dir(self) -> Path:
@@ -68,13 +70,17 @@ class FileCheckpointStore(BaseCheckpointStore):
     def load(self, turn_id: str) -> dict[str, Any] | None:
         path = self.path(turn_id)
         raw = self._dir.read(path)
-        return None if raw is None else decode_json_object(raw, source=str(path))
+        if raw is None:
+            return None
+        return self.sealing.record("checkpoint", fence_session_id(turn_id), raw, source=str(path))
 
     def save(
         self, turn_id: str, checkpoint: Mapping[str, Any], *, fence: int | None = None
     ) -> None:
         path = self.path(turn_id)
-        text = encode_json_object(checkpoint, what=f"checkpoint {turn_id!r}")
+        text = self.sealing.record_text(
+            "checkpoint", fence_session_id(turn_id), checkpoint, what=f"checkpoint {turn_id!r}"
+        )
         check_fence_file(self._dir, fence_session_id(turn_id), fence)
         self._dir.ensure()
         self._dir.write(path, text.encode("utf-8"))
@@ -125,8 +131,9 @@ class FileApprovalStore(BaseApprovalStore):
 
     fenced_writes = True
 
-    def __init__(self, dir: str | os.PathLike[str]) -> None:
+    def __init__(self, dir: str | os.PathLike[str], *, encryption: EncryptionOption = None) -> None:
         self._dir = Directory(dir)
+        self.sealing = Sealing(encryption)
 
     @property
     def dir(self) -> Path:
@@ -143,8 +150,10 @@ class FileApprovalStore(BaseApprovalStore):
         approval_id = validate_approval_id(record.get("id"))
         path = self.path(approval_id)
         check_approval_record(record, source=f"approval {approval_id!r}")
-        text = encode_json_object(record, what=f"approval {approval_id!r}")
         session_id = record.get("session_id")
+        text = self.sealing.record_text(
+            "approval", _sid(session_id), record, what=f"approval {approval_id!r}"
+        )
         with self._lock():
             if fence is not None and isinstance(session_id, str):
                 check_fence_file(self._dir, validate_session_id(session_id), fence)
@@ -156,22 +165,33 @@ class FileApprovalStore(BaseApprovalStore):
         """The record, ``None`` if unknown; ``StoreCorruptError`` naming the file if unreadable."""
         path = self.path(id)
         raw = self._dir.read(path)
-        return None if raw is None else _decode_approval(raw, path)
+        return None if raw is None else _decode_approval(self.sealing, raw, path)
 
-    def resolve(self, id: str, *, approved: bool, reason: str | None = None) -> dict[str, Any]:
+    def resolve(
+        self,
+        id: str,
+        *,
+        approved: bool,
+        reason: str | None = None,
+        arguments: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]:
         path = self.path(id)
         with self._lock():
             raw = self._dir.read(path)
             if raw is None:
                 raise ApprovalNotFoundError(f"no approval with id {id!r} in {self.dir}")
             record = resolved_approval(
-                _decode_approval(raw, path),
+                _decode_approval(self.sealing, raw, path),
                 approved=approved,
                 reason=reason,
                 source=repr(id),
+                arguments=arguments,
             )
             self._dir.write(
-                path, encode_json_object(record, what=f"approval {id!r}").encode("utf-8")
+                path,
+                self.sealing.record_text(
+                    "approval", _sid(record.get("session_id")), record, what=f"approval {id!r}"
+                ).encode("utf-8"),
             )
             return record
 
@@ -220,7 +240,7 @@ class FileApprovalStore(BaseApprovalStore):
             if raw is None:  # deleted since the listing
                 continue
             try:
-                yield path, _decode_approval(raw, path)
+                yield path, _decode_approval(self.sealing, raw, path)
             except StoreCorruptError as exc:
                 yield path, exc
 
@@ -235,5 +255,12 @@ class FileApprovalStore(BaseApprovalStore):
         return self._dir.lock(self._dir.path / ".approvals.lock", WRITE_LOCK_TIMEOUT, "approvals")
 
 
-def _decode_approval(raw: bytes, path: Path) -> dict[str, Any]:
-    return check_approval_record(decode_json_object(raw, source=str(path)), source=str(path))
+def _decode_approval(sealing: Sealing, raw: bytes, path: Path) -> dict[str, Any]:
+    data = decode_json_object(raw, source=str(path))
+    data = sealing.open_record("approval", _sid(data.get("session_id")), data, source=str(path))
+    return check_approval_record(data, source=str(path))
+
+
+def _sid(session_id: object) -> str | None:
+    """An approval record's session id, as its sealing binds it."""
+    return session_id if isinstance(session_id, str) else None

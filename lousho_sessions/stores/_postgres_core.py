@@ -17,6 +17,8 @@ from psycopg import pq
 
 from ..errors import LeaseLostError, StoreClosedError, StoreError
 from ._postgres_watch import Watchdog, idle_connection_dead
+from ._rotation import BATCH, RotationResult, rotate_postgres
+from ._sealing import Sealing
 from ._start import StartCheckpoint
 from .base import PruneResult, older_than_seconds
 from .lease import Lease
@@ -47,6 +49,8 @@ class PgCore:
     _channel: str  # NOTIFY channel of releases
     _sql: dict[str, bytes]  # ``call``'s statements, as sent
     prepare: bool
+    #: how records are written and read (``encryption=``)
+    sealing: Sealing
     #: with ``prepare=True``: per pooled connection, ``call``'s statements prepared on it
     _prepared: weakref.WeakKeyDictionary[psycopg.Connection[Any], dict[bytes, bytes]]
     #: seconds a statement (or ``connection()`` block) may wait for the server; ``None``: no bound
@@ -274,6 +278,10 @@ class PgCore:
         result = PruneResult(*counts)
         log.info("%s: pruned %s", self.where, result)
         return result
+
+    def rotate_key(self, *, batch_size: int = BATCH) -> RotationResult:
+        """Reseal every record not sealed with the current key, in batches (``rotate-key``)."""
+        return rotate_postgres(self, batch_size)
 
 
 class PgPart:

@@ -90,4 +90,20 @@ def postgres_fork(part: Any, request: ForkRequest) -> Forked:
         (inserted,) = store.run(conn, _FORK_WRITE, {**params, "keep": keep}).fetchone()
         if not inserted:  # created by a concurrent fork or turn since the read
             raise exists_error(new_id, store.where)
+        if store.sealing.enabled:  # each record is bound to its session: sealed again
+            rows = store.run(
+                conn,
+                "SELECT seq, body::text FROM {s}.messages WHERE session_id = %(new)s ORDER BY seq",
+                params,
+            ).fetchall()
+            texts = store.sealing.forked_texts(
+                source, new_id, [row[1] for row in rows], where=store.where
+            )
+            for (seq, _), body in zip(rows, texts, strict=True):
+                store.run(
+                    conn,
+                    "UPDATE {s}.messages SET body = %(body)s::json "
+                    "WHERE session_id = %(new)s AND seq = %(seq)s",
+                    {"new": new_id, "seq": seq, "body": body},
+                )
     return Forked(keep, revision)

@@ -9,13 +9,13 @@ from typing import Any
 
 from ..errors import ApprovalAlreadyResolvedError, ApprovalNotFoundError, StoreCorruptError
 from ._postgres_core import FENCED, PgPart
+from ._sealing import CHECKPOINT_CLEAR
 from .base import (
     BaseApprovalStore,
     BaseCheckpointStore,
     PruneResult,
     check_approval_record,
     decode_json_object,
-    encode_json_object,
     resolved_approval,
     validate_approval_id,
     validate_turn_id,
@@ -37,15 +37,22 @@ class PostgresCheckpointStore(PgPart, BaseCheckpointStore):
         )
         if not rows:
             return None
-        return decode_json_object(rows[0][0], source=f"{self.store.where}: checkpoint {turn_id!r}")
+        return self.store.sealing.record(
+            "checkpoint",
+            fence_session_id(turn_id),
+            rows[0][0],
+            source=f"{self.store.where}: checkpoint {turn_id!r}",
+        )
 
     def save(
         self, turn_id: str, checkpoint: Mapping[str, Any], *, fence: int | None = None
     ) -> None:
         """Store ``checkpoint``; ``LeaseLostError`` (nothing written) if ``fence`` is stale."""
         validate_turn_id(turn_id)
-        text = encode_json_object(checkpoint, what=f"checkpoint {turn_id!r}")
         sid = fence_session_id(turn_id)
+        text = self.store.sealing.record_text(
+            "checkpoint", sid, checkpoint, what=f"checkpoint {turn_id!r}"
+        )
         rows = self.store.fetch(
             "SELECT {s}.save_checkpoint(%(sid)s, %(fence)s::bigint, %(id)s, %(body)s::json)",
             {
@@ -86,8 +93,11 @@ class PostgresCheckpointStore(PgPart, BaseCheckpointStore):
         )
         for turn_id, body in rows:
             try:
-                data = decode_json_object(
-                    body, source=f"{self.store.where}: checkpoint {turn_id!r}"
+                data = self.store.sealing.record(
+                    "checkpoint",
+                    fence_session_id(turn_id),
+                    body,
+                    source=f"{self.store.where}: checkpoint {turn_id!r}",
                 )
             except StoreCorruptError as exc:
                 log.warning("skipping unreadable checkpoint %s: %s", turn_id, exc)
@@ -102,6 +112,10 @@ class PostgresCheckpointStore(PgPart, BaseCheckpointStore):
         such a body (or one merely holding that text), and one that is not an object
         (``json_each`` refuses it: written by hand), come whole and are judged here."""
         wanted = frozenset(fields)
+        if self.store.sealing.enabled and not wanted <= CHECKPOINT_CLEAR:
+            # a sealed checkpoint holds these fields in its token: opened here, not on the server
+            yield from super().pending_fields(fields)
+            return
         rows = self.store.fetch(
             "SELECT turn_id, whole, CASE WHEN whole THEN body::text ELSE "
             "coalesce((SELECT json_object_agg(key, value) FROM json_each(body) "
@@ -122,6 +136,12 @@ class PostgresCheckpointStore(PgPart, BaseCheckpointStore):
                 log.warning("skipping unreadable checkpoint %s: %s", turn_id, exc)
                 continue
             if whole:
+                data = self.store.sealing.open_record(
+                    "checkpoint",
+                    fence_session_id(turn_id),
+                    data,
+                    source=f"{self.store.where}: checkpoint {turn_id!r}",
+                )
                 data = {key: value for key, value in data.items() if key in wanted}
             yield turn_id, data
 
@@ -138,10 +158,12 @@ class PostgresApprovalStore(PgPart, BaseApprovalStore):
         """Store a new record; ``ValueError`` if one with its ``id`` exists or it is malformed."""
         approval_id = validate_approval_id(record.get("id"))
         check_approval_record(record, source=f"approval {approval_id!r}")
-        text = encode_json_object(record, what=f"approval {approval_id!r}")
         status = str(record["status"])
         session_id = record.get("session_id")
         sid = session_id if isinstance(session_id, str) else None
+        text = self.store.sealing.record_text(
+            "approval", sid, record, what=f"approval {approval_id!r}"
+        )
         rows = self.store.fetch(
             FENCED + ", w AS (INSERT INTO {s}.approvals "
             "(id, session_id, status, created_key, body, resolved_at) "
@@ -170,20 +192,31 @@ class PostgresApprovalStore(PgPart, BaseApprovalStore):
         )
         return None if not rows else self._decode(id, rows[0][0])
 
-    def resolve(self, id: str, *, approved: bool, reason: str | None = None) -> dict[str, Any]:
+    def resolve(
+        self,
+        id: str,
+        *,
+        approved: bool,
+        reason: str | None = None,
+        arguments: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]:
         """Approve or deny a pending record: exactly one caller wins, on any machine."""
         validate_approval_id(id)
         current = self.get(id)
         if current is None:
             raise ApprovalNotFoundError(f"no approval with id {id!r} in {self.store.where}")
-        record = resolved_approval(current, approved=approved, reason=reason, source=repr(id))
+        record = resolved_approval(
+            current, approved=approved, reason=reason, source=repr(id), arguments=arguments
+        )
         rows = self.store.fetch(
             "UPDATE {s}.approvals SET status = %(status)s, body = %(body)s::json, "
             "resolved_at = now() WHERE id = %(id)s AND status = 'pending' RETURNING 1",
             {
                 "id": id,
                 "status": record["status"],
-                "body": encode_json_object(record, what=f"approval {id!r}"),
+                "body": self.store.sealing.record_text(
+                    "approval", _sid(record.get("session_id")), record, what=f"approval {id!r}"
+                ),
             },
         )
         if not rows:  # another caller won between our read and this compare-and-set
@@ -223,4 +256,13 @@ class PostgresApprovalStore(PgPart, BaseApprovalStore):
 
     def _decode(self, id: str, text: str) -> dict[str, Any]:
         source = f"{self.store.where}: approval {id!r}"
-        return check_approval_record(decode_json_object(text, source=source), source=source)
+        data = decode_json_object(text, source=source)
+        data = self.store.sealing.open_record(
+            "approval", _sid(data.get("session_id")), data, source=source
+        )
+        return check_approval_record(data, source=source)
+
+
+def _sid(session_id: object) -> str | None:
+    """An approval record's session id, as its sealing binds it."""
+    return session_id if isinstance(session_id, str) else None

@@ -17,7 +17,7 @@ import psycopg_pool
 
 from ..errors import StoreClosedError, StoreConflictError, StoreError
 from ..messages import Message, Usage
-from ..serde import messages_from_json
+from ..serde import messages_from_json_texts
 from ..usage_totals import postgres_usage_sql, usage_from_row
 from ._commit_check import commit_unknown, log_landed
 from ._history_requests import Forked, ForkRequest, RewindRequest, Rewound
@@ -25,6 +25,7 @@ from ._postgres_core import FENCED, PgCore, PgPart
 from ._postgres_history import postgres_fork, postgres_rewind
 from ._postgres_lease import PostgresLease
 from ._postgres_records import PostgresCheckpointStore
+from ._sealing import Sealing
 from ._start import StartCheckpoint
 from .base import (
     BaseCheckpointStore,
@@ -32,7 +33,6 @@ from .base import (
     LockScope,
     PruneResult,
     SessionInfo,
-    message_json,
     validate_session_id,
     validate_turn_id,
 )
@@ -65,13 +65,14 @@ class PostgresSessionStore(PgPart, BaseSessionStore):
             return None
         if rows[0][0] is None:
             return []
-        text = "[" + ",".join(row[0] for row in rows) + "]"
-        return messages_from_json(text, source=f"{self.store.where}: session {id!r}")
+        source = f"{self.store.where}: session {id!r}"
+        texts = self.store.sealing.open_texts(id, [row[0] for row in rows], source=source)
+        return messages_from_json_texts(texts, source=source)
 
     def save(self, id: str, messages: Sequence[Message]) -> None:
         """Replace the transcript (refused with ``LeaseLostError`` if this thread's lease was lost)."""
         validate_session_id(id)
-        bodies = _bodies(id, messages)
+        bodies = _bodies(self.store.sealing, id, messages)
         fence = self.store.effective_fence(id, None)
         with self.store.transaction() as conn:
             if fence is not None:
@@ -172,7 +173,7 @@ class PostgresSessionStore(PgPart, BaseSessionStore):
     ) -> int:
         """The fenced, length-checked append, deleting the checkpoints ``delete`` if it lands."""
         validate_session_id(id)
-        bodies = "[" + ",".join(_bodies(id, messages)) + "]"
+        bodies = "[" + ",".join(_bodies(self.store.sealing, id, messages)) + "]"
         # turn ids are [A-Za-z0-9_.-]: an array literal needs no quoting of them
         keys = "{" + ",".join(validate_turn_id(key) for key in delete) + "}"
         revision = secrets.randbits(63)
@@ -355,10 +356,10 @@ def _reply_lost(error: StoreError) -> bool:
     )
 
 
-def _bodies(id: str, messages: Sequence[Message]) -> list[str]:
+def _bodies(sealing: Sealing, id: str, messages: Sequence[Message]) -> list[str]:
     bodies = []
     for m in messages:
         if not isinstance(m, Message):
             raise TypeError(f"session {id!r}: expected Message objects, got {type(m).__name__}")
-        bodies.append(message_json(m))
+        bodies.append(sealing.message_text(id, m))
     return bodies

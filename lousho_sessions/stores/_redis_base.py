@@ -16,6 +16,7 @@ import redis
 
 from ..errors import LeaseLostError, StoreClosedError, StoreCorruptError, StoreError
 from . import _redis_scripts as lua
+from ._sealing import Sealing
 
 __all__ = ["NO_SESSION", "RedisConnection", "text"]
 
@@ -49,6 +50,9 @@ def _seconds(value: timedelta | float | None, what: str) -> float | None:
 
 class RedisConnection:
     """A Redis client, a key prefix and the store's scripts; Redis errors become ``StoreError``."""
+
+    #: how records are written and read: clear unless the store was given ``encryption=``
+    sealing: Sealing = Sealing()
 
     def __init__(
         self,

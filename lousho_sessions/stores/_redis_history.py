@@ -83,7 +83,26 @@ def redis_fork(part: Any, request: ForkRequest) -> Forked:
         raise missing_error(source, store.where)
     if outcome == "short":
         check_keep(source, request.keep, int(reply[1]), store.where)
+    if store.sealing.enabled:
+        _reseal_fork(part, source, new_id)
     return Forked(int(reply[1]), revision)
+
+
+def _reseal_fork(part: Any, source: str, new_id: str) -> None:
+    """The forked messages sealed again for ``new_id`` (a record is bound to its session):
+    each swapped by a compare-and-set right after the fork script, before anyone else
+    knows the new id."""
+    from ._rotation import _REDIS_SWAP
+
+    store = part.store
+    key = store.key(new_id, "messages")
+    with store.call(f"seal the fork {new_id!r}") as client:
+        items = [text(v, source=key) for v in client.lrange(key, 0, -1)]
+        texts = store.sealing.forked_texts(source, new_id, items, where=store.where)
+        swap = client.register_script(_REDIS_SWAP)
+        for i, (old, new) in enumerate(zip(items, texts, strict=True)):
+            if new != old:
+                swap(keys=[key], args=["list", old, new, str(i)], client=client)
 
 
 def redis_info(part: Any, id: str) -> SessionInfo | None:

@@ -27,7 +27,6 @@ from .base import (
     approval_sort_key,
     check_approval_record,
     decode_json_object,
-    encode_json_object,
     older_than_seconds,
     resolved_approval,
     validate_approval_id,
@@ -72,14 +71,18 @@ class RedisCheckpointStore(_Part, BaseCheckpointStore):
         if value is None:
             return None
         source = f"{self.store.where}: checkpoint {turn_id!r}"
-        return decode_json_object(text(value, source=source), source=source)
+        return self.store.sealing.record(
+            "checkpoint", sid, text(value, source=source), source=source
+        )
 
     def save(
         self, turn_id: str, checkpoint: Mapping[str, Any], *, fence: int | None = None
     ) -> None:
         validate_turn_id(turn_id)
-        body = encode_json_object(checkpoint, what=f"checkpoint {turn_id!r}")
         sid = fence_session_id(turn_id)
+        body = self.store.sealing.record_text(
+            "checkpoint", sid, checkpoint, what=f"checkpoint {turn_id!r}"
+        )
         reply = self.store.run(
             "CHECKPOINT_SAVE",
             sid,
@@ -168,7 +171,9 @@ class RedisApprovalStore(_Part, BaseApprovalStore):
         """Store a new record; ``ValueError`` if one with its ``id`` exists or it is malformed."""
         approval_id = validate_approval_id(record.get("id"))
         check_approval_record(record, source=f"approval {approval_id!r}")
-        body = encode_json_object(record, what=f"approval {approval_id!r}")
+        body = self.store.sealing.record_text(
+            "approval", _sid(record.get("session_id")), record, what=f"approval {approval_id!r}"
+        )
         group = self._group(record.get("session_id"))
         known = self._indexed(approval_id)
         if known is not None and self._raw(known, approval_id) is not None:
@@ -197,7 +202,14 @@ class RedisApprovalStore(_Part, BaseApprovalStore):
         raw = None if group is None else self._raw(group, id)
         return None if raw is None else self._decode(id, raw)
 
-    def resolve(self, id: str, *, approved: bool, reason: str | None = None) -> dict[str, Any]:
+    def resolve(
+        self,
+        id: str,
+        *,
+        approved: bool,
+        reason: str | None = None,
+        arguments: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]:
         validate_approval_id(id)
         for _ in range(_RESOLVE_TRIES):
             group = self._indexed(id)
@@ -205,7 +217,11 @@ class RedisApprovalStore(_Part, BaseApprovalStore):
             if group is None or raw is None:
                 raise ApprovalNotFoundError(f"no approval with id {id!r} in {self.store.where}")
             record = resolved_approval(
-                self._decode(id, raw), approved=approved, reason=reason, source=repr(id)
+                self._decode(id, raw),
+                approved=approved,
+                reason=reason,
+                source=repr(id),
+                arguments=arguments,
             )
             outcome = text(
                 self.store.run(
@@ -213,7 +229,9 @@ class RedisApprovalStore(_Part, BaseApprovalStore):
                     group,
                     id,
                     raw,
-                    encode_json_object(record, what=f"approval {id!r}"),
+                    self.store.sealing.record_text(
+                        "approval", _sid(record.get("session_id")), record, what=f"approval {id!r}"
+                    ),
                     self.store.ttl_arg(group),
                     what=f"resolve approval {id!r}",
                 ),
@@ -328,6 +346,13 @@ class RedisApprovalStore(_Part, BaseApprovalStore):
 
     def _decode(self, id: str, raw: Any) -> dict[str, Any]:
         source = f"{self.store.where}: approval {id!r}"
-        return check_approval_record(
-            decode_json_object(text(raw, source=source), source=source), source=source
+        data = decode_json_object(text(raw, source=source), source=source)
+        data = self.store.sealing.open_record(
+            "approval", _sid(data.get("session_id")), data, source=source
         )
+        return check_approval_record(data, source=source)
+
+
+def _sid(session_id: object) -> str | None:
+    """An approval record's session id, as its sealing binds it."""
+    return session_id if isinstance(session_id, str) else None

@@ -20,6 +20,7 @@ from types import TracebackType
 
 from ..errors import SchemaVersionError, StoreClosedError, StoreCorruptError, StoreError
 from . import _lockfile
+from ._sealing import Sealing
 from ._sqlite_turns import SqliteTurns
 from .base import validate_session_id
 from .lease import Lease
@@ -109,6 +110,9 @@ class SqliteDatabase:
     See ``SqliteStore`` for ``synchronous`` and ``mode``. After ``close()`` every
     call raises ``StoreClosedError``.
     """
+
+    #: how records are written and read: clear unless the store was given ``encryption=``
+    sealing: Sealing = Sealing()
 
     def __init__(
         self, path: str | os.PathLike[str], *, synchronous: str = "NORMAL", mode: int = 0o600

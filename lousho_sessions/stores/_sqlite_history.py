@@ -62,11 +62,24 @@ def sqlite_fork(part: Any, request: ForkRequest, _touch: Touch) -> Forked:
         if source not in lengths:
             raise missing_error(source, where)
         keep = check_keep(source, request.keep, lengths[source], where)
-        conn.execute(
-            "INSERT INTO messages (session_id, seq, json) "
-            "SELECT ?, seq, json FROM messages WHERE session_id = ? AND seq < ?",
-            (new_id, source, keep),
-        )
+        if part.store.sealing.enabled:  # each record is bound to its session: sealed again
+            rows = conn.execute(
+                "SELECT seq, json FROM messages WHERE session_id = ? AND seq < ? ORDER BY seq",
+                (source, keep),
+            ).fetchall()
+            texts = part.store.sealing.forked_texts(
+                source, new_id, [row[1] for row in rows], where=where
+            )
+            conn.executemany(
+                "INSERT INTO messages (session_id, seq, json) VALUES (?, ?, ?)",
+                [(new_id, row[0], text) for row, text in zip(rows, texts, strict=True)],
+            )
+        else:
+            conn.execute(
+                "INSERT INTO messages (session_id, seq, json) "
+                "SELECT ?, seq, json FROM messages WHERE session_id = ? AND seq < ?",
+                (new_id, source, keep),
+            )
         revision = _touch(conn, new_id, keep)
         conn.execute(
             "UPDATE sessions SET parent = ?, fork_point = ? WHERE id = ?", (source, keep, new_id)

@@ -17,7 +17,6 @@ from .base import (
     PruneResult,
     check_approval_record,
     decode_json_object,
-    encode_json_object,
     older_than_seconds,
     resolved_approval,
     validate_approval_id,
@@ -61,13 +60,20 @@ class SqliteCheckpointStore(Part, BaseCheckpointStore):
             ).fetchone()
         if row is None:
             return None
-        return decode_json_object(row[0], source=f"{self.store.path}: checkpoint {turn_id!r}")
+        return self.store.sealing.record(
+            "checkpoint",
+            fence_session_id(turn_id),
+            row[0],
+            source=f"{self.store.path}: checkpoint {turn_id!r}",
+        )
 
     def save(
         self, turn_id: str, checkpoint: Mapping[str, Any], *, fence: int | None = None
     ) -> None:
         validate_turn_id(turn_id)
-        text = encode_json_object(checkpoint, what=f"checkpoint {turn_id!r}")
+        text = self.store.sealing.record_text(
+            "checkpoint", fence_session_id(turn_id), checkpoint, what=f"checkpoint {turn_id!r}"
+        )
         with self.store.transaction() as conn:
             self.store.check_fence(conn, fence_session_id(turn_id), fence)
             _upsert(conn, turn_id, text)
@@ -83,7 +89,9 @@ class SqliteCheckpointStore(Part, BaseCheckpointStore):
         """``save``, then delete the checkpoints ``delete``, in one transaction."""
         validate_turn_id(turn_id)
         keys = [(validate_turn_id(key),) for key in delete]
-        text = encode_json_object(checkpoint, what=f"checkpoint {turn_id!r}")
+        text = self.store.sealing.record_text(
+            "checkpoint", fence_session_id(turn_id), checkpoint, what=f"checkpoint {turn_id!r}"
+        )
         with self.store.transaction() as conn:
             self.store.check_fence(conn, fence_session_id(turn_id), fence)
             _upsert(conn, turn_id, text)
@@ -121,9 +129,11 @@ class SqliteApprovalStore(Part, BaseApprovalStore):
         """Store a new record; ``ValueError`` if one with its ``id`` exists or it is malformed."""
         approval_id = validate_approval_id(record.get("id"))
         check_approval_record(record, source=f"approval {approval_id!r}")
-        text = encode_json_object(record, what=f"approval {approval_id!r}")
         status = record.get("status")
         session_id = record.get("session_id")
+        text = self.store.sealing.record_text(
+            "approval", _sid(session_id), record, what=f"approval {approval_id!r}"
+        )
         with self.store.transaction() as conn:
             if isinstance(session_id, str):
                 self.store.check_fence(conn, session_id, fence)
@@ -151,21 +161,34 @@ class SqliteApprovalStore(Part, BaseApprovalStore):
             row = conn.execute("SELECT json FROM approvals WHERE id = ?", (id,)).fetchone()
         return None if row is None else self._decode(id, row[0])
 
-    def resolve(self, id: str, *, approved: bool, reason: str | None = None) -> dict[str, Any]:
+    def resolve(
+        self,
+        id: str,
+        *,
+        approved: bool,
+        reason: str | None = None,
+        arguments: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]:
         validate_approval_id(id)
         with self.store.transaction() as conn:
             row = conn.execute("SELECT json FROM approvals WHERE id = ?", (id,)).fetchone()
             if row is None:
                 raise ApprovalNotFoundError(f"no approval with id {id!r} in {self.store.path}")
             record = resolved_approval(
-                self._decode(id, row[0]), approved=approved, reason=reason, source=repr(id)
+                self._decode(id, row[0]),
+                approved=approved,
+                reason=reason,
+                source=repr(id),
+                arguments=arguments,
             )
             updated = conn.execute(
                 "UPDATE approvals SET status = ?, json = ?, resolved_at = ? "
                 "WHERE id = ? AND status = 'pending'",
                 (
                     record["status"],
-                    encode_json_object(record, what=f"approval {id!r}"),
+                    self.store.sealing.record_text(
+                        "approval", _sid(record.get("session_id")), record, what=f"approval {id!r}"
+                    ),
                     time.time(),
                     id,
                 ),
@@ -226,7 +249,16 @@ class SqliteApprovalStore(Part, BaseApprovalStore):
         source = f"{self.store.path}: approval {id!r}"
         if not isinstance(text, str):
             raise StoreCorruptError(f"{source}: the json column holds {type(text).__name__}")
-        return check_approval_record(decode_json_object(text, source=source), source=source)
+        data = decode_json_object(text, source=source)
+        data = self.store.sealing.open_record(
+            "approval", _sid(data.get("session_id")), data, source=source
+        )
+        return check_approval_record(data, source=source)
+
+
+def _sid(session_id: object) -> str | None:
+    """An approval record's session id, as its sealing binds it."""
+    return session_id if isinstance(session_id, str) else None
 
 
 #: a checkpoint saved (or saved over) under its turn id

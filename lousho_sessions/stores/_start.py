@@ -24,6 +24,7 @@ import attrs
 
 from ..serde import encode_json_object
 from ._checks import validate_turn_id
+from ._sealing import Sealing
 from .lease import Lease, fence_session_id
 
 __all__ = ["StartCheckpoint", "TurnStart", "start_body"]
@@ -45,7 +46,7 @@ class StartCheckpoint:
     build: Callable[[], Mapping[str, Any]]
 
 
-def start_body(id: str, start: StartCheckpoint) -> str | None:
+def start_body(id: str, start: StartCheckpoint, sealing: Sealing | None = None) -> str | None:
     """``start``'s checkpoint as JSON text without its ``"fence"`` (the store puts the new
     lease's first), for session ``id``'s lease; ``None`` when it is not one to save with
     it: its turn id is invalid or names another session, it does not encode (the
@@ -55,7 +56,13 @@ def start_body(id: str, start: StartCheckpoint) -> str | None:
             return None
         data = dict(start.build())
         data.pop("fence", None)  # the store writes the lease's
-        text = encode_json_object(data, what=f"checkpoint {start.turn_id!r}")
+        what = f"checkpoint {start.turn_id!r}"
+        if not data:
+            return None  # an empty checkpoint is not one to save with the lease
+        if sealing is None:
+            text = encode_json_object(data, what=what)
+        else:
+            text = sealing.record_text("checkpoint", id, data, what=what)
     except (TypeError, ValueError):
         return None
     return None if text == "{}" else text

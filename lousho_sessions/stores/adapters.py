@@ -9,12 +9,14 @@ adapters pass ``fence`` to nothing; ``fenced_writes`` says so.
 
 from __future__ import annotations
 
+import inspect
 import threading
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any, TypeVar, cast
 
+from ..errors import ApprovalDecisionError
 from ..messages import Message
 from .base import (
     AgentStore,
@@ -39,6 +41,7 @@ __all__ = [
     "parts_of",
     "sessions_contract",
     "store_parts",
+    "takes_arguments",
 ]
 
 _PARTS = ("sessions", "checkpoints", "approvals")
@@ -196,8 +199,25 @@ class ApprovalStoreAdapter(_Adapter, BaseApprovalStore):
     def get(self, id: str) -> dict[str, Any] | None:
         return self.inner.get(id)
 
-    def resolve(self, id: str, *, approved: bool, reason: str | None = None) -> dict[str, Any]:
-        return self.inner.resolve(id, approved=approved, reason=reason)
+    def resolve(
+        self,
+        id: str,
+        *,
+        approved: bool,
+        reason: str | None = None,
+        arguments: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        if arguments is None:
+            return self.inner.resolve(id, approved=approved, reason=reason)
+        if not takes_arguments(self.inner):
+            raise ApprovalDecisionError(
+                f"approval {id!r}: {type(self.inner).__name__}.resolve() takes no arguments=, "
+                "so this store cannot keep a call's edited arguments"
+            )
+        resolve: Any = self.inner.resolve  # the Protocol's resolve has no arguments=
+        return cast(
+            "dict[str, Any]", resolve(id, approved=approved, reason=reason, arguments=arguments)
+        )
 
     def list(
         self, session_id: str | None = None, status: str | None = "pending"
@@ -206,6 +226,20 @@ class ApprovalStoreAdapter(_Adapter, BaseApprovalStore):
 
     def delete(self, id: str) -> None:
         self.inner.delete(id)
+
+
+def takes_arguments(store: object) -> bool:
+    """Whether the approval store's ``resolve`` takes ``arguments=`` (the built-in ones do;
+    a user's store written before edited arguments existed may not)."""
+    if isinstance(store, ApprovalStoreAdapter):
+        store = store.inner
+    try:
+        parameters = inspect.signature(getattr(store, "resolve")).parameters  # noqa: B009
+    except (AttributeError, TypeError, ValueError):
+        return False
+    return "arguments" in parameters or any(
+        p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()
+    )
 
 
 _A = TypeVar("_A", bound=_Adapter)

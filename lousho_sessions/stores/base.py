@@ -137,7 +137,10 @@ class ApprovalStore(Protocol):
     """Keeps approval records (JSON objects with at least ``id``, ``session_id``, ``status``:
     ``"pending"``, ``"approved"`` or ``"denied"``). ``resolve`` is an atomic compare-and-set
     from ``"pending"``: one caller wins, the others get ``ApprovalAlreadyResolvedError``; an
-    unknown id raises ``ApprovalNotFoundError``."""
+    unknown id raises ``ApprovalNotFoundError``. A store whose ``resolve`` also takes
+    ``arguments`` (a JSON object, given only when approving: the call's edited arguments,
+    kept in the record's ``"arguments"`` in the same compare-and-set) lets approvers edit
+    a call's arguments."""
 
     def create(self, record: Mapping[str, Any]) -> None: ...
 
@@ -458,8 +461,19 @@ class BaseApprovalStore(_Closeable, ABC):
         """The record, or ``None``."""
 
     @abstractmethod
-    def resolve(self, id: str, *, approved: bool, reason: str | None = None) -> dict[str, Any]:
-        """Approve or deny a pending record; exactly one concurrent caller wins."""
+    def resolve(
+        self,
+        id: str,
+        *,
+        approved: bool,
+        reason: str | None = None,
+        arguments: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """Approve or deny a pending record; exactly one concurrent caller wins.
+
+        ``arguments`` (only when approving) are the call's edited arguments: written in the
+        same compare-and-set as the decision, as the record's ``"arguments"``
+        (``resolved_approval`` builds the record every built-in store writes)."""
 
     @abstractmethod
     def list(

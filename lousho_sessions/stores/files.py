@@ -49,6 +49,7 @@ from typing import Any
 
 import attrs
 
+from ..encryption import EncryptionOption
 from ..errors import (
     SchemaVersionError,
     SessionBusyError,
@@ -63,6 +64,8 @@ from ._directory import WRITE_LOCK_TIMEOUT, Directory, check_fence_file
 from ._file_history import file_fork, file_rewind, origin_json, origin_of
 from ._file_records import FileApprovalStore, FileCheckpointStore
 from ._history_requests import Forked, ForkRequest, RewindRequest, Rewound
+from ._rotation import BATCH, RotationResult, rotate_files
+from ._sealing import Sealing
 from .base import (
     AgentStore,
     BaseSessionStore,
@@ -71,7 +74,6 @@ from .base import (
     SessionInfo,
     decode_json_object,
     is_session_id,
-    message_json,
     older_than_seconds,
     validate_session_id,
 )
@@ -157,11 +159,11 @@ def _parse_file(path: Path, raw: bytes) -> tuple[list[dict[str, Any]], str]:
     return messages, origin_json(origin["parent"], origin["fork_point"])
 
 
-def _message_jsons(id: str, messages: Sequence[Message]) -> list[str]:
+def _message_jsons(sealing: Sealing, id: str, messages: Sequence[Message]) -> list[str]:
     for m in messages:
         if not isinstance(m, Message):
             raise TypeError(f"session {id!r}: expected Message objects, got {type(m).__name__}")
-    return [message_json(m) for m in messages]
+    return [sealing.message_text(id, m) for m in messages]
 
 
 class FileSessionStore(BaseSessionStore):
@@ -175,8 +177,9 @@ class FileSessionStore(BaseSessionStore):
 
     lock_scope: LockScope = "machine"
 
-    def __init__(self, dir: str | os.PathLike[str]) -> None:
+    def __init__(self, dir: str | os.PathLike[str], *, encryption: EncryptionOption = None) -> None:
         self._dir = Directory(dir)
+        self.sealing = Sealing(encryption)
         self._cache: OrderedDict[str, _Cached] = OrderedDict()
         self._cache_chars = 0
         self._cache_lock = threading.Lock()
@@ -205,9 +208,10 @@ class FileSessionStore(BaseSessionStore):
             raise StoreError(f"{path}: cannot read: {exc}") from exc
         dicts, origin = _parse_file(path, raw)
         messages = []
+        source = f"{path}: session {id!r}"
         for i, d in enumerate(dicts):
             try:
-                messages.append(message_from_dict(d))
+                messages.append(message_from_dict(self.sealing.open_message(id, d, source=source)))
             except ValueError as exc:
                 raise StoreCorruptError(f"{path}: message {i}: {exc}") from exc
         body = ",".join(json.dumps(d, separators=(",", ":")) for d in dicts)
@@ -216,7 +220,7 @@ class FileSessionStore(BaseSessionStore):
 
     def save(self, id: str, messages: Sequence[Message]) -> None:
         path = self.path(id)
-        parts = _message_jsons(id, messages)
+        parts = _message_jsons(self.sealing, id, messages)
         with self._write_lock(id, path):
             current = self._current(id, path)  # its origin, if a fork, is kept
             self._write(id, path, ",".join(parts), len(parts), current.origin if current else "")
@@ -232,7 +236,7 @@ class FileSessionStore(BaseSessionStore):
         """Add ``messages`` if the file holds ``expected_length`` messages, else ``StoreConflictError``;
         ``LeaseLostError`` if ``fence`` is older than the session's newest."""
         path = self.path(id)
-        parts = _message_jsons(id, messages)
+        parts = _message_jsons(self.sealing, id, messages)
         with self._write_lock(id, path):
             check_fence_file(self._dir, id, fence)
             current = self._current(id, path)
@@ -465,6 +469,10 @@ def _is_session_id(value: str) -> bool:
 class FileStore(AgentStore):
     """The three file stores of one directory, with a ``prune`` over all of them."""
 
+    def rotate_key(self, *, batch_size: int = BATCH) -> RotationResult:
+        """Reseal every record not sealed with the current key, in batches (``rotate-key``)."""
+        return rotate_files(self, _parse_session, batch_size)
+
     def prune(self, older_than: timedelta | float) -> PruneResult:
         """Delete sessions and checkpoints not written within ``older_than`` (seconds or a
         ``timedelta``), approvals resolved that long ago (pending ones are kept), lock files
@@ -477,6 +485,8 @@ class FileStore(AgentStore):
         return total
 
 
-def file_store(dir: str | os.PathLike[str]) -> FileStore:
-    """Sessions, checkpoints and approvals as files in ``dir``, as one ``AgentStore``."""
-    return FileStore(FileSessionStore(dir), FileCheckpointStore(dir), FileApprovalStore(dir))
+def file_store(dir: str | os.PathLike[str], *, encryption: EncryptionOption = None) -> FileStore:
+    """Sessions, checkpoints and approvals as files in ``dir`` (sealed with ``encryption=``)."""
+    e = encryption
+    parts = FileSessionStore(dir, encryption=e), FileCheckpointStore(dir, encryption=e)
+    return FileStore(*parts, FileApprovalStore(dir, encryption=e))

@@ -5,14 +5,14 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from datetime import datetime, timedelta, timezone
+from datetime import timedelta
 from typing import Any
 
 import attrs
 
-from ..errors import ApprovalAlreadyResolvedError, ApprovalNotFoundError, StoreConflictError
+from ..encryption import Encryption, EncryptionOption
+from ..errors import ApprovalNotFoundError, StoreConflictError
 from ..messages import Message
-from ._approval_records import cancelled_error
 from ._history_requests import (
     Forked,
     ForkRequest,
@@ -22,6 +22,7 @@ from ._history_requests import (
     exists_error,
     missing_error,
 )
+from ._rotation import BATCH, RotationResult
 from .base import (
     AgentStore,
     BaseApprovalStore,
@@ -34,6 +35,7 @@ from .base import (
     encode_json_object,
     message_json,
     older_than_seconds,
+    resolved_approval,
     validate_approval_id,
     validate_session_id,
     validate_turn_id,
@@ -242,10 +244,6 @@ class MemoryCheckpointStore(BaseCheckpointStore):
         return PruneResult(0, len(old), 0)
 
 
-def _now_iso() -> str:
-    return datetime.now(timezone.utc).isoformat()
-
-
 class MemoryApprovalStore(BaseApprovalStore):
     """Approval records in a dict; ``resolve`` is a compare-and-set under a lock.
 
@@ -279,21 +277,25 @@ class MemoryApprovalStore(BaseApprovalStore):
         text = self._data.get(id)
         return None if text is None else decode_json_object(text, source=f"approval {id!r}")
 
-    def resolve(self, id: str, *, approved: bool, reason: str | None = None) -> dict[str, Any]:
+    def resolve(
+        self,
+        id: str,
+        *,
+        approved: bool,
+        reason: str | None = None,
+        arguments: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]:
         validate_approval_id(id)
         with self._lock:
             text = self._data.get(id)
             if text is None:
                 raise ApprovalNotFoundError(f"no approval with id {id!r}")
-            record = decode_json_object(text, source=f"approval {id!r}")
-            if record.get("status") == "cancelled":
-                raise cancelled_error(record, repr(id))
-            if record.get("status") != "pending":
-                raise ApprovalAlreadyResolvedError(
-                    f"approval {id!r} was already resolved ({record.get('status')})"
-                )
-            record.update(
-                status="approved" if approved else "denied", reason=reason, resolved_at=_now_iso()
+            record = resolved_approval(
+                decode_json_object(text, source=f"approval {id!r}"),
+                approved=approved,
+                reason=reason,
+                source=repr(id),
+                arguments=arguments,
             )
             self._data[id] = encode_json_object(record, what=f"approval {id!r}")
             self._resolved[id] = time.time()
@@ -339,6 +341,10 @@ class MemoryApprovalStore(BaseApprovalStore):
 class MemoryStore(AgentStore):
     """The three memory stores, with a ``prune`` over all of them."""
 
+    def rotate_key(self, *, batch_size: int = BATCH) -> RotationResult:
+        """Nothing to rewrite: a memory store keeps nothing at rest."""
+        return RotationResult()
+
     def prune(self, older_than: timedelta | float) -> PruneResult:
         """Delete sessions and checkpoints not written within ``older_than`` (seconds or a
         ``timedelta``) and approvals resolved that long ago; pending approvals are kept."""
@@ -349,8 +355,13 @@ class MemoryStore(AgentStore):
         return total
 
 
-def memory_store() -> MemoryStore:
-    """Sessions, checkpoints and approvals in memory, as one ``AgentStore``."""
+def memory_store(*, encryption: EncryptionOption = None) -> MemoryStore:
+    """Sessions, checkpoints and approvals in memory, as one ``AgentStore``.
+
+    ``encryption=`` is checked as the other stores check it, then not used: nothing of a
+    memory store is at rest (it lives and dies with the process), so a program can switch
+    between stores without changing its arguments."""
+    Encryption.of(encryption)
     leases = LocalLeases()
     return MemoryStore(
         MemorySessionStore(leases=leases),

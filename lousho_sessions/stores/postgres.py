@@ -25,6 +25,7 @@ import psycopg
 import psycopg_pool
 from psycopg.conninfo import conninfo_to_dict
 
+from ..encryption import EncryptionOption
 from ..errors import (
     SchemaVersionError,
     SessionBusyError,
@@ -46,6 +47,7 @@ from ._postgres_schema import (
 )
 from ._postgres_sessions import PostgresSessionStore
 from ._postgres_watch import Watchdog
+from ._sealing import Sealing
 from ._start import StartCheckpoint, start_body
 from ._waiting import call_signal, lease_wait_stopped, until_text
 from .base import (
@@ -124,7 +126,9 @@ class PostgresStore(PgCore):
         migrate: bool = True,
         prepare: bool = False,
         statement_timeout: float | None = 60.0,
+        encryption: EncryptionOption = None,
     ) -> None:
+        self.sealing = Sealing(encryption)
         self.schema = validate_schema(schema)
         if not (isinstance(lease_ttl, (int, float)) and 0.1 <= lease_ttl <= 86400):
             raise ValueError(f"lease_ttl must be seconds between 0.1 and 86400, got {lease_ttl!r}")
@@ -298,7 +302,7 @@ class PostgresStore(PgCore):
             and (revision is None or type(revision) is int)
         ):
             return None
-        text = start_body(id, start)
+        text = start_body(id, start, self.sealing)
         if text is None:
             return None
         return start.turn_id, (None if revision is None else str(revision)), text

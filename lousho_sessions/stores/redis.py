@@ -27,6 +27,7 @@ from datetime import timedelta
 import redis
 import redis.cluster
 
+from ..encryption import EncryptionOption
 from ..errors import (
     SessionBusyError,
     StoreClosedError,
@@ -43,6 +44,8 @@ from ._redis_base import RedisConnection, text
 from ._redis_history import redis_fork, redis_info, redis_rewind
 from ._redis_lease import RedisLease
 from ._redis_records import RedisApprovalStore, RedisCheckpointStore
+from ._rotation import BATCH, RotationResult, rotate_redis
+from ._sealing import Sealing
 from ._start import StartCheckpoint, start_body
 from ._waiting import call_signal, lease_wait_stopped, until_text
 from .base import (
@@ -51,7 +54,6 @@ from .base import (
     LockScope,
     PruneResult,
     SessionInfo,
-    message_json,
     older_than_seconds,
     validate_session_id,
     validate_turn_id,
@@ -91,8 +93,10 @@ class RedisStore(RedisConnection):
         lease_ttl: float = 20.0,
         ttl: timedelta | float | None = None,
         wake_poll: float = 2.0,
+        encryption: EncryptionOption = None,
     ) -> None:
         super().__init__(client, prefix=prefix, lease_ttl=lease_ttl, ttl=ttl, wake_poll=wake_poll)
+        self.sealing = Sealing(encryption)
         self._leases: weakref.WeakSet[RedisLease] = weakref.WeakSet()
         #: renews every lease this store holds (one thread, started on the first lease)
         self.heartbeat = Heartbeat(f"lousho-redis-heartbeat-{prefix}")
@@ -146,7 +150,7 @@ class RedisStore(RedisConnection):
             and start.checkpoints.store is self
             and (revision is None or type(revision) is str)
         ):
-            body = start_body(id, start)
+            body = start_body(id, start, self.sealing)
             if body is not None:
                 offer = (start.turn_id, revision or "", body)
         return self._turn_lock(id, timeout, offer)
@@ -207,6 +211,10 @@ class RedisStore(RedisConnection):
             with self.call("waiting for a lease") as client:
                 client.blpop([wake], timeout=max(wait, 0.01))
 
+    def rotate_key(self, *, batch_size: int = BATCH) -> RotationResult:
+        """Reseal every record not sealed with the current key, in batches (``rotate-key``)."""
+        return rotate_redis(self, batch_size)
+
     def prune(self, older_than: timedelta | float) -> PruneResult:
         """Delete sessions and checkpoints not written within ``older_than`` (seconds or a
         ``timedelta``) and approvals resolved that long ago; pending approvals and sessions
@@ -251,15 +259,17 @@ class RedisSessionStore(BaseSessionStore):
                 f"{source}: the length says {text(length, source=source)} messages, "
                 f"{len(items)} are stored"
             )
-        body = ",".join(text(item, source=source) for item in items)
-        messages = messages_from_json(f"[{body}]", source=source)
+        texts = self.store.sealing.open_texts(
+            id, [text(item, source=source) for item in items], source=source
+        )
+        messages = messages_from_json(f"[{','.join(texts)}]", source=source)
         if len(messages) != len(items):
             raise StoreCorruptError(f"{source}: a stored message is not one JSON object")
         return messages
 
     def save(self, id: str, messages: Sequence[Message]) -> None:
         validate_session_id(id)
-        rows = _rows(id, messages)
+        rows = _rows(self.store.sealing, id, messages)
         self.store.run(
             "SAVE", id, secrets.token_hex(8), self.store.ttl_arg(id), *rows, what=f"save {id!r}"
         )
@@ -343,7 +353,7 @@ class RedisSessionStore(BaseSessionStore):
         """The fenced, length-checked append script, deleting the checkpoints ``delete`` and
         releasing the lease whose holder token is ``release`` (if it still holds it)."""
         validate_session_id(id)
-        rows = _rows(id, messages)
+        rows = _rows(self.store.sealing, id, messages)
         revision = secrets.token_hex(8)
         try:
             reply = self.store.run(
@@ -511,10 +521,10 @@ class RedisSessionStore(BaseSessionStore):
         return PruneResult(sessions=deleted, checkpoints=0, approvals=0, leases=leases)
 
 
-def _rows(id: str, messages: Sequence[Message]) -> list[str]:
+def _rows(sealing: Sealing, id: str, messages: Sequence[Message]) -> list[str]:
     rows = []
     for m in messages:
         if not isinstance(m, Message):
             raise TypeError(f"session {id!r}: expected Message objects, got {type(m).__name__}")
-        rows.append(message_json(m))
+        rows.append(sealing.message_text(id, m))
     return rows

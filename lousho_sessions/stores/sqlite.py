@@ -21,12 +21,15 @@ import time
 from collections.abc import Callable, Sequence
 from datetime import timedelta
 
+from ..encryption import EncryptionOption
 from ..errors import StoreConflictError
 from ..messages import Message, Usage
 from ..serde import messages_from_json_texts
 from ..usage_totals import sqlite_usage_sql, usage_from_row
 from . import _lockfile
 from ._history_requests import Forked, ForkRequest, RewindRequest, Rewound
+from ._rotation import BATCH, RotationResult, rotate_sqlite
+from ._sealing import Sealing
 from ._sqlite_db import MIGRATIONS, SCHEMA_VERSION, SqliteDatabase
 from ._sqlite_history import sqlite_fork, sqlite_rewind
 from ._sqlite_records import (
@@ -45,7 +48,6 @@ from .base import (
     LockScope,
     PruneResult,
     SessionInfo,
-    message_json,
     older_than_seconds,
     validate_session_id,
     validate_turn_id,
@@ -91,8 +93,14 @@ class SqliteStore(SqliteDatabase):
     """
 
     def __init__(
-        self, path: str | os.PathLike[str], *, synchronous: str = "NORMAL", mode: int = 0o600
+        self,
+        path: str | os.PathLike[str],
+        *,
+        synchronous: str = "NORMAL",
+        mode: int = 0o600,
+        encryption: EncryptionOption = None,
     ) -> None:
+        self.sealing = Sealing(encryption)
         super().__init__(path, synchronous=synchronous, mode=mode)
         self.checkpoints = SqliteCheckpointStore(self)
         self.sessions = SqliteSessionStore(self)
@@ -107,6 +115,10 @@ class SqliteStore(SqliteDatabase):
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+    def rotate_key(self, *, batch_size: int = BATCH) -> RotationResult:
+        """Reseal every record not sealed with the current key, in batches (``rotate-key``)."""
+        return rotate_sqlite(self, batch_size)
 
     def prune(self, older_than: timedelta | float) -> PruneResult:
         """Delete sessions and checkpoints not updated within ``older_than`` (seconds or a
@@ -156,13 +168,13 @@ class SqliteSessionStore(Part, BaseSessionStore):
             return None
         if rows[0][0] is None:
             return []
-        return messages_from_json_texts(
-            [row[0] for row in rows], source=f"{self.store.path}: session {id!r}"
-        )
+        source = f"{self.store.path}: session {id!r}"
+        texts = self.store.sealing.open_texts(id, [row[0] for row in rows], source=source)
+        return messages_from_json_texts(texts, source=source)
 
     def save(self, id: str, messages: Sequence[Message]) -> None:
         validate_session_id(id)
-        rows = _rows(id, messages, 0)
+        rows = _rows(self.store.sealing, id, messages, 0)
         with self.store.transaction() as conn:
             conn.execute("DELETE FROM messages WHERE session_id = ?", (id,))
             conn.executemany("INSERT INTO messages (session_id, seq, json) VALUES (?, ?, ?)", rows)
@@ -178,7 +190,7 @@ class SqliteSessionStore(Part, BaseSessionStore):
     ) -> None:
         """Add ``messages`` if ``expected_length`` are stored, else ``StoreConflictError``;
         ``LeaseLostError`` if ``fence`` is older than the session's newest."""
-        rows = _rows(validate_session_id(id), messages, expected_length)
+        rows = _rows(self.store.sealing, validate_session_id(id), messages, expected_length)
         with self.store.transaction() as conn:
             self._append(conn, id, rows, expected_length, fence)
 
@@ -194,7 +206,7 @@ class SqliteSessionStore(Part, BaseSessionStore):
     ) -> object | None:
         """``append`` and delete the checkpoints ``delete``: one transaction when
         ``checkpoints`` is this database's; returns the new revision."""
-        rows = _rows(validate_session_id(id), messages, expected_length)
+        rows = _rows(self.store.sealing, validate_session_id(id), messages, expected_length)
         if not (isinstance(checkpoints, SqliteCheckpointStore) and checkpoints.store is self.store):
             return super().append_and_delete(
                 id, messages, expected_length, checkpoints=checkpoints, delete=delete, fence=fence
@@ -249,7 +261,9 @@ class SqliteSessionStore(Part, BaseSessionStore):
         texts = [row[2] for row in rows if row[2] is not None]
         if len(texts) != rows[0][1] - length:
             return None
-        return messages_from_json_texts(texts, source=f"{self.store.path}: session {id!r}")
+        source = f"{self.store.path}: session {id!r}"
+        texts = self.store.sealing.open_texts(id, texts, source=source)
+        return messages_from_json_texts(texts, source=source)
 
     def delete(self, id: str) -> None:
         """Delete the transcript and its turn lock file (unless a turn holds it right now;
@@ -357,12 +371,14 @@ class SqliteSessionStore(Part, BaseSessionStore):
         return PruneResult(sessions=sessions, checkpoints=0, approvals=0, leases=leases)
 
 
-def _rows(id: str, messages: Sequence[Message], start: int) -> list[tuple[str, int, str]]:
+def _rows(
+    sealing: Sealing, id: str, messages: Sequence[Message], start: int
+) -> list[tuple[str, int, str]]:
     rows = []
     for i, m in enumerate(messages, start):
         if not isinstance(m, Message):
             raise TypeError(f"session {id!r}: expected Message objects, got {type(m).__name__}")
-        rows.append((id, i, message_json(m)))
+        rows.append((id, i, sealing.message_text(id, m)))
     return rows
 
 

@@ -12,6 +12,11 @@ four for an absolute one. Query options set the store's keyword arguments
 (``?synchronous=FULL``, ``?schema=app&lease_ttl=10``, ``?prefix=app``); the others
 go to the driver. The driver modules are imported here, on use, never by
 ``import lousho_sessions``. Errors name the URL with its password replaced by ``***``.
+
+Every scheme takes ``?encryption_key_env=NAME``: the store's ``encryption=`` read from
+environment variable ``NAME`` (``keyid:base64key[,keyid:base64key...]``, the last one
+current). A key itself is never read from a URL: URLs end up in logs and process lists,
+so ``?encryption_key=...`` and the like are refused.
 """
 
 from __future__ import annotations
@@ -25,7 +30,9 @@ from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
 import attrs
 
+from ..encryption import Encryption, EncryptionKeyError
 from ..errors import LoushoError, StoreError
+from ._rotation import BATCH, RotationResult
 from .base import AgentStore, PruneResult
 from .files import file_store
 from .memory import memory_store
@@ -63,6 +70,11 @@ class URLStore(AgentStore):
     def prune(self, older_than: timedelta | float) -> PruneResult:
         """The backend's ``prune``: sessions, checkpoints and resolved approvals older than that."""
         result: PruneResult = self.backend.prune(older_than)
+        return result
+
+    def rotate_key(self, *, batch_size: int = BATCH) -> RotationResult:
+        """The backend's ``rotate_key``: every record rewritten with the current key."""
+        result: RotationResult = self.backend.rotate_key(batch_size=batch_size)
         return result
 
     def close(self) -> None:
@@ -105,21 +117,22 @@ def open_store(url: str) -> URLStore:
         )
     parts = urlsplit(url)
     options = dict(parse_qsl(parts.query, keep_blank_values=True))
+    encryption = _encryption(shown, options)
     if scheme == "memory":
         _no_options(shown, options)
         if parts.path or parts.netloc:
             raise StoreURLError(f"{shown!r}: a memory store takes no path; write 'memory:'")
-        memory = memory_store()
+        memory = memory_store(encryption=encryption)
         return URLStore(*_parts(memory), kind="memory", url=shown, backend=memory)
     if scheme == "file":
         _no_options(shown, options)
-        return _file(url, shown, parts.netloc, parts.path)
+        return _file(url, shown, parts.netloc, parts.path, encryption)
     try:
         if scheme == "sqlite":
-            return _sqlite(shown, parts.netloc, parts.path, options)
+            return _sqlite(shown, parts.netloc, parts.path, options, encryption)
         if scheme in ("postgresql", "postgres"):
-            return _postgres(shown, parts, options)
-        return _redis(shown, parts, options)
+            return _postgres(shown, parts, options, encryption)
+        return _redis(shown, parts, options, encryption)
     except StoreError as exc:
         if shown in str(exc):
             raise
@@ -142,12 +155,40 @@ def _opened(shown: str, kind: str, make: Callable[[], Any]) -> URLStore:
     return URLStore(*_parts(store), kind=kind, url=shown, backend=store, close=store.close)
 
 
+#: the option naming the environment variable that holds a store's encryption keys
+ENCRYPTION_KEY_ENV = "encryption_key_env"
+#: options that look like a key written into the URL (libpq's ``sslkey`` is a file path: kept)
+_KEY_NAMES = frozenset({"key", "keys", "secret", "secret_key", "aes_key"})
+
+
+def _encryption(shown: str, options: dict[str, str]) -> Encryption | None:
+    """The ``encryption=`` of ``?encryption_key_env=NAME``, taken out of ``options``; a key
+    written in the URL itself is refused (without repeating it)."""
+    for name in list(options):
+        lowered = name.lower()
+        if lowered != ENCRYPTION_KEY_ENV and ("encrypt" in lowered or lowered in _KEY_NAMES):
+            raise StoreURLError(
+                f"{redacted_url(shown.split('?')[0])!r}: option {name!r}: encryption keys are "
+                f"never read from a store URL; put them in an environment variable and write "
+                f"?{ENCRYPTION_KEY_ENV}=NAME"
+            )
+    if ENCRYPTION_KEY_ENV not in options:
+        return None
+    variable = options.pop(ENCRYPTION_KEY_ENV)
+    if not variable:
+        raise StoreURLError(f"{shown!r}: {ENCRYPTION_KEY_ENV}= names no environment variable")
+    try:
+        return Encryption.from_env(variable)
+    except EncryptionKeyError as exc:
+        raise StoreURLError(f"{shown!r}: {exc}") from None
+
+
 def _no_options(shown: str, options: Mapping[str, str]) -> None:
     if options:
         raise StoreURLError(f"{shown!r}: this store takes no options, got {sorted(options)}")
 
 
-def _file(url: str, shown: str, netloc: str, path: str) -> URLStore:
+def _file(url: str, shown: str, netloc: str, path: str, encryption: Encryption | None) -> URLStore:
     if netloc not in ("", "localhost"):
         raise StoreURLError(
             f"{shown!r}: a file store is on this machine: no host, write file:///dir"
@@ -155,11 +196,13 @@ def _file(url: str, shown: str, netloc: str, path: str) -> URLStore:
     if not path:
         raise StoreURLError(f"{shown!r}: no directory; write file:///absolute/dir or file:dir")
     directory = unquote(path)
-    store = file_store(directory)
+    store = file_store(directory, encryption=encryption)
     return URLStore(*_parts(store), kind="file", url=shown, backend=store)
 
 
-def _sqlite(shown: str, netloc: str, path: str, options: dict[str, str]) -> URLStore:
+def _sqlite(
+    shown: str, netloc: str, path: str, options: dict[str, str], encryption: Encryption | None
+) -> URLStore:
     if netloc:
         raise StoreURLError(
             f"{shown!r}: an SQLite URL has no host; write sqlite:///relative.db or "
@@ -169,7 +212,7 @@ def _sqlite(shown: str, netloc: str, path: str, options: dict[str, str]) -> URLS
     if not raw.startswith("/") or raw == "/":
         raise StoreURLError(f"{shown!r}: no database path; write sqlite:///relative.db")
     target = raw[1:]  # sqlite:///rel.db -> "rel.db"; sqlite:////abs.db -> "/abs.db"
-    kwargs: dict[str, Any] = {}
+    kwargs: dict[str, Any] = {"encryption": encryption}
     if "synchronous" in options:
         kwargs["synchronous"] = options.pop("synchronous")
     if "mode" in options:
@@ -180,8 +223,10 @@ def _sqlite(shown: str, netloc: str, path: str, options: dict[str, str]) -> URLS
     return _opened(shown, "sqlite", lambda: SqliteStore(target, **kwargs))
 
 
-def _postgres(shown: str, parts: Any, options: dict[str, str]) -> URLStore:
-    kwargs: dict[str, Any] = {}
+def _postgres(
+    shown: str, parts: Any, options: dict[str, str], encryption: Encryption | None
+) -> URLStore:
+    kwargs: dict[str, Any] = {"encryption": encryption}
     numbers = (
         ("min_size", int),
         ("max_size", int),
@@ -210,8 +255,10 @@ def _postgres(shown: str, parts: Any, options: dict[str, str]) -> URLStore:
     return _opened(shown, "postgresql", lambda: PostgresStore(conninfo, **kwargs))
 
 
-def _redis(shown: str, parts: Any, options: dict[str, str]) -> URLStore:
-    kwargs: dict[str, Any] = {}
+def _redis(
+    shown: str, parts: Any, options: dict[str, str], encryption: Encryption | None
+) -> URLStore:
+    kwargs: dict[str, Any] = {"encryption": encryption}
     if "prefix" in options:
         kwargs["prefix"] = options.pop("prefix")
     for name in ("lease_ttl", "ttl", "wake_poll"):

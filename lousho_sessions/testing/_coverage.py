@@ -123,6 +123,7 @@ EXERCISED: dict[str, tuple[str, ...]] = {
     f"{_A}.resolve": (
         "test_approval_resolve",
         "test_approval_resolve_has_exactly_one_winner",
+        "test_approval_resolve_with_edited_arguments",
         "test_end_to_end_approval_resolved_once",
     ),
     f"{_A}.list": ("test_approvals_create_get_list", "test_approval_resolve"),

@@ -8,7 +8,13 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from ..errors import ApprovalAlreadyResolvedError, ApprovalNotFoundError, InvalidSessionIdError
+from ..errors import (
+    ApprovalAlreadyResolvedError,
+    ApprovalDecisionError,
+    ApprovalNotFoundError,
+    InvalidSessionIdError,
+)
+from ..stores.adapters import takes_arguments
 from ..stores.base import ApprovalStore, CheckpointStore
 from ._base import KitBase, need_approvals, need_checkpoints
 from ._support import WAIT, approval, raises, skip
@@ -161,6 +167,32 @@ class ApprovalTests(KitBase):
             assert [r["id"] for r in ap.list(status=None)] == ["a1", "a2"]
             assert [r["id"] for r in ap.list(status="denied")] == ["a2"]
 
+    def test_approval_resolve_with_edited_arguments(self, tmp_path: Path) -> None:
+        """Approving with ``arguments`` keeps them in the record, in the same compare-and-set;
+        the model's stay in ``call``; a denial with arguments changes nothing."""
+        edited = {"path": "/tmp/y", "deep": [1, {"x": None, "ü": 2.5}], "flag": False}
+        with self.store(tmp_path) as parts:
+            ap = need_approvals(parts)
+            if not takes_arguments(ap):
+                skip(f"{type(ap).__name__}.resolve() takes no arguments=")
+            ap.create(approval("a1"))
+            ap.create(approval("a2"))
+            resolve: Any = ap.resolve  # the Protocol's resolve has no arguments=
+            with raises(ApprovalDecisionError):
+                resolve("a2", approved=False, arguments=edited)
+            assert ap.get("a2") == approval("a2")  # nothing changed
+            record = resolve("a1", approved=True, reason="smaller", arguments=edited)
+            assert (record["status"], record["reason"]) == ("approved", "smaller")
+            assert record["arguments"] == edited
+            assert record["call"] == approval("a1")["call"]  # the model's arguments
+            assert record["future_field"] == [1, {"x": None}]
+            assert ap.get("a1") == record
+            with raises(ApprovalAlreadyResolvedError):
+                resolve("a1", approved=True, arguments={"path": "/other"})
+            assert ap.get("a1") == record
+            plain = ap.resolve("a2", approved=True)
+            assert "arguments" not in plain or plain["arguments"] is None
+
     def test_approval_delete(self, tmp_path: Path) -> None:
         with self.store(tmp_path) as parts:
             ap = need_approvals(parts)
@@ -227,10 +259,17 @@ class ApprovalTests(KitBase):
             need_approvals(parts).create(approval("a1"))
             need_approvals(parts).create(approval("a2"))
             resolved = need_approvals(parts).resolve("a2", approved=False, reason="no")
+            edited = None
+            if takes_arguments(need_approvals(parts)):
+                need_approvals(parts).create(approval("a3"))
+                resolve: Any = need_approvals(parts).resolve
+                edited = resolve("a3", approved=True, arguments={"path": "/tmp/y"})
         with self.reopened(tmp_path) as again:
             ap = need_approvals(again)
             assert ap.get("a1") == approval("a1")
             assert ap.get("a2") == resolved
+            if edited is not None:
+                assert ap.get("a3") == edited and edited["arguments"] == {"path": "/tmp/y"}
             with raises(ApprovalAlreadyResolvedError):
                 ap.resolve("a2", approved=True)
 

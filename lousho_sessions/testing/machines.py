@@ -26,6 +26,7 @@ from ..errors import (
     StoreConflictError,
 )
 from ..messages import Message
+from ..stores.adapters import takes_arguments
 from ..stores.base import ForkRequest, RewindRequest
 from ._fastpaths import check_since
 from ._history import keeps_origins
@@ -354,11 +355,21 @@ class _ApprovalMachine(_StoreMachine):
         self.approvals.create(record)
         self.model[id] = record
 
-    @rule(id=APPROVAL_IDS, approved=st.booleans())
-    def resolve(self, id: str, approved: bool) -> None:
+    @rule(
+        id=APPROVAL_IDS,
+        approved=st.booleans(),
+        arguments=st.none() | st.dictionaries(TEXTS, JSON, max_size=3),
+    )
+    def resolve(self, id: str, approved: bool, arguments: dict[str, Any] | None) -> None:
         record = self.model.get(id)
+        if not (approved and takes_arguments(self.approvals)):
+            arguments = (
+                None  # edited arguments go only with an approval, to a store that keeps them
+            )
+        resolve: Any = self.approvals.resolve  # the Protocol's resolve has no arguments=
+        edits = {} if arguments is None else {"arguments": arguments}
         try:
-            resolved = self.approvals.resolve(id, approved=approved, reason="why")
+            resolved = resolve(id, approved=approved, reason="why", **edits)
         except ApprovalNotFoundError:
             assert record is None
         except ApprovalAlreadyResolvedError:
@@ -369,6 +380,7 @@ class _ApprovalMachine(_StoreMachine):
             assert record["status"] == "pending"
             assert resolved["status"] == ("approved" if approved else "denied")
             assert resolved["extra"] == record["extra"]
+            assert resolved.get("arguments") == arguments
             self.model[id] = resolved
 
     @rule(id=APPROVAL_IDS)

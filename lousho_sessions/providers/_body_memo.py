@@ -1,0 +1,128 @@
+"""Request bodies in time proportional to what is new: the encoded transcript kept per session.
+
+A session sends its whole transcript with every model call, and a call's transcript is
+the previous call's with a few messages appended. Building and JSON-encoding every
+message again costs milliseconds at a thousand messages, so a wire format keeps, per
+session (``ModelRequest.session_id``), the JSON text of the turns it sent last time
+(:class:`Memo`) and encodes only the *tail*: the messages from a point it chooses on.
+
+The head is reused only while it is exactly what a fresh build would give:
+
+- the new transcript starts with the same messages (the same objects, or equal ones:
+  messages are frozen, so equal messages have the same wire form);
+- the head ends before the turn the last memo turn is (the next message may join it)
+  and before the first message whose wire form depends on where it stands in this
+  call (Anthropic's ``cache_control`` marks, which move every call; Gemini's signature
+  placeholder in the current turn): the wire format names that message (``boundary``);
+- what a message's wire form depends on beyond itself is kept with the memo and
+  checked (Gemini's function names, looked up by call id).
+
+Turns are stored without any per-call mark; the tail is built by the same code that
+builds a whole body, so a body from the memo and one built afresh are equal (a
+property test checks it). Memos are bounded (``LIMIT`` sessions, the oldest dropped
+first) and replaced, never changed in place, so sessions sharing a provider on
+several threads never see one another's.
+"""
+
+from __future__ import annotations
+
+import threading
+from bisect import bisect_right
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any
+
+import attrs
+
+from ..messages import Message
+
+__all__ = ["LIMIT", "BodyMemos", "Memo", "splice"]
+
+#: how many sessions' memos a provider keeps
+LIMIT = 32
+
+
+@attrs.frozen
+class Memo:
+    """What a session's last call sent: its messages and the JSON text of their turns.
+
+    ``turns[i]`` is turn ``i`` as JSON (``b""``: a message that sent nothing), without
+    any per-call mark; ``firsts[i]`` the index of its first message. ``state`` is the
+    wire format's own (what a message's wire form depends on beyond itself).
+    """
+
+    messages: tuple[Message, ...]
+    turns: list[bytes]
+    firsts: list[int]
+    state: Any = None
+
+
+@attrs.frozen
+class Head:
+    """The turns reused for a call: ``turns`` come from messages before ``start``."""
+
+    start: int
+    turns: list[bytes]
+    memo: Memo | None
+
+
+_NONE = Head(0, [], None)
+
+
+class BodyMemos:
+    """A provider's memos, by session; at most ``limit``, the oldest dropped first."""
+
+    def __init__(self, limit: int = LIMIT) -> None:
+        self._limit = limit
+        self._memos: dict[Hashable, Memo] = {}
+        self._lock = threading.Lock()
+
+    def head(self, key: Hashable, messages: Sequence[Message], boundary: int) -> Head:
+        """The memo's turns that ``messages`` can reuse: those ending before the last
+        memo turn and before message ``boundary``; none when ``messages`` does not start
+        with the memo's messages."""
+        memo = self._memos.get(key)
+        if memo is None or not memo.turns:
+            return _NONE
+        known = len(memo.messages)
+        if len(messages) < known or tuple(messages[:known]) != memo.messages:
+            return _NONE
+        # the turn holding ``boundary`` (never past the last one, which may grow)
+        turn = min(bisect_right(memo.firsts, boundary), len(memo.turns)) - 1
+        if turn <= 0:
+            return Head(0, [], memo)
+        return Head(memo.firsts[turn], memo.turns[:turn], memo)
+
+    def keep(self, key: Hashable, memo: Memo) -> None:
+        with self._lock:
+            self._memos.pop(key, None)
+            self._memos[key] = memo
+            while len(self._memos) > self._limit:
+                del self._memos[next(iter(self._memos))]
+
+    def clear(self) -> None:
+        with self._lock:
+            self._memos.clear()
+
+
+def splice(
+    encode: Callable[[Any], bytes],
+    body: dict[str, Any],
+    key: str,
+    items: list[bytes],
+    *,
+    gaps: bool = False,
+) -> bytes:
+    """``body`` (which has no ``key``) encoded with the JSON array of ``items`` (values
+    already encoded; a list this may change) as the value of ``key``: the last member,
+    as the order of an object's members means nothing. ``gaps``: some items are empty
+    (left out). The array is copied once."""
+    data = encode(body)
+    opening = data[:-1] + (b"," if len(data) > 2 else b"") + encode(key) + b":["
+    if gaps:
+        items = list(filter(None, items))
+    if not items:
+        return opening + b"]}"
+    # one join, commas between the items only: the brackets go onto the first and last
+    items[0] = opening + items[0]
+    items[-1] = items[-1] + b"]}"
+    return b",".join(items)

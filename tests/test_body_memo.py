@@ -1,0 +1,216 @@
+"""A body built from the session's previous call is the body built afresh, on every wire.
+
+Each provider encodes only the tail of the transcript when the session's previous call
+sent the rest (``_body_memo``). These tests replay random sessions — messages appended
+a few at a time, reasoning of every family, tool calls with and without signatures,
+images, system messages, empty messages, rewinds, edits, several sessions interleaved on
+one provider — and check every call's encoded body against ``build_body``'s, so a cached
+turn can never carry a stale Anthropic ``cache_control`` mark (they move every call), a
+stale Gemini signature placeholder or a stale function name.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lousho_sessions import CachePolicy, ImagePart, Message, ReasoningPart, TextPart, ToolCall
+from lousho_sessions.providers._body_memo import LIMIT, BodyMemos, splice
+from lousho_sessions.providers._http_provider import HttpProvider
+from lousho_sessions.providers.anthropic import AnthropicProvider
+from lousho_sessions.providers.base import ModelRequest, OutputSchema, ToolSpec
+from lousho_sessions.providers.gemini import GeminiProvider
+from lousho_sessions.providers.openai import OpenAIProvider
+from lousho_sessions.providers.openai_responses import OpenAIResponsesProvider
+
+URL = "http://127.0.0.1:9"
+TOOLS = (ToolSpec("get_weather", "Weather for a city."),)
+ANSWER = OutputSchema(
+    "answer", {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+)
+PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 8
+
+
+def providers() -> list[HttpProvider]:
+    return [
+        AnthropicProvider("claude-x", api_key="k", base_url=URL),
+        AnthropicProvider("claude-x", api_key="k", base_url=URL, cache=CachePolicy(ttl="1h")),
+        AnthropicProvider("claude-x", api_key="k", base_url=URL, cache=False),
+        OpenAIProvider("gpt-x", api_key="k", base_url=URL),
+        OpenAIResponsesProvider("gpt-x", api_key="k", base_url=URL),
+        OpenAIResponsesProvider("gpt-x", api_key="k", base_url=URL, store=True),
+        GeminiProvider("gemini-3-pro", api_key="k", base_url=URL),
+        GeminiProvider("gemini-2.5-flash", api_key="k", base_url=URL),
+    ]
+
+
+texts = st.sampled_from(["", "hi", "the weather?", "é ✓ \u2028", 'say "x"'])
+ids = st.sampled_from(["c1", "c2", "c3", "c4"])
+families = st.sampled_from(["anthropic", "openai", "gemini", "other"])
+signatures = st.sampled_from([None, "", "sig-1", "sig-2"])
+
+
+@st.composite
+def reasoning(draw: st.DrawFn) -> ReasoningPart:
+    extra: dict[str, Any] = {}
+    if draw(st.booleans()):
+        extra = draw(st.sampled_from([{"thought": False}, {"openai_summary": ["a", "b"]}]))
+    return ReasoningPart(
+        draw(texts),
+        draw(families),
+        draw(signatures),
+        draw(st.sampled_from([None, "enc-data"])),
+        draw(st.sampled_from([None, "rs_1"])),
+        extra=extra,
+    )
+
+
+images = st.sampled_from(
+    [ImagePart(url="https://example.com/a.jpg"), ImagePart(data=PNG, media_type="image/png")]
+)
+
+
+@st.composite
+def calls(draw: st.DrawFn) -> ToolCall:
+    extra: dict[str, Any] = {}
+    signature = draw(signatures)
+    if signature is not None:
+        extra["thought_signature"] = signature
+    if draw(st.booleans()):
+        extra["after_parts"] = draw(st.integers(0, 3))
+    name = draw(st.sampled_from(["get_weather", "get_time"]))
+    return ToolCall(draw(ids), name, {"city": draw(texts)}, extra=extra)
+
+
+@st.composite
+def messages(draw: st.DrawFn) -> Message:
+    role = draw(st.sampled_from(["user", "user", "assistant", "assistant", "tool", "system"]))
+    if role == "user":
+        parts = draw(st.lists(st.one_of(texts.map(TextPart), images), max_size=3))
+        return Message.user(parts or "")
+    if role == "assistant":
+        parts = draw(st.lists(st.one_of(texts.map(TextPart), reasoning()), max_size=3))
+        return Message.assistant(parts, tool_calls=draw(st.lists(calls(), max_size=2)))
+    if role == "tool":
+        return Message.tool(draw(ids), draw(texts), is_error=draw(st.booleans()))
+    return Message.system(draw(texts))
+
+
+#: one step of a session: append messages, rewind, edit one, or switch sessions
+steps = st.one_of(
+    st.tuples(st.just("append"), st.lists(messages(), min_size=1, max_size=4)),
+    st.tuples(st.just("rewind"), st.integers(1, 4)),
+    st.tuples(st.just("edit"), messages()),
+    st.tuples(st.just("switch"), st.sampled_from(["s-1", "s-2", None])),
+)
+
+
+def same(provider: HttpProvider, request: ModelRequest) -> None:
+    encoded = json.loads(provider.encode_body(request))
+    assert encoded == provider.build_body(request), type(provider).__name__
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(messages(), max_size=6),
+    st.lists(steps, min_size=1, max_size=12),
+    st.sampled_from([None, "Be brief."]),
+    st.sampled_from([(), TOOLS]),
+    st.sampled_from([None, ANSWER]),
+    st.sampled_from([{}, {"temperature": 0.5, "max_tokens": 100}]),
+)
+def test_a_body_from_the_previous_call_is_the_body_built_afresh(
+    start: list[Message],
+    plan: list[Any],
+    system: str | None,
+    tools: tuple[ToolSpec, ...],
+    output: OutputSchema | None,
+    options: dict[str, Any],
+) -> None:
+    wires = providers()
+    sessions: dict[str | None, list[Message]] = {"s-1": list(start)}
+    current: str | None = "s-1"
+    for kind, value in plan:
+        transcript = sessions.setdefault(current, list(start))
+        if kind == "append":
+            transcript += value
+        elif kind == "rewind":
+            del transcript[-value:]
+        elif kind == "edit" and transcript:
+            transcript[len(transcript) // 2] = value
+        elif kind == "switch":
+            current = value
+            continue
+        request = ModelRequest(
+            system, tuple(transcript), tools, options, output_schema=output, session_id=current
+        )
+        for provider in wires:
+            same(provider, request)
+
+
+def test_the_tail_is_all_that_is_encoded_again() -> None:
+    """A long session's call encodes only the turns its previous call did not send."""
+    transcript = (Message.user("q"), Message.assistant("a")) * 200
+    for provider in providers():
+        if getattr(provider, "store", False):
+            continue  # store=True sends only what is new anyway, from the whole transcript
+        provider.encode_body(ModelRequest("sys", transcript, session_id="s"))
+        sizes: list[int] = []
+        real = provider._http.encode
+
+        def counting(value: Any, sizes: list[int] = sizes, real: Any = real) -> bytes:
+            data: bytes = real(value)
+            sizes.append(len(data))
+            return data
+
+        provider._http.encode = counting  # type: ignore[method-assign]
+        request = ModelRequest("sys", (*transcript, Message.user("next")), session_id="s")
+        body = provider.encode_body(request)
+        assert max(sizes) < len(body) / 20, type(provider).__name__
+        provider._http.encode = real  # type: ignore[method-assign]
+        same(provider, request)
+
+
+def test_extra_body_fields_win_on_the_fast_path_too() -> None:
+    for provider in providers():
+        if isinstance(provider, AnthropicProvider) and provider.cache is not None:
+            continue  # build_body itself cannot mark turns that extra_body replaced
+        key = {AnthropicProvider: "messages", OpenAIProvider: "messages"}.get(
+            type(provider), "contents" if isinstance(provider, GeminiProvider) else "input"
+        )
+        request = ModelRequest(
+            None, (Message.user("hi"),), settings={"extra_body": {key: []}}, session_id="s"
+        )
+        same(provider, request)
+        assert json.loads(provider.encode_body(request))[key] == []
+
+
+def test_memos_are_bounded_and_replaced() -> None:
+    memos = BodyMemos()
+    provider = OpenAIProvider("gpt-x", api_key="k", base_url=URL)
+    for n in range(LIMIT + 5):
+        provider.encode_body(ModelRequest(None, (Message.user(str(n)),), session_id=f"s{n}"))
+    assert len(provider._memos._memos) == LIMIT
+    assert "s0" not in provider._memos._memos and f"s{LIMIT + 4}" in provider._memos._memos
+    assert memos.head("none", (Message.user("x"),), 1).turns == []
+
+
+@pytest.mark.parametrize(
+    ("body", "items", "gaps", "expected"),
+    [
+        ({}, [], False, {"k": []}),
+        ({"a": 1}, [b"1", b"2"], False, {"a": 1, "k": [1, 2]}),
+        ({"a": 1}, [b"", b"1", b"", b"2", b""], True, {"a": 1, "k": [1, 2]}),
+        ({"a": 1}, [b"", b""], True, {"a": 1, "k": []}),
+        ({}, [b'{"x":"]}"}'], False, {"k": [{"x": "]}"}]}),
+    ],
+)
+def test_splice_puts_the_array_in_the_body(
+    body: dict[str, Any], items: list[bytes], gaps: bool, expected: dict[str, Any]
+) -> None:
+    encode = OpenAIProvider("gpt-x", api_key="k", base_url=URL)._http.encode
+    assert json.loads(splice(encode, dict(body), "k", items, gaps=gaps)) == expected
