@@ -243,9 +243,11 @@ class Session(HistoryMixin):
         try:
             if tj.controller.signal.aborted:
                 return self._skip_turn(tj)
-            start = self._turns.offer(tj.messages, tj.run_id)
+            start = None if tj.prepare else self._turns.offer(tj.messages, tj.run_id)
             with self._transcript.turn_lock(start=start, signal=tj.controller.signal):
                 self._transcript.sync()
+                if tj.prepare is not None:  # regenerate, edit: the rewind, under this lease
+                    tj.messages = tj.prepare()
                 earlier = self._turns.finish_pending(
                     None,
                     link=tj.controller.signal,
