@@ -6,7 +6,7 @@ takes the session's lease and saves the turn's input checkpoint with it (one
 script, ``ACQUIRE_SAVING``, which also returns the revision and whether the
 session had any checkpoint, so no pending turn is read), and appends the two new
 messages deleting the checkpoint and releasing the lease (one script,
-``commit_turn(release=)``).
+``commit_turn(CommitTurn(release=))``).
 The line above the table says whether redis-py parses with ``hiredis`` (the
 ``redis`` extra installs it). It must stay flat —
 t(5,000) / t(10) <= 1.5 — because an append pushes only the new messages. Also

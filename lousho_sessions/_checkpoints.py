@@ -54,14 +54,14 @@ class TurnCheckpoints:
         *,
         durable: bool,
         fence: int | None = None,
-        saved: TurnState | None = None,
+        input_saved: bool = False,
     ) -> None:
         self.store: BaseCheckpointStore = adapt_checkpoints(store)
         self.durable = durable
         self.fence = fence
-        #: a new turn whose first checkpoint the store saved with the lease (its first
-        #: ``save`` is that one: not written again)
-        self._saved = saved
+        #: the store saved the new turn's first checkpoint (its input taken) with the lease:
+        #: the turn does not save it again
+        self.input_saved = input_saved
         self._record_key: str | None = None
         self._record: dict[str, Any] = {}
         self._started: list[str] = []
@@ -72,10 +72,6 @@ class TurnCheckpoints:
         if not (self.durable or state.status == "awaiting-approval"):
             return
         state.fence = self.fence
-        if self._saved is not None:
-            saved, self._saved = self._saved, None
-            if saved is state and state.steps == 0 and not state.records:
-                return
         self.store.save_and_delete(
             state.turn_id or "", turn_checkpoint(state), list(state.records), fence=self.fence
         )

@@ -12,14 +12,17 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from functools import partial
 from typing import Any
+
+import attrs
 
 from ._checkpoint_codec import turn_checkpoint
 from ._checkpoints import TurnCheckpoints
 from ._config import Approve
 from ._inbox import Inbox, Ticket
 from ._output import OutputSpec
-from ._runner import TurnRunner
+from ._runner import TurnRequest, TurnRunner
 from ._transcript import Transcript
 from ._turn import TurnState
 from .abort import AbortController, AbortSignal
@@ -28,13 +31,36 @@ from .errors import SessionAwaitingApprovalError, SessionBusyError, StoreCorrupt
 from .events import Event
 from .messages import Message, _new_id
 from .results import ExecutionResult, Limits
-from .stores._start import StartCheckpoint
+from .stores._turn_requests import StartCheckpoint, TakenTurn
 from .stores.adapters import adapt_checkpoints
 from .stores.base import BaseCheckpointStore, CheckpointStore
 
-__all__ = ["SessionTurns", "TurnJob"]
+__all__ = ["Offer", "SessionTurns", "TurnJob", "TurnPlan"]
 
 log = logging.getLogger("lousho_sessions.session")
+
+
+@attrs.frozen
+class Offer:
+    """A new turn built before its lease, on the transcript held: its key, its state and its
+    first checkpoint, offered to the store to save with the lease (``TakeTurn.checkpoint``)."""
+
+    turn: TurnKey
+    state: TurnState
+    checkpoint: StartCheckpoint
+
+
+@attrs.frozen
+class TurnPlan:
+    """What a session's turn starts from, decided once when its lease is taken (``plan()``).
+
+    ``no_pending``: the store saw no checkpoint of the session with the lease, so no
+    turn is pending (not read again). ``started``: the offered new turn, when the store
+    saved its first checkpoint with the lease (it runs as it is; that save is not made
+    again)."""
+
+    no_pending: bool = False
+    started: Offer | None = None
 
 
 class SessionTurns:
@@ -56,13 +82,6 @@ class SessionTurns:
             checkpoint_store or runner.runtime.pauses
         )
         self.limits = limits
-        #: the turn id ``finish_pending`` just found free (under this lease): not read again
-        #: the key finish_pending found free, under the turn lock (free_turn takes it)
-        self._free: TurnKey | None = None
-        #: the new turn built before its lease, offered to the store to save with it
-        self._offered: tuple[TurnKey, TurnState] | None = None
-        #: that turn, once the store saved its first checkpoint with the lease
-        self._saved: TurnState | None = None
 
     def run(
         self,
@@ -70,6 +89,7 @@ class SessionTurns:
         turn: TurnKey,
         controller: AbortController,
         *,
+        plan: TurnPlan,
         emit: Callable[[Event], None] | None,
         approve: Approve | None,
         inbox: Inbox | None,
@@ -84,42 +104,41 @@ class SessionTurns:
         its own) writes nothing under the lease after its commit, so that commit may free
         the lease; a pending turn finished first (no ``requeue``) is followed by more writes.
         """
-        self.transcript.last_write = requeue is not None
-        saved, self._saved = self._saved, None
+        started = plan.started is not None and plan.started.state is state
         return self.runner.run(
-            state,
-            controller,
-            self.checkpoints(saved if saved is state else None),
-            turn=turn,
-            emit=emit,
-            approve=approve,
-            inbox=inbox,
-            resumed=resumed,
-            session_limits=self.limits,
-            session_spent=self.transcript.spent,
-            commit=self.transcript.commit,
-            requeue=requeue,
-            context=context,
-            output=output,
+            TurnRequest(
+                state,
+                controller,
+                self.checkpoints(input_saved=started),
+                turn=turn,
+                emit=emit,
+                approve=approve,
+                inbox=inbox,
+                resumed=resumed,
+                session_limits=self.limits,
+                session_spent=self.transcript.spent,
+                commit=partial(self.transcript.commit, last=requeue is not None),
+                requeue=requeue,
+                context=context,
+                output=output,
+            )
         )
 
-    def checkpoints(self, state: TurnState | None = None) -> TurnCheckpoints:
-        """Every checkpoint with a checkpoint store; else only a pause, in memory. ``state``:
-        a new turn whose first checkpoint was saved with the lease (not saved again)."""
+    def checkpoints(self, *, input_saved: bool = False) -> TurnCheckpoints:
+        """Every checkpoint with a checkpoint store; else only a pause, in memory.
+        ``input_saved``: a new turn whose first checkpoint the store saved with the lease."""
         return TurnCheckpoints(
-            self.pauses, durable=self.durable, fence=self.transcript.fence, saved=state
+            self.pauses, durable=self.durable, fence=self.transcript.fence, input_saved=input_saved
         )
 
-    def offer(self, messages: list[Message], run_id: str) -> StartCheckpoint | None:
+    def offer(self, messages: list[Message], run_id: str) -> Offer | None:
         """The new turn of ``messages`` as it will start if nothing changed since the
-        transcript was last read: its first checkpoint, for the store to save with the
-        lease (``turn_lock_saving``); ``None`` where it cannot be known beforehand."""
-        self._offered = None
-        known = self.transcript.known
+        transcript was last read, with its first checkpoint, for the store to save with the
+        lease (``TakeTurn.checkpoint``); ``None`` where it cannot be known beforehand."""
         if (
             not self.durable
             or not self.transcript.saves_start  # the store would not save it
-            or known is None  # nothing read yet
+            or self.transcript.known is None  # nothing read yet
             or self.runner.config.compaction is not None  # it may compact first
             or self.runner.telemetry is not None  # a traced turn's checkpoint holds its trace
         ):
@@ -133,18 +152,25 @@ class SessionTurns:
             turn_id=turn.turn_id,
             run_id=run_id,
         )
-        self._offered = (turn, state)
-        return StartCheckpoint(self.pauses, turn.turn_id, known[0], lambda: turn_checkpoint(state))
+        return Offer(turn, state, StartCheckpoint(turn.turn_id, lambda: turn_checkpoint(state)))
 
-    def new_turn(self, messages: list[Message], run_id: str) -> tuple[TurnKey, TurnState]:
+    def plan(self, taken: TakenTurn, offer: Offer | None = None) -> TurnPlan:
+        """What the turn starts from, from what the store answered with the lease."""
+        return TurnPlan(
+            no_pending=taken.no_checkpoints,
+            started=offer if offer is not None and taken.saved_checkpoint else None,
+        )
+
+    def new_turn(
+        self, plan: TurnPlan, messages: list[Message], run_id: str, free: TurnKey | None = None
+    ) -> tuple[TurnKey, TurnState]:
         """The key and state of a new turn, under the turn lock after the pending turn was
-        finished: the one offered if the store saved it with the lease, else a new one."""
-        offered, self._offered = self._offered, None
-        if offered is not None and self.transcript.start_saved():
+        finished: the one offered if the store saved it with the lease, else a new one.
+        ``free``: a key found free under this lease (not looked up again)."""
+        if plan.started is not None:
             # saved only if the transcript's revision had not moved and no turn was pending
-            self._saved, self._free = offered[1], None
-            return offered
-        turn = self.free_turn()
+            return plan.started.turn, plan.started.state
+        turn = self.free_turn(free)
         state = TurnState.start(
             messages,
             history=self.transcript.messages,
@@ -165,13 +191,13 @@ class SessionTurns:
             approval_id=approval_id,
         )
 
-    def free_turn(self) -> TurnKey:
+    def free_turn(self, free: TurnKey | None = None) -> TurnKey:
         """The key of a new turn, refused while a turn holds it.
 
         Called under the turn lock after the pending turn was finished, so the key is
-        free unless that turn could not end; a checkpoint is never overwritten by another turn.
+        free unless that turn could not end; a checkpoint is never overwritten by another
+        turn. ``free``: a key ``finish_pending`` found free under this lease.
         """
-        free, self._free = self._free, None
         if free is not None and free.n == len(self.transcript.messages):
             return free  # finish_pending found nothing there, under this lock
         turn = self.next_turn()
@@ -192,6 +218,7 @@ class SessionTurns:
 
     def finish_pending(
         self,
+        plan: TurnPlan,
         controller: AbortController | None,
         *,
         approve: Approve | None,
@@ -205,8 +232,7 @@ class SessionTurns:
         ``controller`` stops it (``None``: one of its own, made only when a turn is pending)."""
         turn = self.next_turn()
         # the lease saw no checkpoint of this session when taken: nothing is pending
-        state = None if self.transcript.no_checkpoints_in(self.pauses) else self.pending(turn)
-        self._free = turn if state is None else None
+        state = None if plan.no_pending else self.pending(turn)
         if state is None:
             return None
         self.runner.release(state, lambda approval_id: self.awaiting(approval_id, "try again"))
@@ -219,6 +245,7 @@ class SessionTurns:
             state,
             turn,
             controller,
+            plan=plan,
             emit=emit,
             approve=approve,
             inbox=None,

@@ -25,6 +25,8 @@ from typing import Any
 import attrs
 
 from ._checkpoints import TurnCheckpoints
+from ._durable import TurnPlan
+from ._runner import TurnRequest
 from ._single import SingleTurns, lane_of
 from ._turn_state import TurnState
 from ._worker import Job
@@ -132,6 +134,7 @@ def recover_session_turn(
                     state,
                     turns.next_turn(),
                     AbortController(),
+                    plan=TurnPlan(),
                     emit=None,
                     approve=session._runner.config.approve,
                     inbox=None,
@@ -176,13 +179,15 @@ def recover_send(
 
             def run(state: TurnState) -> ExecutionResult:
                 return runner.run(
-                    state,
-                    AbortController(),
-                    checkpoints,
-                    turn=turn,
-                    approve=runner.config.approve,
-                    resumed=True,
-                    context=context,
+                    TurnRequest(
+                        state,
+                        AbortController(),
+                        checkpoints,
+                        turn=turn,
+                        approve=runner.config.approve,
+                        resumed=True,
+                        context=context,
+                    )
                 )
 
             return _attempt(

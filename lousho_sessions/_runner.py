@@ -41,7 +41,7 @@ from .serde import message_to_dict
 from .stores.adapters import adapt_approvals
 from .stores.base import ApprovalStore, BaseCheckpointStore
 
-__all__ = ["Commit", "TurnRunner", "settle"]
+__all__ = ["Commit", "TurnRequest", "TurnRunner", "settle"]
 
 log = logging.getLogger("lousho_sessions.turn")
 
@@ -52,6 +52,36 @@ class Commit(Protocol):
     def __call__(
         self, new: list[Message], checkpoints: BaseCheckpointStore, delete: Sequence[str]
     ) -> None: ...
+
+
+@attrs.frozen
+class TurnRequest:
+    """One turn for ``TurnRunner.run``: ``state`` run under ``controller``, checkpointed by
+    ``checkpoints``.
+
+    ``turn``: its key (``None``: an ``AgentExecutor`` turn). ``commit`` saves a finished
+    turn's messages (a session's transcript) and deletes its checkpoint in one go.
+    ``requeue`` runs input the turn never took as the next turn. ``context`` is the
+    caller's object for tools (``ToolContext.context``); ``output`` the type the answer
+    is parsed into (``None``: the agent's); ``approvals`` the store of its approvals
+    (``None``: the agent's). ``resumed``: a pending turn taken up again.
+    """
+
+    state: TurnState
+    controller: AbortController
+    checkpoints: TurnCheckpoints
+    turn: TurnKey | None = attrs.field(kw_only=True)
+    emit: Callable[[Event], None] | None = attrs.field(default=None, kw_only=True)
+    approve: Approve | None = attrs.field(default=None, kw_only=True)
+    inbox: Inbox | None = attrs.field(default=None, kw_only=True)
+    resumed: bool = attrs.field(default=False, kw_only=True)
+    session_limits: Limits | None = attrs.field(default=None, kw_only=True)
+    session_spent: tuple[Usage, int, int] = attrs.field(default=(Usage(), 0, 0), kw_only=True)
+    commit: Commit | None = attrs.field(default=None, kw_only=True)
+    requeue: Callable[[Ticket], None] | None = attrs.field(default=None, kw_only=True)
+    approvals: ApprovalStore | None = attrs.field(default=None, kw_only=True)
+    context: Any = attrs.field(default=None, kw_only=True)
+    output: OutputSpec | None = attrs.field(default=None, kw_only=True)
 
 
 class TurnRunner:
@@ -71,32 +101,12 @@ class TurnRunner:
             system=config.system,
         )
 
-    def run(
-        self,
-        state: TurnState,
-        controller: AbortController,
-        checkpoints: TurnCheckpoints,
-        *,
-        turn: TurnKey | None,
-        emit: Callable[[Event], None] | None = None,
-        approve: Approve | None = None,
-        inbox: Inbox | None = None,
-        resumed: bool = False,
-        session_limits: Limits | None = None,
-        session_spent: tuple[Usage, int, int] = (Usage(), 0, 0),
-        commit: Commit | None = None,
-        requeue: Callable[[Ticket], None] | None = None,
-        approvals: ApprovalStore | None = None,
-        context: Any = None,
-        output: OutputSpec | None = None,
-    ) -> ExecutionResult:
-        """Run ``state`` to an end and settle it; raises the turn's error.
-
-        ``commit`` saves a finished turn's messages (a session's transcript) and deletes
-        its checkpoint in one go. ``requeue`` runs input the turn never took as the next turn.
-        ``context`` is the caller's object for tools (``ToolContext.context``); ``output``
-        the type the answer is parsed into (None: the agent's).
-        """
+    def run(self, request: TurnRequest) -> ExecutionResult:
+        """Run ``request.state`` to an end and settle it; raises the turn's error."""
+        state, controller, checkpoints = request.state, request.controller, request.checkpoints
+        resumed, inbox, requeue, commit = (
+            request.resumed, request.inbox, request.requeue, request.commit,
+        )  # fmt: skip
         c = self.config
         if resumed:
             log.info(
@@ -107,23 +117,23 @@ class TurnRunner:
             system=c.system,
             tools=c.tools,
             signal=controller.signal,
-            approvals=adapt_approvals(approvals or c.approvals),
+            approvals=adapt_approvals(request.approvals or c.approvals),
             settings=c.settings,
             max_steps=c.max_steps,
             limits=c.limits,
-            session_limits=session_limits,
-            session_spent=session_spent,
+            session_limits=request.session_limits,
+            session_spent=request.session_spent,
             model_name=c.model_name,
             pricing=c.pricing,
-            approve=approve,
+            approve=request.approve,
             checkpoints=checkpoints,
-            emit=emit,
+            emit=request.emit,
             run_tools=self.runtime.run_tools,
             tool_loop=self.runtime.tool_loop,
             inbox=inbox,
-            turn=turn,
-            context=context,
-            output=output if output is not None else c.output,
+            turn=request.turn,
+            context=request.context,
+            output=request.output if request.output is not None else c.output,
         )
         kept = checkpoints.durable or resumed  # a checkpoint may exist
         trace = None  # started last: nothing between it and the try can leave it open

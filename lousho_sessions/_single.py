@@ -21,7 +21,7 @@ from ._calls import Stop, announced, linked
 from ._checkpoints import TurnCheckpoints
 from ._config import Approve
 from ._output import OutputSpec
-from ._runner import TurnRunner
+from ._runner import TurnRequest, TurnRunner
 from ._turn import TurnState
 from ._worker import Job, inside
 from .abort import AbortController, AbortSignal
@@ -103,8 +103,10 @@ class SingleTurns:
                     )
                     writer = TurnCheckpoints(checkpoints, durable=durable, fence=fence)
                     result = self.runner.run(
-                        state, controller, writer, turn=turn, emit=emit, approve=approve,
-                        context=context, output=output,
+                        TurnRequest(
+                            state, controller, writer, turn=turn, emit=emit, approve=approve,
+                            context=context, output=output,
+                        )
                     )  # fmt: skip
             except BaseException as exc:
                 if emit is not None:
@@ -204,15 +206,17 @@ class SingleTurns:
             return None
         self.runner.release(state, lambda approval_id: _waiting(turn, approval_id))
         return self.runner.run(
-            state,
-            linked(signal),
-            writer,
-            turn=turn,
-            emit=emit,
-            approve=approve,
-            resumed=True,
-            context=context,
-            output=output,
+            TurnRequest(
+                state,
+                linked(signal),
+                writer,
+                turn=turn,
+                emit=emit,
+                approve=approve,
+                resumed=True,
+                context=context,
+                output=output,
+            )
         )
 
     @contextmanager
@@ -282,7 +286,9 @@ class AgentExecutor:
         writer = TurnCheckpoints(store, durable=checkpoint_store is not None)
         approve: Approve | None = runner.config.approve
         return runner.run(
-            state, linked(signal), writer, turn=turn, emit=emit, approve=approve,
-            approvals=approval_store, context=context,
-            output=runner.config.output_for(output_type),
+            TurnRequest(
+                state, linked(signal), writer, turn=turn, emit=emit, approve=approve,
+                approvals=approval_store, context=context,
+                output=runner.config.output_for(output_type),
+            )
         )  # fmt: skip

@@ -1,12 +1,12 @@
 """A session's view of its stored transcript: sync, commit, and the store's turn lock.
 
 Used only on the session's worker thread, through the store contract
-(``BaseSessionStore``; a plain user store is adapted once). ``sync()`` reads the
-transcript again only when the store's ``revision`` says it changed, and then
-only the messages added since when the store can tell (``load_since``);
-``commit()`` appends a finished turn and deletes its checkpoints
-(``commit_turn``/``append_and_delete``, compare-and-set on the length) with the fence of the
-lease ``turn_lock()`` holds.
+(``BaseSessionStore``; a plain user store is adapted once). ``take()`` holds the
+session for a turn and brings the transcript up to date in one call to the store
+(``take_turn``: only the messages added since, when the store can tell);
+``sync()`` does the same under a lease held otherwise (``turn_lock()``); ``commit()``
+appends a finished turn and deletes its checkpoints (``commit_turn``, compare-and-set
+on the length) with the fence of the lease held.
 """
 
 from __future__ import annotations
@@ -18,8 +18,7 @@ from types import TracebackType
 from .abort import AbortSignal
 from .compaction import spent_by
 from .messages import Message, Usage
-from .stores._start import StartCheckpoint, TurnStart
-from .stores._waiting import waiting_for_lease
+from .stores._turn_requests import CommitTurn, StartCheckpoint, TakenTurn, TakeTurn
 from .stores.adapters import adapt_sessions
 from .stores.base import BaseCheckpointStore, SessionStore
 from .stores.lease import Lease
@@ -35,29 +34,16 @@ class Transcript:
     def __init__(self, store: SessionStore, id: str) -> None:
         self.store = adapt_sessions(store)
         self.id = id
-        #: whether the store can save a turn's first checkpoint with its lease (else a
+        #: whether the store may save a turn's first checkpoint with its lease (else a
         #: session does not build the checkpoint before the lease just to offer it)
-        self.saves_start = type(self.store).turn_lock_saving is not TurnStart.turn_lock_saving
-        #: whether the store calls back while a turn waits in line (``turn_lock_waiting``)
-        self.reads_ahead = type(self.store).turn_lock_waiting is not TurnStart.turn_lock_waiting
+        self.saves_start = self.store.saves_start_checkpoint
         self.messages: list[Message] = []
         #: what the transcript spent: usage, model calls, tool calls (for session limits)
         self.spent: tuple[Usage, int, int] = (Usage(), 0, 0)
-        #: the fence of the lease ``turn_lock()`` holds, for every write made under it
-        self.fence: int | None = None
         self._revision: object = None
         self._loaded = False
-        #: the revision the lease was taken with, for the first ``sync()`` under it
-        self._start_revision: tuple[object | None] | None = None
-        #: the checkpoint store the lease saw empty for this session when taken (one use)
-        self._start_no_checkpoints: object | None = None
-        #: the lease ``turn_lock()`` holds, while it does
+        #: the lease held (``take()`` or ``turn_lock()``), while it is
         self._lease: Lease | None = None
-        #: set under ``turn_lock()`` when the next ``commit()`` is the last write under it:
-        #: the store may then free the lease in that same write (``commit_turn``)
-        self.last_write = False
-        #: whether the lease was taken with the turn's first checkpoint (one use)
-        self._start_saved = False
 
     @property
     def known(self) -> tuple[object] | None:
@@ -66,8 +52,7 @@ class Transcript:
 
     def sync(self) -> None:
         """Bring the transcript up to date if the store changed since this session last looked."""
-        known, self._start_revision = self._start_revision, None
-        revision = known[0] if known is not None else self.store.revision(self.id)
+        revision = self.store.revision(self.id)
         if self._loaded and (revision == self._revision or self._take_since(revision)):
             return
         self.set(self.store.load(self.id) or [], revision)
@@ -81,20 +66,6 @@ class Transcript:
         self._add(added)
         self._revision = revision
         return True
-
-    def read_ahead(self) -> None:
-        """While a turn waits in line for the lease: take in what the turns ahead of it
-        appended, so that the ``sync()`` under the lease reads only the last one's work.
-
-        A read of committed data, made without the lease: the revision is read first, so
-        the one kept is never newer than the messages held, and the ``sync()`` after
-        compares with it as usual. Any error is left for that ``sync()`` to meet."""
-        try:
-            revision = self.store.revision(self.id)
-            if revision != self._revision:
-                self._take_since(revision)
-        except Exception:
-            log.debug("session %r: reading ahead failed", self.id, exc_info=True)
 
     def reload(self) -> None:
         """Read the whole transcript now, whatever the revision says."""
@@ -118,35 +89,25 @@ class Transcript:
         new: list[Message],
         checkpoints: BaseCheckpointStore | None = None,
         delete: Sequence[str] = (),
+        *,
+        last: bool = False,
     ) -> None:
         """Append a finished turn's messages and delete its checkpoints ``delete``, under the
         lease's fence; ``LeaseLostError`` (nothing written) if the lease was lost.
 
-        With ``last_write`` set, the lease is handed to the store, which may release it in
-        the same write (``commit_turn(..., release=)``)."""
-        release, self.last_write = (self._lease if self.last_write else None), False
-        self._revision = self.store.commit_turn(
+        ``last``: the last write under the lease, which is handed to the store: it may
+        release it in the same write (``CommitTurn.release``)."""
+        request = CommitTurn(
             self.id,
             new,
             len(self.messages),
-            checkpoints=checkpoints,
-            delete=delete,
-            fence=self.fence,
-            release=release,
+            checkpoints,
+            delete,
+            self.fence,
+            self._lease if last else None,
         )
+        self._revision = self.store.commit_turn(request)
         self._add(new)
-
-    def start_saved(self) -> bool:
-        """Whether the lease was taken together with the checkpoint offered to ``turn_lock``
-        (``turn_lock_saving``); answers once per lease."""
-        saved, self._start_saved = self._start_saved, False
-        return saved
-
-    def no_checkpoints_in(self, checkpoints: object) -> bool:
-        """Whether the lease, when taken, saw no checkpoint of this session in
-        ``checkpoints`` (so no turn is pending); answers once per lease."""
-        seen, self._start_no_checkpoints = self._start_no_checkpoints, None
-        return seen is not None and seen is checkpoints
 
     def _add(self, new: Sequence[Message]) -> None:
         self.messages.extend(new)
@@ -154,73 +115,73 @@ class Transcript:
         old_usage, old_steps, old_calls = self.spent
         self.spent = (old_usage + usage, old_steps + steps, old_calls + calls)
 
-    def turn_lock(
+    def take(
         self,
-        held: Lease | None = None,
+        checkpoints: BaseCheckpointStore | None = None,
         start: StartCheckpoint | None = None,
         signal: AbortSignal | None = None,
-    ) -> _TurnLock:
-        """Hold the session in the store for a turn; writes made meanwhile carry its fence.
+    ) -> _Hold:
+        """Hold the session for a turn (``take_turn``) and bring the transcript up to date;
+        entered, it gives the ``TakenTurn``. ``checkpoints``: where the turn's checkpoints
+        go (the store says whether it holds one of this session). ``start``: the new turn's
+        first checkpoint, built on the transcript held, for the store to save with the
+        lease. ``signal``: the call's abort signal, which stops a wait for the lease."""
+        request = TakeTurn(
+            self.id,
+            signal=signal,
+            checkpoints=checkpoints,
+            held_length=len(self.messages) if self._loaded else None,
+            held_revision=self._revision,
+            checkpoint=start if self._loaded else None,
+        )
+        return _Hold(self, request, None)
 
-        ``held``: a lease on the session taken already (a sweep's claim), used and released
-        instead of taking one. ``start``: the new turn's first checkpoint, offered to the
-        store to save with the lease (``start_saved()`` tells). ``signal``: the call's abort
-        signal, which stops a wait for a lease held elsewhere (``stores._waiting``). (A
-        class, not a generator: entered once a turn.)"""
-        return _TurnLock(self, held, start, signal)
+    def turn_lock(self, held: Lease | None = None) -> _Hold:
+        """Hold the session in the store (``turn_lock``, or ``held``: a lease taken already, a
+        sweep's claim, used and released); writes made meanwhile carry its fence. The
+        transcript is not read: ``sync()`` does that."""
+        return _Hold(self, None, held)
+
+    @property
+    def fence(self) -> int | None:
+        """The fence of the lease held, for every write made under it (``None``: none held)."""
+        return None if self._lease is None else self._lease.fence
 
 
-class _TurnLock:
-    """``Transcript.turn_lock()``: takes the lease on entry, releases it on exit."""
+class _Hold:
+    """``Transcript.take()``/``turn_lock()``: takes the lease on entry, releases it on exit.
+    (A class, not a generator: entered once a turn.)"""
 
-    __slots__ = ("held", "lease", "signal", "start", "transcript")
+    __slots__ = ("held", "lease", "request", "transcript")
 
     def __init__(
-        self,
-        transcript: Transcript,
-        held: Lease | None,
-        start: StartCheckpoint | None,
-        signal: AbortSignal | None,
+        self, transcript: Transcript, request: TakeTurn | None, held: Lease | None
     ) -> None:
         self.transcript = transcript
+        self.request = request
         self.held = held
-        self.start = start
-        self.signal = signal
 
-    def __enter__(self) -> Lease:
+    def __enter__(self) -> TakenTurn:
         t = self.transcript
-        if self.held is not None:
-            lease = self.held
+        if self.request is not None:
+            taken = t.store.take_turn(self.request)
+            if taken.since is None:
+                t.set(taken.messages, taken.revision)
+            else:
+                t._add(taken.messages)
+                t._revision = taken.revision
         else:
-            with waiting_for_lease(self.signal):
-                lease = self._take(t)
-        self.lease = lease
-        t.fence = lease.fence
-        t._lease = lease
-        t.last_write = False
-        # read with the lease: a writer with an older fence can no longer land
-        t._start_revision = lease.start_revision
-        t._start_no_checkpoints = lease.start_no_checkpoints
-        t._start_saved = self.held is None and self.start is not None and lease.start_saved
-        return lease
-
-    def _take(self, t: Transcript) -> Lease:
-        if self.start is not None:
-            return t.store.turn_lock_saving(t.id, self.start)
-        if t.reads_ahead and t._loaded:  # a transcript held, to read ahead from
-            return t.store.turn_lock_waiting(t.id, t.read_ahead)
-        return t.store.turn_lock(t.id)
+            lease = self.held if self.held is not None else t.store.turn_lock(t.id)
+            taken = TakenTurn(lease, t._revision, [], len(t.messages))
+        self.lease = taken.lease
+        t._lease = taken.lease
+        return taken
 
     def __exit__(
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         t = self.transcript
-        t.fence = None
-        t._start_revision = None
-        t._start_no_checkpoints = None
-        t._start_saved = False
         t._lease = None
-        t.last_write = False
         if exc is None:
             self.lease.__exit__(kind, exc, tb)
             return

@@ -97,7 +97,8 @@ class Turn:
             config.inbox.emit = config.emit
         if config.emit is not None:  # events are built only when someone listens
             config.emit(RunStart(state.run_id))
-        if state.steps == 0 and not state.results and state.status == "running":
+        saved = config.checkpoints is not None and config.checkpoints.input_saved  # with the lease
+        if state.steps == 0 and not state.results and state.status == "running" and not saved:
             self._checkpoint()  # the input is taken
         try:
             while True:

@@ -208,11 +208,12 @@ class Session(HistoryMixin):
         approve = self._approve if emit is None else None
 
         def finish() -> ExecutionResult | None:
-            with self._transcript.turn_lock(signal=controller.signal):
-                self._transcript.sync()
-                return self._turns.finish_pending(
-                    controller, emit=emit, approve=approve, context=context, output=output
-                )
+            turns = self._turns
+            with self._transcript.take(turns.pauses, signal=controller.signal) as taken:
+                return turns.finish_pending(
+                    turns.plan(taken), controller, emit=emit, approve=approve, context=context,
+                    output=output,
+                )  # fmt: skip
 
         return Job(lambda job: announced(finish, emit, run_id), "resume")
 
@@ -243,30 +244,30 @@ class Session(HistoryMixin):
         try:
             if tj.controller.signal.aborted:
                 return self._skip_turn(tj)
-            start = None if tj.prepare else self._turns.offer(tj.messages, tj.run_id)
-            with self._transcript.turn_lock(start=start, signal=tj.controller.signal):
-                self._transcript.sync()
+            turns = self._turns
+            offer = None if tj.prepare else turns.offer(tj.messages, tj.run_id)
+            start = None if offer is None else offer.checkpoint
+            with self._transcript.take(turns.pauses, start, tj.controller.signal) as taken:
+                plan = turns.plan(taken, offer)  # what the turn starts from, decided once
                 if tj.prepare is not None:  # regenerate, edit: the rewind, under this lease
                     tj.messages = tj.prepare()
-                earlier = self._turns.finish_pending(
-                    None,
-                    link=tj.controller.signal,
-                    approve=self._approve,
-                    context=tj.context,
+                link, context = tj.controller.signal, tj.context
+                earlier = turns.finish_pending(
+                    plan, None, link=link, approve=self._approve, context=context
                 )
                 if earlier is not None and earlier.finish_reason == "aborted":
                     return self._skip_turn(tj, earlier.pending)  # kept; this input not taken
                 if earlier is not None and earlier.finish_reason == "awaiting-approval":
                     # it went on and paused again: this input waits for that approval
-                    raise self._turns.awaiting(
-                        earlier.approval_id, "send() again after resolving it"
-                    )
+                    raise turns.awaiting(earlier.approval_id, "send() again after resolving it")
+                free = turns.next_turn() if earlier is None else None  # found free
                 self._maybe_compact()
-                turn, state = self._turns.new_turn(tj.messages, tj.run_id)
-                result = self._turns.run(
+                turn, state = turns.new_turn(plan, tj.messages, tj.run_id, free)
+                result = turns.run(
                     state,
                     turn,
                     tj.controller,
+                    plan=plan,
                     emit=emit,
                     approve=tj.approve,
                     inbox=tj.inbox,

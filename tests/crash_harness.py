@@ -141,8 +141,8 @@ def hook_checkpoint_writes(checkpoints: Any, at: int, crash: Callable[[], None])
 
 
 def hook_commit(sessions: Any, point: str, crash: Callable[[], None]) -> None:
-    """Die as the turn's commit (``append_and_delete``) starts, after its append, or after it."""
-    original_commit = sessions.append_and_delete
+    """Die as the turn's commit (``commit_turn``) starts, after its append, or after it."""
+    original_commit = sessions.commit_turn
     original_append = sessions.append
 
     def commit(*args: Any, **kwargs: Any) -> object:
@@ -157,7 +157,7 @@ def hook_commit(sessions: Any, point: str, crash: Callable[[], None]) -> None:
         if point == "final-append-only":
             crash()
 
-    sessions.append_and_delete = commit
+    sessions.commit_turn = commit
     sessions.append = append
 
 

@@ -88,7 +88,7 @@ def second_turn_until_killed(open_store: Callable[[], Any], out: Queue[Any], wai
     turn, then a second whose model call waits ``wait`` s (the test kills the process there,
     once it reads ``("inside", "model")`` from ``out``). The second turn's session has read
     its transcript, so its lease is taken together with the turn's first checkpoint
-    (``turn_lock_saving``). Errors go to ``out`` as ``("error", traceback)``."""
+    (``take_turn``). Errors go to ``out`` as ``("error", traceback)``."""
     try:
         store = open_store()
 

@@ -37,6 +37,7 @@ from lousho_sessions.errors import StoreConflictError
 from lousho_sessions.postgres import PostgresStore
 from lousho_sessions.sqlite import SqliteStore
 from lousho_sessions.stores.adapters import store_parts
+from lousho_sessions.stores.base import CommitTurn, TakenTurn, TakeTurn
 from lousho_sessions.testing import StoreContractTests
 from lousho_sessions.testing._coverage import CONTRACT, EXERCISED, contract_methods, uncovered
 from lousho_sessions.testing._support import opened
@@ -49,19 +50,26 @@ END_TO_END = (
     "test_end_to_end_durable_turn_with_a_tool",
     "test_end_to_end_approval_resolved_once",
 )
-#: Methods answering the session's revision after their write.
-_COMMITS = ("append_and_delete", "commit_turn")
+#: Methods answering the session's revision after their write (given one ``CommitTurn``).
+_COMMITS = ("commit_turn",)
 
 
 def _rewrite(change: Callable[[Any, dict[str, Any]], None]) -> Fault:
-    """A fault calling the right method with its arguments changed by ``change(self, args)``."""
+    """A fault calling the right method with its arguments (or its request's fields) changed
+    by ``change(self, args)``."""
 
     def fault(right: Callable[..., Any]) -> Callable[..., Any]:
         signature = inspect.signature(right)
 
         def faulty(*args: Any, **kwargs: Any) -> Any:
             bound = signature.bind(*args, **kwargs)
-            change(args[0], bound.arguments)
+            request = bound.arguments.get("request")
+            if isinstance(request, CommitTurn):
+                fields = attrs.asdict(request, recurse=False)
+                change(args[0], fields)
+                bound.arguments["request"] = CommitTurn(**fields)
+            else:
+                change(args[0], bound.arguments)
             return right(*bound.args, **bound.kwargs)
 
         return faulty
@@ -69,12 +77,17 @@ def _rewrite(change: Callable[[Any, dict[str, Any]], None]) -> Fault:
     return fault
 
 
+def _session_id(args: tuple[Any, ...]) -> str:
+    first = args[0]
+    return str(first.id) if isinstance(first, CommitTurn) else str(first)
+
+
 def _skip_write(right: Callable[..., Any]) -> Callable[..., Any]:
     """A write that does nothing; a commit answers the (unchanged) revision as if it wrote."""
     committing = right.__name__ in _COMMITS
 
     def skipped(self: Any, *args: Any, **kwargs: Any) -> Any:
-        return self.revision(args[0]) if committing else None
+        return self.revision(_session_id(args)) if committing else None
 
     return skipped
 
@@ -86,9 +99,40 @@ def _swallow_conflict(right: Callable[..., Any]) -> Callable[..., Any]:
         try:
             return right(self, *args, **kwargs)
         except StoreConflictError:
-            return self.revision(args[0]) if committing else None
+            return self.revision(_session_id(args)) if committing else None
 
     return swallowed
+
+
+def _taken(change: Callable[[TakenTurn, TakeTurn], TakenTurn]) -> Fault:
+    """A ``take_turn`` whose answer is changed by ``change(taken, request)`` (the lease is
+    the right one)."""
+
+    def fault(right: Callable[..., Any]) -> Callable[..., Any]:
+        def take_turn(self: Any, request: TakeTurn) -> TakenTurn:
+            return change(right(self, request), request)
+
+        return take_turn
+
+    return fault
+
+
+def _taken_stale(taken: TakenTurn, request: TakeTurn) -> TakenTurn:
+    return attrs.evolve(taken, revision=None if taken.revision is None else "kit-stale")
+
+
+def _taken_misses_appended(taken: TakenTurn, request: TakeTurn) -> TakenTurn:
+    """ "Nothing new" after what the request holds, always."""
+    held = request.held_length
+    return taken if held is None else attrs.evolve(taken, messages=[], since=held)
+
+
+def _taken_hides_pending(taken: TakenTurn, request: TakeTurn) -> TakenTurn:
+    return attrs.evolve(taken, no_checkpoints=True)
+
+
+def _taken_claims_saved(taken: TakenTurn, request: TakeTurn) -> TakenTurn:
+    return attrs.evolve(taken, saved_checkpoint=True)
 
 
 def _stale_revision(right: Callable[..., Any]) -> Callable[..., Any]:
@@ -146,11 +190,14 @@ def _mutants() -> list[Mutant]:
     found = [
         Mutant("stale revision", "sessions", "revision", _stale_revision),
         Mutant("read misses appended", "sessions", "load_since", _misses_appended),
+        Mutant("stale revision", "sessions", "take_turn", _taken(_taken_stale)),
+        Mutant("read misses appended", "sessions", "take_turn", _taken(_taken_misses_appended)),
+        Mutant("pending turn hidden", "sessions", "take_turn", _taken(_taken_hides_pending)),
+        Mutant("write skipped", "sessions", "take_turn", _taken(_taken_claims_saved)),
     ]
     writes = [
         ("sessions", "save"),
         ("sessions", "append"),
-        ("sessions", "append_and_delete"),
         ("sessions", "commit_turn"),
         ("checkpoints", "save"),
         ("checkpoints", "delete"),
@@ -172,8 +219,9 @@ def _mutants() -> list[Mutant]:
                 "expected length ignored", "sessions", method, _rewrite(_ignore_length), "conflict"
             )
         )
-    for part, method in (("sessions", "append_and_delete"), ("sessions", "commit_turn")):
-        found.append(Mutant("checkpoints not deleted", part, method, _rewrite(_keep_checkpoints)))
+    found.append(
+        Mutant("checkpoints not deleted", "sessions", "commit_turn", _rewrite(_keep_checkpoints))
+    )
     found.append(
         Mutant(
             "checkpoints not deleted", "checkpoints", "save_and_delete", _rewrite(_keep_checkpoints)
@@ -194,8 +242,8 @@ MUTANTS = _mutants()
 #: (store, mutant name) -> why the fault does no harm there. Checked both ways: a listed
 #: mutant the kit kills fails the test too. Empty today: every mutated method is on a
 #: turn's path or called by admin and recovery even where the store keeps the default
-#: (``load_since`` on memory, files, PostgreSQL and Redis; ``save_and_delete`` outside
-#: SQLite; ``append_and_delete`` behind ``commit_turn``), and the kit calls each directly.
+#: (``load_since`` on memory, files, PostgreSQL and Redis, behind ``take_turn``;
+#: ``save_and_delete`` outside SQLite), and the kit calls each directly.
 HARMLESS: dict[tuple[str, str], str] = {}
 
 
@@ -379,6 +427,8 @@ def test_an_override_the_kit_does_not_exercise_is_named(tmp_path: Path) -> None:
 
 BROKEN = """
 
+import attrs
+
 from lousho_sessions.stores.base import AgentStore
 from lousho_sessions.stores.memory import MemoryCheckpointStore, MemoryApprovalStore
 from lousho_sessions.testing import StoreContractTests
@@ -390,22 +440,17 @@ class NothingNewStore(JsonDictSessionStore):
 
 
 class KeepsCheckpointsStore(JsonDictSessionStore):
-    def append_and_delete(
-        self, id, messages, expected_length, *, checkpoints=None, delete=(), fence=None
-    ):
-        self.append(id, messages, expected_length, fence=fence)  # forgets delete
-        return self.revision(id)
+    def commit_turn(self, request):
+        self.append(
+            request.id, request.messages, request.expected_length, fence=request.fence
+        )  # forgets request.delete
+        return self.revision(request.id)
 
 
 class IgnoresLengthStore(JsonDictSessionStore):
-    def commit_turn(
-        self, id, messages, expected_length, *, checkpoints=None, delete=(), fence=None,
-        release=None,
-    ):
-        stored = len(self.load(id) or [])  # expected_length ignored
-        return super().commit_turn(
-            id, messages, stored, checkpoints=checkpoints, delete=delete, fence=fence
-        )
+    def commit_turn(self, request):
+        stored = len(self.load(request.id) or [])  # expected_length ignored
+        return super().commit_turn(attrs.evolve(request, expected_length=stored))
 
 
 def parts(sessions):
@@ -462,7 +507,7 @@ def test_the_three_broken_stores_of_the_issue_fail_the_kit(tmp_path: Path) -> No
         "test_end_to_end_two_sessions_take_turns",
     } <= failed.get("TestNothingNew", set()), result.stdout
     assert {
-        "test_append_and_delete_commits_a_turn",
+        "test_commit_turn_commits_a_turn",
         "test_end_to_end_durable_turn_with_a_tool",
     } <= failed.get("TestKeepsCheckpoints", set()), result.stdout
     assert {

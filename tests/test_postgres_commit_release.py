@@ -17,6 +17,7 @@ from storekit import WAIT
 
 from lousho_sessions import FunctionProvider, LeaseLostError, Message, create_agent
 from lousho_sessions.postgres import PostgresStore
+from lousho_sessions.stores.base import CommitTurn, TakenTurn, TakeTurn
 
 LONG = 600.0
 
@@ -46,13 +47,15 @@ def test_the_lease_is_free_when_the_commit_returns(
     lease = store.sessions.turn_lock("s")
     store.checkpoints.save("s.0", {"turn": 0}, fence=lease.fence)
     store.sessions.commit_turn(
-        "s",
-        [Message.user("hi"), Message.assistant("hello")],
-        0,
-        checkpoints=store.checkpoints,
-        delete=["s.0"],
-        fence=lease.fence,
-        release=lease,
+        CommitTurn(
+            "s",
+            [Message.user("hi"), Message.assistant("hello")],
+            0,
+            checkpoints=store.checkpoints,
+            delete=["s.0"],
+            fence=lease.fence,
+            release=lease,
+        )
     )
     assert lease.lost
     assert not store.sessions.turn_held("s")
@@ -74,12 +77,14 @@ def test_a_commit_with_a_lost_lease_frees_nothing(
     )
     with pytest.raises(LeaseLostError):
         store.sessions.commit_turn(
-            "s",
-            [Message.user("late")],
-            0,
-            checkpoints=store.checkpoints,
-            fence=lease.fence,
-            release=lease,
+            CommitTurn(
+                "s",
+                [Message.user("late")],
+                0,
+                checkpoints=store.checkpoints,
+                fence=lease.fence,
+                release=lease,
+            )
         )
     rows = store.fetch("SELECT holder, fence, expires_at IS NOT NULL FROM {s}.leases")
     assert rows == [("someone", lease.fence + 10, True)]
@@ -94,12 +99,14 @@ def test_a_refused_commit_keeps_the_lease_and_its_heartbeat(
     with store.sessions.turn_lock("s") as lease:
         with pytest.raises(Exception, match="expected 5"):
             store.sessions.commit_turn(
-                "s",
-                [Message.user("x")],
-                5,
-                checkpoints=store.checkpoints,
-                fence=lease.fence,
-                release=lease,
+                CommitTurn(
+                    "s",
+                    [Message.user("x")],
+                    5,
+                    checkpoints=store.checkpoints,
+                    fence=lease.fence,
+                    release=lease,
+                )
             )
         assert not lease.lost
         with pytest.raises(Exception, match="held by another turn"):
@@ -138,15 +145,23 @@ def test_the_lease_brings_the_revision_and_whether_a_turn_is_pending(
     open_store: Callable[..., PostgresStore],
 ) -> None:
     store = open_store(lease_ttl=LONG)
-    with store.sessions.turn_lock("s") as lease:
-        assert lease.start_revision == (None,)  # nothing stored yet
-        assert lease.start_no_checkpoints is store.checkpoints
+
+    def take() -> TakenTurn:
+        return store.sessions.take_turn(TakeTurn("s", checkpoints=store.checkpoints))
+
+    taken = take()
+    with taken.lease as lease:
+        assert taken.revision is None and taken.messages == []  # nothing stored yet
+        assert taken.no_checkpoints
         store.sessions.append("s", [Message.user("hi")], 0, fence=lease.fence)
         store.checkpoints.save("s.turn-1", {"turn": 1}, fence=lease.fence)
-    with store.sessions.turn_lock("s") as lease:
-        assert lease.start_revision == (store.sessions.revision("s"),)
-        assert lease.start_no_checkpoints is None  # a checkpoint of "s": look it up
+    taken = take()
+    with taken.lease as lease:
+        assert taken.revision == store.sessions.revision("s")
+        assert [m.text for m in taken.messages] == ["hi"] and taken.since is None
+        assert not taken.no_checkpoints  # a checkpoint of "s": look it up
         store.checkpoints.delete("s.turn-1", fence=lease.fence)
         store.checkpoints.save("st.turn-0", {"turn": 0})  # another session's
-    with store.sessions.turn_lock("s") as lease:
-        assert lease.start_no_checkpoints is store.checkpoints
+    taken = take()
+    with taken.lease:
+        assert taken.no_checkpoints

@@ -19,6 +19,7 @@ from storekit import WAIT
 from lousho_sessions import FunctionProvider, LeaseLostError, Message, create_agent
 from lousho_sessions.providers.base import ModelRequest
 from lousho_sessions.redis import RedisStore
+from lousho_sessions.stores.base import CommitTurn
 
 LONG = 600.0
 
@@ -45,13 +46,15 @@ def test_the_lease_is_free_when_the_commit_returns(open_store: Callable[..., Red
     lease = store.sessions.turn_lock("s")
     store.checkpoints.save("s.0", {"turn": 0}, fence=lease.fence)
     store.sessions.commit_turn(
-        "s",
-        [Message.user("hi"), Message.assistant("hello")],
-        0,
-        checkpoints=store.checkpoints,
-        delete=["s.0"],
-        fence=lease.fence,
-        release=lease,
+        CommitTurn(
+            "s",
+            [Message.user("hi"), Message.assistant("hello")],
+            0,
+            checkpoints=store.checkpoints,
+            delete=["s.0"],
+            fence=lease.fence,
+            release=lease,
+        )
     )
     assert lease.lost
     assert not store.sessions.turn_held("s")
@@ -71,7 +74,9 @@ def test_a_commit_with_a_lost_lease_releases_nothing(
     newer = str(lease.fence + 10)
     store.client.hset(store.key("s", "lease"), mapping={"holder": "someone", "fence": newer})
     with pytest.raises(LeaseLostError):
-        store.sessions.commit_turn("s", [Message.user("late")], 0, fence=lease.fence, release=lease)
+        store.sessions.commit_turn(
+            CommitTurn("s", [Message.user("late")], 0, fence=lease.fence, release=lease)
+        )
     holder, fence = store.client.hmget(store.key("s", "lease"), ["holder", "fence"])
     assert (holder, fence) == (b"someone", newer.encode())
     assert store.sessions.load("s") is None
@@ -85,7 +90,7 @@ def test_a_refused_commit_keeps_the_lease_and_its_heartbeat(
     with store.sessions.turn_lock("s") as lease:
         with pytest.raises(Exception, match="expected 5"):
             store.sessions.commit_turn(
-                "s", [Message.user("x")], 5, fence=lease.fence, release=lease
+                CommitTurn("s", [Message.user("x")], 5, fence=lease.fence, release=lease)
             )
         assert not lease.lost
         with pytest.raises(Exception, match="held by another turn"):

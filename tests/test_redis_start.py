@@ -1,7 +1,7 @@
 """A Redis turn's lease taken together with its first checkpoint (``ACQUIRE_SAVING``).
 
 A session that has read its transcript offers its new turn's first checkpoint to
-``turn_lock_saving``; the script that takes the lease saves it only if the session is
+``take_turn`` (``TakeTurn.checkpoint``); the script that takes the lease saves it only if the session is
 as the turn was built on (same revision, no checkpoint stored), with the new fence
 first. So a durable turn is two round trips: the lease with the checkpoint, then the
 commit that appends, drops the checkpoint and frees the lease.
@@ -15,7 +15,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,9 +24,10 @@ import redis_workers
 from services_redis import drop_prefix, prefix_for, redis_url, require_redis
 from storekit import WAIT
 
-from lousho_sessions import FunctionProvider, create_agent, memory_store
+from lousho_sessions import FunctionProvider, create_agent
 from lousho_sessions.redis import RedisStore
-from lousho_sessions.stores._start import StartCheckpoint
+from lousho_sessions.stores.base import BaseCheckpointStore, StartCheckpoint, TakenTurn, TakeTurn
+from lousho_sessions.stores.memory import MemoryCheckpointStore
 
 CTX = multiprocessing.get_context("spawn")
 
@@ -59,9 +60,25 @@ def rs(prefix: str) -> Iterator[CountingRedisStore]:
 
 
 def start(
-    store: RedisStore, turn_id: str = "s1.turn-0", revision: object = None
-) -> StartCheckpoint:
-    return StartCheckpoint(store.checkpoints, turn_id, revision, lambda: {"format": "test", "n": 1})
+    store: RedisStore,
+    turn_id: str = "s1.turn-0",
+    revision: object = None,
+    *,
+    checkpoints: BaseCheckpointStore | None = None,
+    build: Any = lambda: {"format": "test", "n": 1},
+    timeout: float | None = None,
+) -> TakenTurn:
+    """``take_turn`` of session "s1", offering the checkpoint ``build()`` under ``turn_id``,
+    built on the transcript as of ``revision`` (held: its length does not matter here)."""
+    request = TakeTurn(
+        "s1",
+        timeout=timeout,
+        checkpoints=store.checkpoints if checkpoints is None else checkpoints,
+        held_length=0,
+        held_revision=revision,
+        checkpoint=StartCheckpoint(turn_id, build),
+    )
+    return store.sessions.take_turn(request)
 
 
 def raw_checkpoint(store: RedisStore, session: str, turn_id: str) -> str | None:
@@ -83,11 +100,12 @@ def test_a_durable_redis_turn_is_two_round_trips(rs: CountingRedisStore) -> None
 
 
 def test_the_checkpoint_is_saved_with_the_lease_and_its_fence_first(rs: RedisStore) -> None:
-    lease = rs.sessions.turn_lock_saving("s1", start(rs))
+    taken = start(rs)
+    lease = taken.lease
     try:
-        assert lease.start_saved
-        assert lease.start_revision == (None,)
-        assert lease.start_no_checkpoints is rs.checkpoints  # none before this one
+        assert taken.saved_checkpoint
+        assert taken.revision is None
+        assert taken.no_checkpoints  # none before this one
         text = raw_checkpoint(rs, "s1", "s1.turn-0")
         assert text is not None and text.startswith(f'{{"fence":{lease.fence},')
         assert rs.checkpoints.load("s1.turn-0") == {"fence": lease.fence, "format": "test", "n": 1}
@@ -99,21 +117,24 @@ def test_nothing_is_saved_when_the_revision_moved(rs: RedisStore) -> None:
     from lousho_sessions import Message
 
     rs.sessions.save("s1", [Message.user("hi")])
-    with rs.sessions.turn_lock_saving("s1", start(rs, revision=None)) as lease:
-        assert not lease.start_saved
-        assert lease.start_revision == (rs.sessions.revision("s1"),)
+    taken = start(rs, revision=None)
+    with taken.lease:
+        assert not taken.saved_checkpoint
+        assert taken.revision == rs.sessions.revision("s1")
     assert rs.checkpoints.list() == []
     revision = rs.sessions.revision("s1")
-    with rs.sessions.turn_lock_saving("s1", start(rs, "s1.turn-1", revision)) as lease:
-        assert lease.start_saved
+    taken = start(rs, "s1.turn-1", revision)
+    with taken.lease:
+        assert taken.saved_checkpoint
     assert rs.checkpoints.list() == ["s1.turn-1"]
 
 
 def test_nothing_is_saved_while_a_checkpoint_of_the_session_is_stored(rs: RedisStore) -> None:
     rs.checkpoints.save("s1.turn-9", {"other": True})
-    with rs.sessions.turn_lock_saving("s1", start(rs)) as lease:
-        assert not lease.start_saved
-        assert lease.start_no_checkpoints is None  # the lease saw one: maybe a pending turn
+    taken = start(rs)
+    with taken.lease:
+        assert not taken.saved_checkpoint
+        assert not taken.no_checkpoints  # the lease saw one: maybe a pending turn
     assert rs.checkpoints.list() == ["s1.turn-9"]
     assert rs.checkpoints.load("s1.turn-9") == {"other": True}
 
@@ -121,18 +142,18 @@ def test_nothing_is_saved_while_a_checkpoint_of_the_session_is_stored(rs: RedisS
 def test_an_offer_that_is_not_this_stores_or_this_sessions_takes_a_plain_lease(
     rs: CountingRedisStore,
 ) -> None:
-    elsewhere = memory_store().checkpoints
-    assert elsewhere is not None
-    offers = [
-        StartCheckpoint(elsewhere, "s1.turn-0", None, lambda: {"n": 1}),
-        start(rs, "other.turn-0"),  # another session's turn
-        StartCheckpoint(rs.checkpoints, "s1.turn-0", None, lambda: {}),  # nothing to save
-        StartCheckpoint(rs.checkpoints, "s1.turn-0", None, lambda: {"x": object()}),
+    elsewhere = MemoryCheckpointStore()
+    offers: list[Callable[[], TakenTurn]] = [
+        lambda: start(rs, checkpoints=elsewhere, build=lambda: {"n": 1}),
+        lambda: start(rs, "other.turn-0"),  # another session's turn
+        lambda: start(rs, build=lambda: {}),  # nothing to save
+        lambda: start(rs, build=lambda: {"x": object()}),
     ]
     for offer in offers:
         rs.scripts.clear()
-        with rs.sessions.turn_lock_saving("s1", offer) as lease:
-            assert not lease.start_saved
+        taken = offer()
+        with taken.lease:
+            assert not taken.saved_checkpoint
         assert rs.scripts[0] == "ACQUIRE"
     assert rs.checkpoints.list() == []
     assert elsewhere.list() == []
@@ -150,8 +171,9 @@ def test_a_waiting_offer_is_saved_when_the_holder_lets_go_unchanged(prefix: str)
         def wait() -> None:
             try:
                 waiting.set()
-                with waiter.sessions.turn_lock_saving("s1", start(waiter), timeout=WAIT) as mine:
-                    saved.append(mine.start_saved)
+                taken = start(waiter, timeout=WAIT)
+                with taken.lease:
+                    saved.append(taken.saved_checkpoint)
                     got.set()
             except BaseException as exc:  # reported below
                 errors.append(exc)

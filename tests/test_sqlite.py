@@ -24,6 +24,7 @@ from lousho_sessions.errors import (
 )
 from lousho_sessions.messages import ImagePart, Message
 from lousho_sessions.sqlite import SCHEMA_VERSION, PruneResult, SqliteStore
+from lousho_sessions.stores.base import CommitTurn
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -416,7 +417,7 @@ def test_load_since_reads_only_appended_messages(tmp_path: Path) -> None:
         assert second != first
         assert sessions.load_since("s1", 2, first) == two
         assert sessions.load_since("s1", 4, second) == []
-        revision = sessions.append_and_delete("s1", three, 4)
+        revision = sessions.commit_turn(CommitTurn("s1", three, 4))
         assert revision == sessions.revision("s1") != second
         assert sessions.load_since("s1", 4, second) == three
         sessions.save("s1", one)  # replaced, not appended to: the caller must load it all
@@ -427,7 +428,7 @@ def test_load_since_reads_only_appended_messages(tmp_path: Path) -> None:
         assert sessions.load_since("s1", 0, "not a revision of ours") is None
 
 
-def test_append_and_delete_is_one_transaction(tmp_path: Path) -> None:
+def test_commit_turn_is_one_transaction(tmp_path: Path) -> None:
     messages = turn(1)
     with SqliteStore(tmp_path / "a.db") as store:
         store.checkpoints.save("s1.turn-0", {"step": 1})
@@ -435,8 +436,14 @@ def test_append_and_delete_is_one_transaction(tmp_path: Path) -> None:
         statements: list[str] = []
         with store.connection() as conn:
             conn.set_trace_callback(statements.append)
-        store.sessions.append_and_delete(
-            "s1", messages, 0, checkpoints=store.checkpoints, delete=["s1.turn-0-r1-1", "s1.turn-0"]
+        store.sessions.commit_turn(
+            CommitTurn(
+                "s1",
+                messages,
+                0,
+                checkpoints=store.checkpoints,
+                delete=["s1.turn-0-r1-1", "s1.turn-0"],
+            )
         )
         with store.connection() as conn:
             conn.set_trace_callback(None)
@@ -448,7 +455,7 @@ def test_append_and_delete_is_one_transaction(tmp_path: Path) -> None:
         assert store.sessions.load("s1") == messages
         store.checkpoints.save("s1.turn-2", {"step": 1})
         with pytest.raises(StoreConflictError):  # nothing is deleted when the append is refused
-            store.sessions.append_and_delete(
-                "s1", turn(2), 0, checkpoints=store.checkpoints, delete=["s1.turn-2"]
+            store.sessions.commit_turn(
+                CommitTurn("s1", turn(2), 0, checkpoints=store.checkpoints, delete=["s1.turn-2"])
             )
         assert store.checkpoints.list() == ["s1.turn-2"]

@@ -1,4 +1,4 @@
-"""The one read that starts a turn on a SqliteStore session (``SqliteSessionStore.turn_lock``),
+"""The one read that starts a turn on a SqliteStore session (``SqliteSessionStore.take_turn``),
 and the reading ahead a turn does while it waits in line for the lease."""
 
 from __future__ import annotations
@@ -16,32 +16,46 @@ from lousho_sessions.errors import StoreError
 from lousho_sessions.messages import Message
 from lousho_sessions.sqlite import SqliteStore
 from lousho_sessions.stores import _lockfile
-from lousho_sessions.stores.lease import Lease
+from lousho_sessions.stores._turn_requests import ReadAhead
+from lousho_sessions.stores.base import TakenTurn, TakeTurn
+from lousho_sessions.stores.memory import MemoryCheckpointStore
 
 WAIT = 30.0
 
 
 @pytest.mark.parametrize("where", ["file", ":memory:"])
-def test_turn_lock_reads_the_revision_and_whether_a_turn_is_pending(
+def test_take_turn_reads_the_revision_and_whether_a_turn_is_pending(
     tmp_path: Path, where: str
 ) -> None:
-    """The lease carries the session's revision and, when no checkpoint of the session is
-    stored (a neighbour's whose id starts the same does not count), the checkpoint store."""
+    """The taken turn carries the session's revision and says when no checkpoint of the
+    session is stored (a neighbour's whose id starts the same does not count)."""
     with SqliteStore(tmp_path / "db.sqlite" if where == "file" else where) as store:
-        with store.sessions.turn_lock("s") as lease:
-            assert lease.start_revision == (None,)
-            assert lease.start_no_checkpoints is store.checkpoints
+
+        def take() -> TakenTurn:
+            return store.sessions.take_turn(TakeTurn("s", checkpoints=store.checkpoints))
+
+        taken = take()
+        with taken.lease:
+            assert taken.revision is None and taken.messages == [] and taken.no_checkpoints
         store.sessions.append("s", [Message.user("a0")], 0)
         store.checkpoints.save("s1.turn-0", {"x": 1})
         store.checkpoints.save("s-.turn-0", {"x": 1})
         store.checkpoints.save("r.turn-0", {"x": 1})
-        with store.sessions.turn_lock("s") as lease:
-            assert lease.start_revision == (store.sessions.revision("s"),)
-            assert lease.start_no_checkpoints is store.checkpoints
+        taken = take()
+        with taken.lease:
+            assert taken.revision == store.sessions.revision("s")
+            assert taken.no_checkpoints
         store.checkpoints.save("s.turn-1", {"x": 1})
-        with store.sessions.turn_lock("s") as lease:
-            assert lease.start_no_checkpoints is None
-            assert lease.start_revision == (store.sessions.revision("s"),)
+        taken = take()
+        with taken.lease:
+            assert not taken.no_checkpoints
+            assert taken.revision == store.sessions.revision("s")
+        other = MemoryCheckpointStore()  # asked about another checkpoint store: not known
+        with store.sessions.take_turn(TakeTurn("r", checkpoints=other)).lease:
+            pass
+        taken = store.sessions.take_turn(TakeTurn("q", checkpoints=other))
+        with taken.lease:
+            assert not taken.no_checkpoints
 
 
 @pytest.mark.skipif(not _lockfile._LINE, reason="the waiting line needs Linux OFD locks")
@@ -71,6 +85,16 @@ def test_a_session_waiting_in_line_reads_ahead_what_the_turns_before_it_wrote(
     stores[0].sessions.append("shared", [Message.user("q"), Message.assistant("a")], 0)
     for session in sessions:  # each holds the transcript as of its revision
         assert [m.text for m in session.load()] == ["q", "a"]
+    reads: list[tuple[int, list[str]]] = []  # the third store's load_since: (after, read)
+    third = stores[2].sessions
+    load_since = third.load_since
+
+    def recorded(id: str, length: int, revision: object) -> list[Message] | None:
+        added = load_since(id, length, revision)
+        reads.append((length, [m.text for m in added or []]))
+        return added
+
+    third.load_since = recorded  # type: ignore[method-assign]
     lock_file = Path(f"{path}.locks") / "shared.lock"
     threads = [
         threading.Thread(target=sessions[n].send, args=(f"q{n}",), daemon=True) for n in range(3)
@@ -83,13 +107,11 @@ def test_a_session_waiting_in_line_reads_ahead_what_the_turns_before_it_wrote(
         until(lambda: lock_tickets(lock_file) == line + 1, "the second in line", WAIT)
         threads[2].start()
         until(lambda: lock_tickets(lock_file) == line + 2, "the third in line", WAIT)
-        third = sessions[2]._transcript
-        assert len(third.messages) == 2
+        assert not reads
         gates[0].set()  # the first commits; the second takes the session
         assert calling[1].wait(WAIT)
-        # read ahead, without the lease
-        until(lambda: len(third.messages) == 4, "the third reading ahead", WAIT)
-        assert [m.text for m in third.messages] == ["q", "a", "q0", "a0"]
+        # read ahead, without the lease: the first's turn, after the two messages held
+        until(lambda: reads == [(2, ["q0", "a0"])], "the third reading ahead", WAIT)
         assert not calling[2].is_set()
     finally:
         for gate in gates:
@@ -106,26 +128,26 @@ def test_a_session_waiting_in_line_reads_ahead_what_the_turns_before_it_wrote(
         store.close()
 
 
-class _CallsBackAndFails(MemorySessionStore):
-    """A store that calls ``while_waiting`` on every lease and whose reads fail while the
-    session reads ahead: a read-ahead that raises must cost the turn nothing."""
+class _ReadsAheadAndFails(MemorySessionStore):
+    """A store that reads ahead (``ReadAhead``) before every lease, its reads failing while
+    it does: a read-ahead that raises must cost the turn nothing."""
 
     def __init__(self) -> None:
         super().__init__()
         self.reading_ahead = False
         self.calls = 0
 
-    def turn_lock_waiting(
-        self, id: str, while_waiting: Callable[[], None] | None, *, timeout: float | None = None
-    ) -> Lease:
-        if while_waiting is not None:
+    def take_turn(self, request: TakeTurn) -> TakenTurn:
+        ahead = ReadAhead(self, request)
+        if request.held_length is not None:
             self.calls += 1
             self.reading_ahead = True
             try:
-                while_waiting()
+                ahead()
             finally:
                 self.reading_ahead = False
-        return self.turn_lock(id, timeout=timeout)
+        lease = self.turn_lock(request.id, timeout=request.timeout)
+        return ahead.taken(lease, self.revision(request.id))
 
     def revision(self, id: str) -> int | None:
         if self.reading_ahead:
@@ -136,7 +158,7 @@ class _CallsBackAndFails(MemorySessionStore):
 def test_a_read_ahead_that_fails_is_left_to_the_look_under_the_lease(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    sessions = _CallsBackAndFails()
+    sessions = _ReadsAheadAndFails()
     agent = create_agent(
         provider=FunctionProvider(lambda request: Message.assistant(f"{len(request.messages)}")),
         store=sessions,
@@ -145,7 +167,7 @@ def test_a_read_ahead_that_fails_is_left_to_the_look_under_the_lease(
     try:
         session.load()
         sessions.append("s", [Message.user("elsewhere"), Message.assistant("x")], 0)
-        with caplog.at_level(logging.DEBUG, logger="lousho_sessions.session"):
+        with caplog.at_level(logging.DEBUG, logger="lousho_sessions.stores"):
             assert session.send("hi").text == "3"  # it saw the turn stored meanwhile
         assert sessions.calls == 1
         assert "reading ahead failed" in caplog.text

@@ -1,10 +1,10 @@
 """What keeps a PostgreSQL or Redis turn to few round trips, without giving up a guarantee.
 
-- A turn's commit (``append_and_delete``) is one statement / one script: the
+- A turn's commit (``commit_turn``) is one statement / one script: the
   append and the deletion of the turn's checkpoints land together or not at all.
 - One heartbeat thread per store renews every lease it holds (no thread per turn),
   and a release waits for a renewal in progress, so no renewal revives a freed lease.
-- Redis hands the session's revision out with the lease (``start_revision``).
+- Redis hands the session's revision out with the lease (``TakenTurn.revision``).
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from lousho_sessions import (
 from lousho_sessions.postgres import PostgresStore
 from lousho_sessions.redis import RedisStore
 from lousho_sessions.stores._heartbeat import Heartbeat
+from lousho_sessions.stores.base import CommitTurn, TakeTurn
 
 WAIT = 30.0
 
@@ -68,10 +69,22 @@ def pg() -> Iterator[CountingPostgresStore]:
         store.close()
 
 
+class CountingRedisStore(RedisStore):
+    """Records the name of every script it runs, in order."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.scripts: list[str] = []
+
+    def run(self, name: str, id: str, *args: object, what: str) -> Any:
+        self.scripts.append(name)
+        return super().run(name, id, *args, what=what)
+
+
 @pytest.fixture
-def rs(tmp_path: Path) -> Iterator[RedisStore]:
+def rs(tmp_path: Path) -> Iterator[CountingRedisStore]:
     require_redis()
-    store = RedisStore(redis_url(), prefix=prefix_for(tmp_path), lease_ttl=1.0)
+    store = CountingRedisStore(redis_url(), prefix=prefix_for(tmp_path), lease_ttl=1.0)
     yield store
     store.close()
     drop_prefix(prefix_for(tmp_path))
@@ -88,24 +101,26 @@ def test_a_commit_appends_and_deletes_the_checkpoints_together(
     store.checkpoints.save("s1.0-r1-1", {"step": 1})
     store.checkpoints.save("s2.0", {"other": "session"})
     first = turn(1)
-    revision = store.sessions.append_and_delete(
-        "s1", first, 0, checkpoints=store.checkpoints, delete=["s1.0-r1-1", "s1.0"]
+    revision = store.sessions.commit_turn(
+        CommitTurn("s1", first, 0, checkpoints=store.checkpoints, delete=["s1.0-r1-1", "s1.0"])
     )
     assert revision == store.sessions.revision("s1")
     assert store.sessions.load("s1") == first
     assert store.checkpoints.list() == ["s2.0"]
     store.checkpoints.save("s1.2", {"step": 1})
     with pytest.raises(StoreConflictError):  # refused: nothing deleted, nothing appended
-        store.sessions.append_and_delete(
-            "s1", turn(2), 0, checkpoints=store.checkpoints, delete=["s1.2"]
+        store.sessions.commit_turn(
+            CommitTurn("s1", turn(2), 0, checkpoints=store.checkpoints, delete=["s1.2"])
         )
     assert store.checkpoints.list() == ["s1.2", "s2.0"]
     with store.sessions.turn_lock("s1") as old:
         pass
     with store.sessions.turn_lock("s1"), pytest.raises(LeaseLostError):
         # a stale fence: nothing deleted, nothing appended
-        store.sessions.append_and_delete(
-            "s1", turn(2), 2, checkpoints=store.checkpoints, delete=["s1.2"], fence=old.fence
+        store.sessions.commit_turn(
+            CommitTurn(
+                "s1", turn(2), 2, checkpoints=store.checkpoints, delete=["s1.2"], fence=old.fence
+            )
         )
     assert store.checkpoints.list() == ["s1.2", "s2.0"]
     assert store.sessions.load("s1") == first
@@ -115,8 +130,8 @@ def test_a_postgres_commit_is_one_statement(pg: CountingPostgresStore) -> None:
     pg.checkpoints.save("s1.0", {"step": 1})
     pg.checkpoints.save("s1.0-r1-1", {"step": 1})
     before = pg.statements
-    pg.sessions.append_and_delete(
-        "s1", turn(1), 0, checkpoints=pg.checkpoints, delete=["s1.0-r1-1", "s1.0"]
+    pg.sessions.commit_turn(
+        CommitTurn("s1", turn(1), 0, checkpoints=pg.checkpoints, delete=["s1.0-r1-1", "s1.0"])
     )
     assert pg.statements - before == 1
     assert pg.checkpoints.list() == []
@@ -146,8 +161,8 @@ def test_a_durable_postgres_turn_is_two_statements() -> None:
 def test_a_store_that_saves_no_start_gets_no_turn_built_before_its_lease(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Only a store that overrides ``turn_lock_saving`` is offered the turn's first
-    checkpoint; on SQLite (the default: saves nothing) a turn builds its state once."""
+    """Only a store that declares ``saves_start_checkpoint`` is offered the turn's first
+    checkpoint; on SQLite (it saves none with the lease) a turn builds its state once."""
     from lousho_sessions._turn import TurnState
     from lousho_sessions.sqlite import SqliteStore
 
@@ -274,12 +289,17 @@ def test_a_beat_that_says_stop_is_dropped() -> None:
     heartbeat.close()
 
 
-def test_redis_hands_out_the_revision_with_the_lease(rs: RedisStore) -> None:
-    with rs.sessions.turn_lock("new") as lease:
-        assert lease.start_revision == (None,)
+def test_redis_hands_out_the_revision_with_the_lease(rs: CountingRedisStore) -> None:
+    taken = rs.sessions.take_turn(TakeTurn("new"))
+    with taken.lease:
+        assert taken.revision is None
     rs.sessions.save("s1", turn(1))
-    with rs.sessions.turn_lock("s1") as lease:
-        assert lease.start_revision == (rs.sessions.revision("s1"),)
+    rs.scripts.clear()
+    taken = rs.sessions.take_turn(TakeTurn("s1", held_length=0, held_revision="old"))
+    with taken.lease:
+        assert taken.revision == rs.sessions.revision("s1")
+        assert [m.text for m in taken.messages] == ["q1", "a1"] and taken.since is None
+    assert rs.scripts[:2] == ["ACQUIRE", "LOAD"]  # the revision came with the lease
 
 
 def test_an_entry_due_sooner_wakes_the_sleeping_heartbeat() -> None:

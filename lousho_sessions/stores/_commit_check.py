@@ -1,6 +1,6 @@
 """A commit whose reply was lost: find out whether it landed before saying it failed.
 
-A turn's commit (``commit_turn``/``append_and_delete``) is one transaction or script: it
+A turn's commit (``commit_turn``) is one transaction or script: it
 appends the turn's messages and deletes its checkpoints together. When the connection
 drops after the commit was sent and before its reply came back (a server restart, a
 proxy or load balancer cutting the connection, a socket timeout), the commit may or may

@@ -168,7 +168,7 @@ class RenewedLease(Lease):
     """A lease its store's ``Heartbeat`` renews: ``_beat()`` every ``interval`` seconds from
     construction until it is released (the subclass's release calls ``stop_renewals()``)
     or a beat says stop. ``freed_by(write)`` runs a write that frees the lease on the
-    server (a turn's commit: ``commit_turn(..., release=)``)."""
+    server (a turn's commit: ``commit_turn(CommitTurn(release=))``)."""
 
     def __init__(
         self,

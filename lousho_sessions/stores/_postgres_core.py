@@ -19,7 +19,7 @@ from ..errors import LeaseLostError, StoreClosedError, StoreError
 from ._postgres_watch import Watchdog, idle_connection_dead
 from ._rotation import BATCH, RotationResult, rotate_postgres
 from ._sealing import Sealing
-from ._start import StartCheckpoint
+from ._turn_requests import TakeTurn
 from .base import PruneResult, older_than_seconds
 from .lease import Lease
 
@@ -65,10 +65,8 @@ class PgCore:
         """Lease session ``id`` for a turn (``PostgresStore.turn_lock``)."""
         raise NotImplementedError
 
-    def turn_lock_saving(
-        self, id: str, start: StartCheckpoint, *, timeout: float | None = None
-    ) -> Lease:
-        """The lease and the turn's first checkpoint (``PostgresStore.turn_lock_saving``)."""
+    def acquire(self, request: TakeTurn) -> tuple[Lease, int | None, bool, bool]:
+        """A ``take_turn``'s lease, revision, no checkpoints, saved (``PostgresStore.acquire``)."""
         raise NotImplementedError
 
     def claim_stale(self, ids: Sequence[str]) -> dict[str, Lease]:

@@ -61,7 +61,7 @@ class PostgresLease(RenewedLease):
         taken_at: float | None = None,
     ) -> None:
         self.ttl = ttl
-        #: the store whose row this is (a commit may free it: ``commit_turn(release=)``)
+        #: the store whose row this is (a commit may free it: ``commit_turn(CommitTurn(release=))``)
         self.owner = owner
         self._renew = renew
         self._free = release

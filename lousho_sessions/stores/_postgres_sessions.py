@@ -3,7 +3,7 @@
 An append is one call of the schema's ``append_turn`` function (schema v3; PL/pgSQL, so
 the server keeps its plans without client-side prepared statements): it checks
 the lease's fence and the stored length and inserts the new rows; a turn's commit
-(``append_and_delete``) deletes the turn's checkpoints in that same transaction.
+(``commit_turn``) deletes the turn's checkpoints in that same transaction.
 """
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ from ._postgres_history import postgres_fork, postgres_rewind
 from ._postgres_lease import PostgresLease
 from ._postgres_records import PostgresCheckpointStore
 from ._sealing import Sealing
-from ._start import StartCheckpoint
+from ._turn_requests import CommitTurn, ReadAhead, TakenTurn, TakeTurn
+from ._waiting import waiting_for_lease
 from .base import (
-    BaseCheckpointStore,
     BaseSessionStore,
     LockScope,
     PruneResult,
@@ -52,6 +52,7 @@ class PostgresSessionStore(PgPart, BaseSessionStore):
     """The transcripts of a ``PostgresStore``: one row per message; ``lock_scope`` ``"cluster"``."""
 
     lock_scope: LockScope = "cluster"
+    saves_start_checkpoint = True
     store: PgCore
 
     def load(self, id: str) -> list[Message] | None:
@@ -109,56 +110,30 @@ class PostgresSessionStore(PgPart, BaseSessionStore):
         ``LeaseLostError`` if ``fence`` is older than the session's newest. One statement."""
         self._append(id, messages, expected_length, fence, ())
 
-    def append_and_delete(
-        self,
-        id: str,
-        messages: Sequence[Message],
-        expected_length: int,
-        *,
-        checkpoints: BaseCheckpointStore | None = None,
-        delete: Sequence[str] = (),
-        fence: int | None = None,
-    ) -> object | None:
-        """``append`` and delete the checkpoints ``delete``: one statement (one transaction)
-        when ``checkpoints`` is this store's; returns the new revision."""
+    def commit_turn(self, request: CommitTurn) -> object | None:
+        """Append the turn and delete its checkpoints in one statement (one transaction) when
+        ``checkpoints`` is this store's, freeing the lease ``release`` in it too (and waking
+        a waiter) when it is this store's lease on ``id`` with fence ``fence``: its renewals
+        stop first; a refused write frees nothing and they go on. Returns the new revision."""
+        id, checkpoints, fence, lease = (
+            request.id, request.checkpoints, request.fence, request.release,
+        )  # fmt: skip
         if not (
             isinstance(checkpoints, PostgresCheckpointStore) and checkpoints.store is self.store
         ):
-            return super().append_and_delete(
-                id, messages, expected_length, checkpoints=checkpoints, delete=delete, fence=fence
-            )
-        return self._append(id, messages, expected_length, fence, delete)
-
-    def commit_turn(
-        self,
-        id: str,
-        messages: Sequence[Message],
-        expected_length: int,
-        *,
-        checkpoints: BaseCheckpointStore | None = None,
-        delete: Sequence[str] = (),
-        fence: int | None = None,
-        release: Lease | None = None,
-    ) -> object | None:
-        """``append_and_delete``, freeing the lease ``release`` in the same transaction (and
-        waking a waiter) when it is this store's lease on ``id`` with fence ``fence``: its
-        renewals stop first; a refused write frees nothing and they go on."""
-        lease = release
+            return super().commit_turn(request)
+        messages, expected, delete = request.messages, request.expected_length, request.delete
         if not (
-            isinstance(checkpoints, PostgresCheckpointStore)
-            and checkpoints.store is self.store
-            and isinstance(lease, PostgresLease)
+            isinstance(lease, PostgresLease)
             and lease.owner is self.store
             and lease.session_id == id
             and fence is not None
             and lease.fence == fence
             and not lease.lost
         ):
-            return self.append_and_delete(
-                id, messages, expected_length, checkpoints=checkpoints, delete=delete, fence=fence
-            )
+            return self._append(id, messages, expected, fence, delete)
         return lease.freed_by(
-            lambda: self._append(id, messages, expected_length, fence, delete, release=True)
+            lambda: self._append(id, messages, expected, fence, delete, release=True)
         )
 
     def _append(
@@ -294,11 +269,17 @@ class PostgresSessionStore(PgPart, BaseSessionStore):
         """Lease session ``id`` for a turn; see ``PostgresStore.turn_lock``."""
         return self.store.turn_lock(id, timeout=timeout)
 
-    def turn_lock_saving(
-        self, id: str, start: StartCheckpoint, *, timeout: float | None = None
-    ) -> Lease:
-        """The lease and the turn's first checkpoint; see ``PostgresStore.turn_lock_saving``."""
-        return self.store.turn_lock_saving(id, start, timeout=timeout)
+    def take_turn(self, request: TakeTurn) -> TakenTurn:
+        """The lease, taken in one statement with the session's revision, whether it has a
+        checkpoint and (when offered and nothing moved) the turn's first checkpoint (see
+        ``PostgresStore.acquire``); then only what was added since what the caller holds."""
+        with waiting_for_lease(request.signal):
+            lease, revision, empty, saved = self.store.acquire(request)
+        here = request.checkpoints
+        empty = empty and isinstance(here, PostgresCheckpointStore) and here.store is self.store
+        return ReadAhead(self, request).taken(
+            lease, revision, no_checkpoints=empty, saved_checkpoint=saved
+        )
 
     def claim_stale(self, ids: Sequence[str]) -> dict[str, Lease]:
         """Lease those of ``ids`` no live turn holds; see ``PostgresStore.claim_stale``."""

@@ -2,7 +2,7 @@
 
 Taken by ``RedisStore.turn_lock`` (the ``ACQUIRE`` or ``ACQUIRE_SAVING`` script),
 renewed by the store's heartbeat (``RENEW``), freed by ``RELEASE`` or by the
-commit script that appends the turn (``commit_turn(release=)``).
+commit script that appends the turn (``commit_turn(CommitTurn(release=))``).
 """
 
 from __future__ import annotations

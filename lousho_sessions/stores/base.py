@@ -15,21 +15,16 @@ do more subclass the base classes (``BaseSessionStore``, ``BaseCheckpointStore``
   ``lock_scope`` says what it excludes: ``"process"``, ``"machine"`` or ``"cluster"``.
 * ``load_since(id, length, revision)``: only the messages after the first ``length``, when
   the store can tell that nothing but appends changed ``id`` since ``revision`` (else ``None``).
-* ``commit_turn(..., release=lease)``: the last write under a lease (``_commit``);
-  ``turn_lock_saving(id, start)``: the lease and the turn's first checkpoint (``_start``).
-* ``append_and_delete(id, messages, expected_length, ...)``: commit a turn: append
-  it and delete its checkpoints, in one transaction when both share a database.
+* ``take_turn(TakeTurn) -> TakenTurn``, ``commit_turn(CommitTurn) -> revision``: a turn's
+  two calls (``_turn_requests``), by default built from the methods above.
 * ``BaseCheckpointStore.save_and_delete(turn_id, checkpoint, delete, fence=)``:
   save a checkpoint and delete the records it replaces, in one transaction where it can.
 * ``claim_stale(ids)``: a sweep's claim of the unheld; ``turn_held(id)``/``held_sessions``:
   whether a live turn holds them (``None``: cannot tell); ``take_over(id)``: a new fence, not
   waiting for the holder; ``pending_turns()``/``pending_fields()``: what recovery sweeps.
-* ``prune(older_than)``: delete what was not updated for that long (never a held session).
 * ``rewind(RewindRequest(...))``: drop a transcript's tail (fenced, one write);
   ``fork(ForkRequest(...))``: a new session holding a prefix of another (``_history_requests``).
-* ``list_ids()``, ``info(id)``: the session ids, a session's length and last write (and the
-  parent and fork point of a forked session);
-  ``usage(id)``: the transcript's usage totals (a database sums them in one query).
+* ``prune(older_than)``, ``list_ids()``, ``info(id)`` (with a fork's parent), ``usage(id)``.
 """
 
 from __future__ import annotations
@@ -61,10 +56,9 @@ from ._checks import (
     validate_session_id,
     validate_turn_id,
 )
-from ._commit import TurnCommit
 from ._history_requests import Forked, ForkRequest, HistoryVerbs, RewindRequest, Rewound
-from ._start import StartCheckpoint, TurnStart
 from ._summaries import PruneResult, SessionInfo
+from ._turn_requests import CommitTurn, StartCheckpoint, TakenTurn, TakeTurn, TurnVerbs
 from .lease import Lease, LocalLeases
 
 __all__ = [
@@ -77,6 +71,7 @@ __all__ = [
     "BaseCheckpointStore",
     "BaseSessionStore",
     "CheckpointStore",
+    "CommitTurn",
     "ForkRequest",
     "Forked",
     "Lease",
@@ -87,6 +82,8 @@ __all__ = [
     "SessionInfo",
     "SessionStore",
     "StartCheckpoint",
+    "TakeTurn",
+    "TakenTurn",
     "approval_sort_key",
     "check_approval_record",
     "decode_json_object",
@@ -182,7 +179,7 @@ class _Closeable:
         self.close()
 
 
-class BaseSessionStore(_Closeable, TurnCommit, TurnStart, HistoryVerbs, ABC):
+class BaseSessionStore(_Closeable, TurnVerbs, HistoryVerbs, ABC):
     """The session store contract: ``load``/``save``/``delete`` required, the rest with safe defaults.
 
     Defaults, each meant to be overridden by a store that can do better:
@@ -207,6 +204,9 @@ class BaseSessionStore(_Closeable, TurnCommit, TurnStart, HistoryVerbs, ABC):
     lock_scope: LockScope = "process"
     #: Whether ``append(..., fence=)`` refuses a stale fence.
     fenced_writes: bool = True
+    #: Whether ``take_turn`` may save the offered first checkpoint (``TakeTurn.checkpoint``)
+    #: with the lease: a session builds that checkpoint before the lease only then.
+    saves_start_checkpoint: bool = False
 
     @abstractmethod
     def load(self, id: str) -> list[Message] | None:
@@ -253,42 +253,12 @@ class BaseSessionStore(_Closeable, TurnCommit, TurnStart, HistoryVerbs, ABC):
         """The messages of ``id`` after its first ``length``, or ``None``: "load it all".
 
         A caller holding the first ``length`` messages as of ``revision`` (as returned by
-        ``revision(id)`` or ``append_and_delete``) gets the ones added since. A store
+        ``revision(id)`` or ``commit_turn``) gets the ones added since. A store
         returns a list only when it knows that nothing but appends changed ``id`` since
         ``revision`` (no ``save`` or ``delete``); else ``None``, and the caller calls
         ``load``. The default always returns ``None``.
         """
         return None
-
-    def append_and_delete(
-        self,
-        id: str,
-        messages: Sequence[Message],
-        expected_length: int,
-        *,
-        checkpoints: BaseCheckpointStore | None = None,
-        delete: Sequence[str] = (),
-        fence: int | None = None,
-    ) -> object | None:
-        """Commit a finished turn: ``append`` its messages, then delete the checkpoints
-        ``delete`` from ``checkpoints``; returns the session's revision after the write.
-
-        Raises what ``append`` raises (``StoreConflictError``, ``LeaseLostError``), and
-        then nothing was written. A store that keeps ``checkpoints`` in the same
-        database overrides this to do both in one transaction. The default appends,
-        then deletes each checkpoint with the same ``fence``; a delete that fails after
-        the append is logged, not raised: the turn is committed, and its checkpoint's
-        turn id is behind the transcript now, so no turn loads it again (``prune()``,
-        ``clear()`` and ``discard_pending()`` remove it).
-        """
-        self.append(id, messages, expected_length, fence=fence)
-        if checkpoints is not None:
-            for turn_id in delete:
-                try:
-                    checkpoints.delete(turn_id, fence=fence)
-                except Exception:
-                    log.warning("could not delete checkpoint %s", turn_id, exc_info=True)
-        return self.revision(id)
 
     def turn_lock(self, id: str, *, timeout: float | None = None) -> Lease:
         """Hold session ``id`` for a turn; ``SessionBusyError`` if not acquired within ``timeout`` s."""

@@ -69,20 +69,7 @@ class Lease:
     the same store; pass it to the turn's writes. ``lost`` is true once the lease
     was released, or when ``current`` (given by stores that can tell) says another
     holder took the session over. Stores whose leases expire subclass it.
-
-    ``start_revision`` is ``(revision,)`` when the store read the session's
-    ``revision()`` in the same atomic step that took the lease (one round trip
-    fewer for the turn's first look at the transcript), else ``None``.
-    ``start_no_checkpoints`` is the checkpoint store that held no checkpoint of the
-    session in that same step (so no turn is pending), else ``None``.
     """
-
-    start_revision: tuple[object | None] | None = None
-    #: the checkpoint store in which the store saw no checkpoint of the session, in the
-    #: same atomic step that took the lease (so no pending turn: one read fewer), or None
-    start_no_checkpoints: object | None = None
-    #: whether ``turn_lock_saving`` saved the turn's first checkpoint with the lease
-    start_saved: bool = False
 
     def __init__(
         self,
@@ -128,7 +115,7 @@ class Lease:
 
     def released_by_store(self) -> None:
         """Mark the lease released without releasing it: the store freed the session in a
-        write (``commit_turn(..., release=)``). ``release()`` does nothing afterwards."""
+        write (``commit_turn(CommitTurn(release=))``). ``release()`` does nothing afterwards."""
         with self._lock:
             self._released = True
 

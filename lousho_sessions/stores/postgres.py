@@ -48,7 +48,7 @@ from ._postgres_schema import (
 from ._postgres_sessions import PostgresSessionStore
 from ._postgres_watch import Watchdog
 from ._sealing import Sealing
-from ._start import StartCheckpoint, start_body
+from ._turn_requests import TakeTurn, start_body
 from ._waiting import call_signal, lease_wait_stopped, until_text
 from .base import (
     PruneResult,
@@ -283,33 +283,34 @@ class PostgresStore(PgCore):
         Waits for a busy session by ``LISTEN`` (or polling with ``notify=False``),
         re-checking at least every few seconds and when the holder's lease runs out.
         """
-        return self._turn_lock(id, timeout, None)
+        return self._turn_lock(id, timeout, None)[0]
 
-    def turn_lock_saving(
-        self, id: str, start: StartCheckpoint, *, timeout: float | None = None
-    ) -> Lease:
-        """``turn_lock``, saving the turn's first checkpoint in the statement that takes the
-        lease (``acquire_saving``, schema v3) when ``start`` goes to this store's checkpoints
-        and nothing changed since it was built (see ``BaseSessionStore.turn_lock_saving``)."""
-        return self._turn_lock(id, timeout, self._offer(id, start))
+    def acquire(self, request: TakeTurn) -> tuple[Lease, int | None, bool, bool]:
+        """The lease of ``request`` (a ``take_turn``), taken in one statement that also reads
+        the session's revision and whether it has a checkpoint here, and saves the turn's
+        first checkpoint (``acquire_saving``, schema v3) when it goes to this store's
+        checkpoints and nothing changed since it was built: ``(lease, revision, no
+        checkpoints, saved)``."""
+        return self._turn_lock(request.id, request.timeout, self._offer(request))
 
-    def _offer(self, id: str, start: StartCheckpoint) -> tuple[str, str | None, str] | None:
+    def _offer(self, request: TakeTurn) -> tuple[str, str | None, str] | None:
         """``(turn id, revision, checkpoint text without its fence)``, or ``None``: not here."""
-        revision = start.revision
+        revision = request.held_revision
         if not (
-            isinstance(start.checkpoints, PostgresCheckpointStore)
-            and start.checkpoints.store is self
+            request.checkpoint is not None
+            and isinstance(request.checkpoints, PostgresCheckpointStore)
+            and request.checkpoints.store is self
             and (revision is None or type(revision) is int)
         ):
             return None
-        text = start_body(id, start, self.sealing)
+        text = start_body(request, self.sealing)
         if text is None:
             return None
-        return start.turn_id, (None if revision is None else str(revision)), text
+        return request.checkpoint.turn_id, (None if revision is None else str(revision)), text
 
     def _turn_lock(
         self, id: str, timeout: float | None, offer: tuple[str, str | None, str] | None
-    ) -> Lease:
+    ) -> tuple[Lease, int | None, bool, bool]:
         validate_session_id(id)
         if self._closed:
             raise StoreClosedError(f"{self.where}: the PostgreSQL store was closed")
@@ -326,13 +327,8 @@ class PostgresStore(PgCore):
                     id, offer
                 )
                 if fence is not None:
-                    lease = self._lease(id, fence, asked)
                     # read in the statement that took the lease: a turn's first look
-                    lease.start_revision = (revision,)
-                    if checkpoints is False:
-                        lease.start_no_checkpoints = self.checkpoints
-                    lease.start_saved = saved
-                    return lease
+                    return self._lease(id, fence, asked), revision, checkpoints is False, saved
                 now = time.monotonic()
                 if signal is not None and signal.aborted:
                     raise lease_wait_stopped(

@@ -30,26 +30,25 @@ import redis.cluster
 from ..encryption import EncryptionOption
 from ..errors import (
     SessionBusyError,
-    StoreClosedError,
     StoreConflictError,
     StoreCorruptError,
     StoreError,
 )
 from ..messages import Message
 from ..serde import messages_from_json
-from ._commit_check import commit_unknown, log_landed
+from ._commit_check import log_landed
 from ._heartbeat import Heartbeat
 from ._history_requests import Forked, ForkRequest, RewindRequest, Rewound
 from ._redis_base import RedisConnection, text
 from ._redis_history import redis_fork, redis_info, redis_rewind
+from ._redis_landed import redis_landed
 from ._redis_lease import RedisLease
 from ._redis_records import RedisApprovalStore, RedisCheckpointStore
 from ._rotation import BATCH, RotationResult, rotate_redis
 from ._sealing import Sealing
-from ._start import StartCheckpoint, start_body
-from ._waiting import call_signal, lease_wait_stopped, until_text
+from ._turn_requests import CommitTurn, ReadAhead, TakenTurn, TakeTurn, start_body
+from ._waiting import call_signal, lease_wait_stopped, until_text, waiting_for_lease
 from .base import (
-    BaseCheckpointStore,
     BaseSessionStore,
     LockScope,
     PruneResult,
@@ -134,28 +133,30 @@ class RedisStore(RedisConnection):
 
     def turn_lock(self, id: str, *, timeout: float | None = None) -> RedisLease:
         """Hold session ``id`` for a turn; ``SessionBusyError`` if not acquired within ``timeout`` s."""
-        return self._turn_lock(id, timeout, ())
+        return self._turn_lock(id, timeout, ())[0]
 
-    def turn_lock_saving(
-        self, id: str, start: StartCheckpoint, *, timeout: float | None = None
-    ) -> RedisLease:
-        """``turn_lock``, saving the turn's first checkpoint in the script that takes the
-        lease (``ACQUIRE_SAVING``) when ``start`` goes to this store's checkpoints and
-        nothing changed since it was built (see ``BaseSessionStore.turn_lock_saving``);
-        offered again at each try while it waits."""
+    def acquire(self, request: TakeTurn) -> tuple[RedisLease, str | None, bool, bool]:
+        """The lease of ``request`` (a ``take_turn``), taken by one script that also reads the
+        session's revision and whether it has a checkpoint, and saves the turn's first
+        checkpoint (``ACQUIRE_SAVING``) when it goes to this store's checkpoints and nothing
+        changed since it was built (offered again at each try while it waits): ``(lease,
+        revision, no checkpoints, saved)``."""
         offer: tuple[str, ...] = ()
-        revision = start.revision
+        revision = request.held_revision
         if (
-            isinstance(start.checkpoints, RedisCheckpointStore)
-            and start.checkpoints.store is self
+            request.checkpoint is not None
+            and isinstance(request.checkpoints, RedisCheckpointStore)
+            and request.checkpoints.store is self
             and (revision is None or type(revision) is str)
         ):
-            body = start_body(id, start, self.sealing)
+            body = start_body(request, self.sealing)
             if body is not None:
-                offer = (start.turn_id, revision or "", body)
-        return self._turn_lock(id, timeout, offer)
+                offer = (request.checkpoint.turn_id, revision or "", body)
+        return self._turn_lock(request.id, request.timeout, offer)
 
-    def _turn_lock(self, id: str, timeout: float | None, offer: tuple[str, ...]) -> RedisLease:
+    def _turn_lock(
+        self, id: str, timeout: float | None, offer: tuple[str, ...]
+    ) -> tuple[RedisLease, str | None, bool, bool]:
         validate_session_id(id)
         token = secrets.token_hex(12)
         ttl_ms = str(max(1, round(self.lease_ttl * 1000)))
@@ -173,15 +174,14 @@ class RedisStore(RedisConnection):
                 fence = int(text(value, source="fence"))
                 lease = RedisLease(self, self.heartbeat, id, fence, token)
                 stored = revision[0] if revision else None
-                lease.start_revision = (
-                    None if stored is None else text(stored, source="revision"),
-                )
-                if len(revision) > 1 and int(revision[1]) == 0:
-                    lease.start_no_checkpoints = self.checkpoints
-                lease.start_saved = len(revision) > 2 and int(revision[2]) == 1
                 with self._lock:
                     self._leases.add(lease)
-                return lease
+                return (
+                    lease,
+                    None if stored is None else text(stored, source="revision"),
+                    len(revision) > 1 and int(revision[1]) == 0,  # no checkpoint of the session
+                    len(revision) > 2 and int(revision[2]) == 1,  # the offered one saved
+                )
             remaining = int(value) / 1e6
             wait = min(self.wake_poll, remaining + 0.005)
             now = time.monotonic()
@@ -239,6 +239,7 @@ class RedisSessionStore(BaseSessionStore):
 
     lock_scope: LockScope = "cluster"
     fenced_writes = True
+    saves_start_checkpoint = True
 
     def __init__(self, store: RedisStore) -> None:
         self.store = store
@@ -286,47 +287,23 @@ class RedisSessionStore(BaseSessionStore):
         ``LeaseLostError`` if ``fence`` is older than the session's newest."""
         self._append(id, messages, expected_length, fence, ())
 
-    def append_and_delete(
-        self,
-        id: str,
-        messages: Sequence[Message],
-        expected_length: int,
-        *,
-        checkpoints: BaseCheckpointStore | None = None,
-        delete: Sequence[str] = (),
-        fence: int | None = None,
-    ) -> object | None:
-        """``append`` and delete the checkpoints ``delete``: one script when ``checkpoints``
-        is this store's and they are this session's; returns the new revision."""
-        return self.commit_turn(
-            id, messages, expected_length, checkpoints=checkpoints, delete=delete, fence=fence
-        )
-
-    def commit_turn(
-        self,
-        id: str,
-        messages: Sequence[Message],
-        expected_length: int,
-        *,
-        checkpoints: BaseCheckpointStore | None = None,
-        delete: Sequence[str] = (),
-        fence: int | None = None,
-        release: Lease | None = None,
-    ) -> object | None:
-        """``append_and_delete``, releasing ``release`` in the same script: a lease of this
-        store on ``id`` with fence ``fence`` has its heartbeat stopped, is freed by the
-        append script (waking a waiter) and marked released. A refused write releases
-        nothing and the heartbeat goes on."""
-        keys = [validate_turn_id(key) for key in delete]
+    def commit_turn(self, request: CommitTurn) -> object | None:
+        """Append the turn and delete its checkpoints in one script when ``checkpoints`` is this
+        store's and they are this session's, releasing ``release`` in that script too: a
+        lease of this store on ``id`` with fence ``fence`` has its heartbeat stopped, is
+        freed by the append script (waking a waiter) and marked released. A refused write
+        releases nothing and the heartbeat goes on. Returns the new revision."""
+        id, checkpoints, fence, lease = (
+            request.id, request.checkpoints, request.fence, request.release,
+        )  # fmt: skip
+        keys = [validate_turn_id(key) for key in request.delete]
         if not (
             isinstance(checkpoints, RedisCheckpointStore)
             and checkpoints.store is self.store
             and all(fence_session_id(key) == id for key in keys)
         ):
-            return super().append_and_delete(
-                id, messages, expected_length, checkpoints=checkpoints, delete=delete, fence=fence
-            )
-        lease = release
+            return super().commit_turn(request)
+        messages, expected = request.messages, request.expected_length
         if not (
             isinstance(lease, RedisLease)
             and lease._store is self.store
@@ -335,11 +312,9 @@ class RedisSessionStore(BaseSessionStore):
             and lease.fence == fence
             and not lease.lost
         ):
-            return self._append(id, messages, expected_length, fence, keys)
+            return self._append(id, messages, expected, fence, keys)
         token = lease._token
-        return lease.freed_by(
-            lambda: self._append(id, messages, expected_length, fence, keys, token)
-        )
+        return lease.freed_by(lambda: self._append(id, messages, expected, fence, keys, token))
 
     def _append(
         self,
@@ -373,13 +348,13 @@ class RedisSessionStore(BaseSessionStore):
             if not isinstance(exc.__cause__, (redis.ConnectionError, redis.TimeoutError)):
                 raise
             # the reply was lost: the script may have run
-            if not self._landed(id, messages, rows, expected_length, exc):
+            if not redis_landed(self.store, id, messages, rows, expected_length, exc):
                 raise
             log_landed(self.store.where, id, expected_length, exc)
             return revision
         outcome = text(reply[0], source="append")
-        if outcome in ("lease-lost", "conflict") and self._landed(
-            id, messages, rows, expected_length, None
+        if outcome in ("lease-lost", "conflict") and redis_landed(
+            self.store, id, messages, rows, expected_length, None
         ):
             # the client sent the script again after a lost reply (redis-py retries on a
             # dropped connection): the first run landed, the second found it there
@@ -398,36 +373,6 @@ class RedisSessionStore(BaseSessionStore):
                 "messages disagree; nothing was written"
             )
         return revision
-
-    def _landed(
-        self,
-        id: str,
-        messages: Sequence[Message],
-        rows: list[str],
-        expected_length: int,
-        lost: StoreError | None,
-    ) -> bool:
-        """Whether the append of ``rows`` at ``expected_length`` landed (``_commit_check``):
-        the messages there are these. ``lost``: the error that lost the script's reply
-        (``None``: the reply came, a refusal after a retry); when the session cannot be
-        read, ``CommitUnknownError`` for a lost reply, else ``lost`` is raised as it was.
-        Nothing to look for (no messages, or a length no append could have) is not landed."""
-        if not rows or expected_length < 0:
-            return False
-        try:
-            with self.store.call(f"look again at {id!r}") as client:
-                stored = client.lrange(
-                    self.store.key(id, "messages"),
-                    expected_length,
-                    expected_length + len(rows) - 1,
-                )
-        except StoreClosedError:
-            raise
-        except StoreError as exc:
-            if lost is None:
-                return False  # the refusal is raised as the script gave it
-            raise commit_unknown(self.store.where, id, messages, lost, exc) from lost
-        return [text(row, source=f"session {id!r}") for row in stored] == rows
 
     def delete(self, id: str) -> None:
         """Delete the transcript; the session's last fence is kept (fences keep growing)."""
@@ -464,11 +409,17 @@ class RedisSessionStore(BaseSessionStore):
         """Hold session ``id`` for a turn; see ``RedisStore.turn_lock``."""
         return self.store.turn_lock(id, timeout=timeout)
 
-    def turn_lock_saving(
-        self, id: str, start: StartCheckpoint, *, timeout: float | None = None
-    ) -> Lease:
-        """The lease and the turn's first checkpoint; see ``RedisStore.turn_lock_saving``."""
-        return self.store.turn_lock_saving(id, start, timeout=timeout)
+    def take_turn(self, request: TakeTurn) -> TakenTurn:
+        """The lease, taken by one script with the session's revision, whether it has a
+        checkpoint and (when offered and nothing moved) the turn's first checkpoint (see
+        ``RedisStore.acquire``); then only what was added since what the caller holds."""
+        with waiting_for_lease(request.signal):
+            lease, revision, empty, saved = self.store.acquire(request)
+        here = request.checkpoints
+        empty = empty and isinstance(here, RedisCheckpointStore) and here.store is self.store
+        return ReadAhead(self, request).taken(
+            lease, revision, no_checkpoints=empty, saved_checkpoint=saved
+        )
 
     def take_over(self, id: str) -> int:
         """A new fence in the session's ``lease`` hash, expired at once (``TAKE_OVER``): the

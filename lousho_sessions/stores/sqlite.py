@@ -18,7 +18,7 @@ import os
 import secrets
 import sqlite3
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import timedelta
 
 from ..encryption import EncryptionOption
@@ -42,8 +42,8 @@ from ._sqlite_records import (
     prune_sessions,
 )
 from ._sqlite_turns import RECORD_FENCE
+from ._turn_requests import CommitTurn, ReadAhead, TakenTurn, TakeTurn
 from .base import (
-    BaseCheckpointStore,
     BaseSessionStore,
     LockScope,
     PruneResult,
@@ -194,26 +194,17 @@ class SqliteSessionStore(Part, BaseSessionStore):
         with self.store.transaction() as conn:
             self._append(conn, id, rows, expected_length, fence)
 
-    def append_and_delete(
-        self,
-        id: str,
-        messages: Sequence[Message],
-        expected_length: int,
-        *,
-        checkpoints: BaseCheckpointStore | None = None,
-        delete: Sequence[str] = (),
-        fence: int | None = None,
-    ) -> object | None:
-        """``append`` and delete the checkpoints ``delete``: one transaction when
+    def commit_turn(self, request: CommitTurn) -> object | None:
+        """Append the turn and delete its checkpoints ``delete``: one transaction when
         ``checkpoints`` is this database's; returns the new revision."""
-        rows = _rows(self.store.sealing, validate_session_id(id), messages, expected_length)
+        id, expected = request.id, request.expected_length
+        rows = _rows(self.store.sealing, validate_session_id(id), request.messages, expected)
+        checkpoints = request.checkpoints
         if not (isinstance(checkpoints, SqliteCheckpointStore) and checkpoints.store is self.store):
-            return super().append_and_delete(
-                id, messages, expected_length, checkpoints=checkpoints, delete=delete, fence=fence
-            )
-        keys = [(validate_turn_id(key),) for key in delete]
+            return super().commit_turn(request)
+        keys = [(validate_turn_id(key),) for key in request.delete]
         with self.store.transaction() as conn:
-            revision = self._append(conn, id, rows, expected_length, fence)
+            revision = self._append(conn, id, rows, expected, request.fence)
             conn.executemany("DELETE FROM checkpoints WHERE turn_id = ?", keys)
         return revision
 
@@ -314,33 +305,27 @@ class SqliteSessionStore(Part, BaseSessionStore):
         return None if row is None else usage_from_row(row[1:])
 
     def turn_lock(self, id: str, *, timeout: float | None = None) -> Lease:
-        """Hold session ``id`` for a turn; see ``SqliteStore.turn_lock``.
+        """Hold session ``id`` for a turn; see ``SqliteStore.turn_lock``."""
+        return self.store.turn_lock(id, timeout=timeout)
 
-        Once held, one statement reads the session's revision and whether a checkpoint of
-        it is stored, for the turn's first look (``Lease.start_revision``,
-        ``start_no_checkpoints``) instead of two reads after."""
-        return self.turn_lock_waiting(id, None, timeout=timeout)
-
-    def turn_lock_waiting(
-        self,
-        id: str,
-        while_waiting: Callable[[], None] | None,
-        *,
-        timeout: float | None = None,
-    ) -> Lease:
-        """``turn_lock``, calling ``while_waiting()`` once while the turn waits in line, when
-        the turn just ahead of it is the last (see ``TurnStart.turn_lock_waiting``)."""
-        lease = self.store.turn_lock(id, timeout=timeout, while_waiting=while_waiting)
+    def take_turn(self, request: TakeTurn) -> TakenTurn:
+        """The lease (``SqliteStore.turn_lock``), then one statement reading the session's
+        revision and whether a checkpoint of it is stored, then only what was added since
+        what the caller holds. While the turn waits in line, when the turn just ahead of it
+        is the last, it reads ahead what the turns before appended (``ReadAhead``)."""
+        id = request.id
+        ahead = ReadAhead(self, request)
+        while_waiting = ahead if request.held_length is not None else None
+        lease = self.store.turn_lock(id, timeout=request.timeout, while_waiting=while_waiting)
         try:
             with self.store.connection() as conn:
                 revision, pending = conn.execute(_AT_START, (id, f"{id}.", f"{id}/")).fetchone()
         except BaseException:
             lease.release()
             raise
-        lease.start_revision = (None if revision is None else int(revision),)
-        if not pending:
-            lease.start_no_checkpoints = self._checkpoints
-        return lease
+        here = request.checkpoints
+        empty = not pending and isinstance(here, SqliteCheckpointStore) and here.store is self.store
+        return ahead.taken(lease, None if revision is None else int(revision), no_checkpoints=empty)
 
     def take_over(self, id: str) -> int:
         """A fence newer than the holder's, recorded in the ``leases`` row (the holder's

@@ -54,11 +54,6 @@ EXERCISED: dict[str, tuple[str, ...]] = {
         "test_load_since_after_save_or_delete_never_answers_a_wrong_list",
         "test_end_to_end_two_sessions_take_turns",
     ),
-    f"{_S}.append_and_delete": (
-        "test_append_and_delete_commits_a_turn",
-        "test_append_and_delete_refuses_a_conflict",
-        "test_append_and_delete_refuses_a_stale_fence",
-    ),
     f"{_S}.commit_turn": (
         "test_commit_turn_commits_a_turn",
         "test_commit_turn_refuses_a_conflict",
@@ -73,12 +68,13 @@ EXERCISED: dict[str, tuple[str, ...]] = {
         "test_turn_lock_excludes_other_threads",
         "test_turn_lock_excludes_other_processes",
     ),
-    f"{_S}.turn_lock_saving": (
-        "test_turn_lock_saving_saves_only_a_turn_nothing_moved_under",
-        "test_turn_lock_saving_refuses_what_it_may_not_save",
+    f"{_S}.take_turn": (
+        "test_take_turn_is_turn_lock_with_what_the_turn_starts_from",
+        "test_take_turn_saves_only_a_turn_nothing_moved_under",
+        "test_take_turn_refuses_to_save_what_it_may_not",
+        "test_end_to_end_two_sessions_take_turns",
         "test_end_to_end_durable_turn_with_a_tool",
     ),
-    f"{_S}.turn_lock_waiting": ("test_turn_lock_waiting_is_turn_lock",),
     f"{_S}.claim_stale": ("test_turn_held_and_claim_stale_leave_a_held_session_alone",),
     f"{_S}.turn_held": ("test_turn_held_and_claim_stale_leave_a_held_session_alone",),
     f"{_S}.held_sessions": ("test_turn_held_and_claim_stale_leave_a_held_session_alone",),

@@ -1,5 +1,5 @@
 """The kit's tests of the fast paths a turn takes: ``load_since``, ``revision`` across commits,
-``append_and_delete`` and ``commit_turn``, ``turn_lock_saving`` and ``save_and_delete``.
+``commit_turn``, ``take_turn`` with an offered checkpoint, and ``save_and_delete``.
 
 Each is called directly and checked against what ``load``/``list`` say afterwards, so a
 store that overrides one of them wrongly fails here, not only in a long conversation.
@@ -14,21 +14,30 @@ from typing import Any
 
 from ..errors import LeaseLostError, SessionBusyError, StoreConflictError
 from ..messages import Message
-from ..stores.base import BaseCheckpointStore, BaseSessionStore, StartCheckpoint
+from ..stores.base import (
+    BaseCheckpointStore,
+    BaseSessionStore,
+    CommitTurn,
+    StartCheckpoint,
+    TakeTurn,
+)
 from ..stores.memory import MemoryCheckpointStore
 from ._base import KitBase, need_checkpoints, need_sessions
 from ._leases import need_fenced, stale_and_current
 from ._sessions import need_revisions
 from ._support import WAIT, Parts, raises, texts, tracks_revisions, turn
 
-#: The two ways a turn commits: ``append_and_delete`` and ``commit_turn`` (same arguments).
-COMMITS = ("append_and_delete", "commit_turn")
+#: The ways a turn commits (``commit_turn``; the kit's helper ``commit`` calls it).
+COMMITS = ("commit_turn",)
 
 
-def commit(sessions: BaseSessionStore, how: str, *args: Any, **kwargs: Any) -> object | None:
-    """``sessions.append_and_delete(...)`` or ``sessions.commit_turn(...)``, by ``how``."""
+def commit(
+    sessions: BaseSessionStore, how: str, id: str, messages: Sequence[Message], expected: int,
+    **fields: Any,
+) -> object | None:  # fmt: skip
+    """``sessions.<how>(CommitTurn(id, messages, expected, **fields))``."""
     method = getattr(sessions, how)
-    result: object | None = method(*args, **kwargs)
+    result: object | None = method(CommitTurn(id, messages, expected, **fields))
     return result
 
 
@@ -85,7 +94,7 @@ class FastPathTests(KitBase):
             now = sessions.revision("s1")
             assert sessions.load_since("s1", 6, now) in (None, [])  # nothing new
             check_since(sessions, "s1", held, revision)
-            committed = sessions.append_and_delete("s1", turn(4), 6)
+            committed = commit(sessions, "commit_turn", "s1", turn(4), 6)
             with self.other_store(tmp_path, parts) as other:
                 need_sessions(other).append("s1", fifth, 8)
             added = sessions.load_since("s1", 8, committed)  # the commit's revision
@@ -131,7 +140,7 @@ class FastPathTests(KitBase):
             sessions.turn_held("s1")
             assert sessions.revision("s1") == before, "a read changed the revision"
             seen = [before]
-            for how, length in zip(COMMITS, (2, 4), strict=True):
+            for how, length in zip(COMMITS * 2, (2, 4), strict=True):
                 returned = commit(sessions, how, "s1", turn(length), length)
                 assert returned == sessions.revision("s1"), f"{how} returned a stale revision"
                 seen.append(returned)
@@ -140,7 +149,7 @@ class FastPathTests(KitBase):
                 assert sessions.revision("s1") == returned, f"a refused {how} moved the revision"
             assert len(set(map(repr, seen))) == len(seen), seen
 
-    # -- append_and_delete and commit_turn --------------------------------------------
+    # -- commit_turn ------------------------------------------------------------------
 
     def commits_a_turn(self, tmp_path: Path, how: str) -> None:
         with self.store(tmp_path) as parts:
@@ -223,15 +232,6 @@ class FastPathTests(KitBase):
             if cp is not None:
                 assert cp.list() == []
 
-    def test_append_and_delete_commits_a_turn(self, tmp_path: Path) -> None:
-        self.commits_a_turn(tmp_path, "append_and_delete")
-
-    def test_append_and_delete_refuses_a_conflict(self, tmp_path: Path) -> None:
-        self.refuses_a_conflict(tmp_path, "append_and_delete")
-
-    def test_append_and_delete_refuses_a_stale_fence(self, tmp_path: Path) -> None:
-        self.refuses_a_stale_fence(tmp_path, "append_and_delete")
-
     def test_commit_turn_commits_a_turn(self, tmp_path: Path) -> None:
         self.commits_a_turn(tmp_path, "commit_turn")
 
@@ -242,7 +242,7 @@ class FastPathTests(KitBase):
         self.refuses_a_stale_fence(tmp_path, "commit_turn")
 
     def test_commit_turn_with_release_frees_the_lease(self, tmp_path: Path) -> None:
-        """``commit_turn(..., release=lease)`` may free the session in its write; a refused
+        """``commit_turn(CommitTurn(..., release=lease))`` may free the session in its write; a refused
         one frees nothing. Either way ``release()`` afterwards is safe and the next turn
         gets a newer fence."""
         with self.store(tmp_path) as parts:
@@ -252,11 +252,15 @@ class FastPathTests(KitBase):
             lease = sessions.turn_lock("s1", timeout=WAIT)
             try:
                 with raises(StoreConflictError):
-                    sessions.commit_turn("s1", turn(1), 3, fence=lease.fence, release=lease)
+                    commit(
+                        sessions, "commit_turn", "s1", turn(1), 3, fence=lease.fence, release=lease
+                    )
                 assert not lease.lost, "a refused commit_turn released the lease"
                 with raises(SessionBusyError):
                     sessions.turn_lock("s1", timeout=0)
-                sessions.commit_turn(
+                commit(
+                    sessions,
+                    "commit_turn",
                     "s1",
                     turn(1),
                     0,
@@ -270,36 +274,44 @@ class FastPathTests(KitBase):
             assert lease.lost
             with sessions.turn_lock("s1", timeout=WAIT) as again:
                 assert again.fence > lease.fence
-                sessions.commit_turn("s1", turn(2), 2, fence=again.fence, release=again)
+                commit(sessions, "commit_turn", "s1", turn(2), 2, fence=again.fence, release=again)
             assert texts(sessions.load("s1")) == ["q1", "a1", "q2", "a2"]
             if cp is not None:
                 assert cp.list() == []
             with sessions.turn_lock("s1", timeout=WAIT):  # freed again
                 pass
 
-    # -- turn_lock_saving -------------------------------------------------------------
+    # -- take_turn with an offered checkpoint -----------------------------------------
 
-    def test_turn_lock_saving_refuses_what_it_may_not_save(self, tmp_path: Path) -> None:
-        """Not saved with the lease: a checkpoint for another store, for another session, or
-        an empty one. One saved is pending once the lease is gone without a commit."""
+    def test_take_turn_refuses_to_save_what_it_may_not(self, tmp_path: Path) -> None:
+        """Not saved with the lease: a checkpoint for another store, for another session, an
+        empty one, or one offered with nothing held. One saved is pending once the lease is
+        gone without a commit."""
         with self.store(tmp_path) as parts:
             sessions, cp = need_sessions(parts), need_checkpoints(parts)
             sessions.append("s1", turn(1), 0)
             built = sessions.revision("s1")
             foreign = MemoryCheckpointStore()
-            offers: list[tuple[BaseCheckpointStore, str, dict[str, Any]]] = [
-                (foreign, "s1.turn-2", {"step": 0}),
-                (cp, "s2.turn-0", {"step": 0}),
-                (cp, "s1.turn-2", {}),
+            offers: list[tuple[BaseCheckpointStore, str, dict[str, Any], int | None]] = [
+                (foreign, "s1.turn-2", {"step": 0}, 2),
+                (cp, "s2.turn-0", {"step": 0}, 2),
+                (cp, "s1.turn-2", {}, 2),
+                (cp, "s1.turn-2", {"step": 0}, None),  # nothing held: nothing it was built on
             ]
-            for store, turn_id, body in offers:
-                start = StartCheckpoint(store, turn_id, built, _returning(body))
-                with sessions.turn_lock_saving("s1", start, timeout=WAIT) as lease:
-                    assert not lease.start_saved, (store, turn_id, body)
+            for store, turn_id, body, held in offers:
+                start = StartCheckpoint(turn_id, _returning(body))
+                request = TakeTurn("s1", timeout=WAIT, checkpoints=store, held_length=held,
+                                   held_revision=built, checkpoint=start)  # fmt: skip
+                taken = sessions.take_turn(request)
+                with taken.lease:
+                    assert not taken.saved_checkpoint, (store, turn_id, body, held)
             assert foreign.list() == [] and cp.list() == []
-            start = StartCheckpoint(cp, "s1.turn-2", built, lambda: {"step": 1})
-            with sessions.turn_lock_saving("s1", start, timeout=WAIT) as lease:
-                saved, fence = lease.start_saved, lease.fence
+            start = StartCheckpoint("s1.turn-2", lambda: {"step": 1})
+            request = TakeTurn("s1", timeout=WAIT, checkpoints=cp, held_length=2,
+                               held_revision=built, checkpoint=start)  # fmt: skip
+            taken = sessions.take_turn(request)
+            with taken.lease as lease:
+                saved, fence = taken.saved_checkpoint, lease.fence
             if saved:  # the lease ended without a commit: the turn is pending, as after a save
                 assert cp.pending_turns() == ["s1.turn-2"]
                 assert cp.load("s1.turn-2") == {"step": 1, "fence": fence}

@@ -10,7 +10,7 @@ from typing import Any
 
 from ..errors import LeaseLostError, SessionBusyError
 from ..messages import Message
-from ..stores.base import BaseSessionStore, StartCheckpoint
+from ..stores.base import BaseSessionStore, StartCheckpoint, TakeTurn
 from . import _workers
 from ._base import KitBase, need_approvals, need_checkpoints, need_sessions
 from ._support import WAIT, approval, raises, skip, texts, tracks_revisions, turn
@@ -200,54 +200,85 @@ class LeaseTests(KitBase):
             sessions.append("s1", turn(3), 4, fence=None)  # not written under a lease
             assert texts(sessions.load("s1")) == ["q1", "a1", "q2", "a2", "q3", "a3"]
 
-    def test_turn_lock_saving_saves_only_a_turn_nothing_moved_under(self, tmp_path: Path) -> None:
-        """``turn_lock_saving`` is ``turn_lock``; a store that saves the offered checkpoint
-        with the lease does so only on the revision it was built on, with no checkpoint of
-        the session pending, and with the lease's fence (the default saves nothing)."""
+    def test_take_turn_saves_only_a_turn_nothing_moved_under(self, tmp_path: Path) -> None:
+        """``take_turn`` takes the lease as ``turn_lock`` does; a store that saves the offered
+        checkpoint with the lease does so only on the revision it was built on, with no
+        checkpoint of the session pending, and with the lease's fence (the default saves
+        nothing)."""
         with self.store(tmp_path) as parts:
             sessions, cp = need_sessions(parts), need_checkpoints(parts)
             sessions.append("s1", turn(1), 0)
             built = sessions.revision("s1")
 
-            def start(turn_id: str, revision: object, step: int) -> StartCheckpoint:
-                return StartCheckpoint(cp, turn_id, revision, lambda: {"step": step})
+            def take(turn_id: str, step: int) -> TakeTurn:
+                start = StartCheckpoint(turn_id, lambda: {"step": step})
+                return TakeTurn("s1", timeout=WAIT, checkpoints=cp, held_length=2,
+                                held_revision=built, checkpoint=start)  # fmt: skip
 
-            with sessions.turn_lock_saving("s1", start("s1.turn-2", built, 0)) as lease:
+            taken = sessions.take_turn(take("s1.turn-2", 0))
+            with taken.lease as lease:
                 assert isinstance(lease.fence, int)
                 assert not lease.lost
                 saved = cp.load("s1.turn-2")
-                assert saved == ({"step": 0, "fence": lease.fence} if lease.start_saved else None)
+                assert saved == (
+                    {"step": 0, "fence": lease.fence} if taken.saved_checkpoint else None
+                )
             cp.save("s1.turn-2", {"pending": True})
-            with sessions.turn_lock_saving("s1", start("s1.turn-3", built, 1)) as lease:
-                assert not lease.start_saved  # a turn is pending: it is not saved over or beside
+            taken = sessions.take_turn(take("s1.turn-3", 1))
+            with taken.lease:
+                assert not taken.saved_checkpoint  # a turn is pending: not saved over or beside
+                assert not taken.no_checkpoints, "take_turn saw no checkpoint where one is stored"
             assert cp.list("s1.") == ["s1.turn-2"]
             assert cp.load("s1.turn-2") == {"pending": True}
             cp.delete("s1.turn-2")
             sessions.append("s1", turn(2), 2)  # the revision moves on
-            with sessions.turn_lock_saving("s1", start("s1.turn-4", built, 2)) as lease:
-                assert not lease.start_saved
+            taken = sessions.take_turn(take("s1.turn-4", 2))
+            with taken.lease:
+                assert not taken.saved_checkpoint
             assert cp.list("s1.") == []
 
-    def test_turn_lock_waiting_is_turn_lock(self, tmp_path: Path) -> None:
-        """``turn_lock_waiting`` takes the lease as ``turn_lock`` does (a new fence each
-        time, exclusive) and calls ``while_waiting`` at most once per lease taken."""
+    def test_take_turn_is_turn_lock_with_what_the_turn_starts_from(self, tmp_path: Path) -> None:
+        """``take_turn`` takes the lease as ``turn_lock`` does (a new fence each time,
+        exclusive) and answers the transcript: whole with nothing held, else what was added
+        since the ``held_length`` messages held (or whole), never a wrong list."""
         with self.store(tmp_path) as parts:
             sessions = need_sessions(parts)
-            calls: list[str] = []
+            sessions.append("s1", turn(1), 0)
+            revision = sessions.revision("s1")
+            held = sessions.load("s1") or []
             fences = []
             for _ in range(2):
-                with sessions.turn_lock_waiting(
-                    "s1", lambda: calls.append("called"), timeout=WAIT
-                ) as lease:
+                taken = sessions.take_turn(TakeTurn("s1", timeout=WAIT))
+                with taken.lease as lease:
                     assert isinstance(lease.fence, int)
                     assert not lease.lost
                     fences.append(lease.fence)
                     with raises(SessionBusyError):
                         sessions.turn_lock("s1", timeout=0)
+                    assert taken.since is None and texts(taken.messages) == ["q1", "a1"]
+                    if tracks_revisions(sessions):
+                        assert taken.revision == sessions.revision("s1")
             assert fences[1] > fences[0]
-            assert len(calls) <= 2
-            with sessions.turn_lock_waiting("s1", None, timeout=WAIT) as lease:
-                assert lease.fence > fences[1]
+            sessions.append("s1", turn(2), 2)
+            for held_revision in (revision, "kit-unknown"):
+                request = TakeTurn("s1", timeout=WAIT, held_length=2, held_revision=held_revision)
+                taken = sessions.take_turn(request)
+                with taken.lease as lease:
+                    assert lease.fence > fences[-1]
+                    fences.append(lease.fence)
+                    whole = taken.messages if taken.since is None else [*held, *taken.messages]
+                    assert taken.since in (None, 2), taken.since
+                    assert texts(whole) == ["q1", "a1", "q2", "a2"], (
+                        f"take_turn holding 2 messages answered {texts(taken.messages)} after "
+                        f"{taken.since}: the store holds q1 a1 q2 a2"
+                    )
+                    if tracks_revisions(sessions):
+                        assert taken.revision == sessions.revision("s1"), "a stale revision"
+            taken = sessions.take_turn(
+                TakeTurn("s1", timeout=WAIT, held_length=4, held_revision=sessions.revision("s1"))
+            )
+            with taken.lease:
+                assert taken.since is None or taken.messages == [], texts(taken.messages)
 
     def test_fences_are_per_session(self, tmp_path: Path) -> None:
         with self.store(tmp_path) as parts:

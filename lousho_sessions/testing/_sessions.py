@@ -12,7 +12,7 @@ from typing import Any
 from ..errors import InvalidSessionIdError, StoreConflictError
 from ..messages import Message
 from ..serde import message_from_dict, message_to_dict
-from ..stores.base import BaseSessionStore, SessionStore
+from ..stores.base import BaseSessionStore, CommitTurn, SessionStore
 from ._base import KitBase, need_checkpoints, need_sessions
 from ._support import WAIT, raises, rich_message, skip, texts, tracks_revisions, turn
 
@@ -282,13 +282,8 @@ class SessionTests(KitBase):
                     with contextlib.suppress(NotImplementedError):
                         checkpoints.prune(0)
                     assert checkpoints.load("s1.turn-2") == {"n": 2}
-                sessions.append_and_delete(
-                    "s1",
-                    turn(2),
-                    2,
-                    checkpoints=checkpoints,
-                    delete=["s1.turn-2"],
-                    fence=lease.fence,
+                sessions.commit_turn(
+                    CommitTurn("s1", turn(2), 2, checkpoints, ["s1.turn-2"], lease.fence)
                 )
             assert texts(sessions.load("s1")) == ["q1", "a1", "q2", "a2"]
             assert sessions.load("s2") is None

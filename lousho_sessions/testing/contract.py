@@ -39,8 +39,8 @@ class StoreContractTests(
     and error types, never the wording of messages.
 
     Besides each method of the contract on its own, it calls the fast paths a turn
-    takes (``load_since``, ``append_and_delete``, ``commit_turn``, ``turn_lock_saving``,
-    ``save_and_delete``), rewinds and forks sessions (``rewind``, ``fork``), runs the public API over the store end to end (two sessions
+    takes (``load_since``, ``take_turn``, ``commit_turn``, ``save_and_delete``), rewinds and
+    forks sessions (``rewind``, ``fork``), runs the public API over the store end to end (two sessions
     taking turns, a durable turn with a tool, a turn killed in another process and
     resumed, an approval), and fails naming any contract method the store overrides
     that no test of the kit exercises (``test_kit_exercises_every_override``).
