@@ -290,10 +290,13 @@ class SessionTurns:
 
 
 class TurnJob:
-    """What a session's queued turn carries until its worker runs it."""
+    """What a session's queued turn carries until its worker runs it. ``prepare``: run under
+    the turn's lease before it starts (a rewind), answering the turn's input (``regenerate``,
+    ``edit``: one job, so no other turn lands between the rewind and the new turn)."""
 
     __slots__ = (
-        "approve", "context", "controller", "emit", "inbox", "messages", "output", "run_id",
+        "approve", "context", "controller", "emit", "inbox", "messages", "output", "prepare",
+        "run_id",
     )  # fmt: skip
 
     def __init__(
@@ -313,3 +316,4 @@ class TurnJob:
         self.output = output
         self.inbox = Inbox()
         self.run_id = "run-" + _new_id()
+        self.prepare: Callable[[], list[Message]] | None = None

@@ -6,6 +6,8 @@ turn (its checkpoints deleted, its open approval marked ``"cancelled"``), then w
 the shorter transcript in one store call (``rewind(RewindRequest)``), compare-and-set on
 the length the lease read; another ``Session`` object or process sees the change at its
 next turn (the revision changed, and ``load_since`` never answers across a rewind).
+``regenerate`` and ``edit`` are one turn job whose first step, under the turn's lease, is
+the rewind: no turn of another process lands between the rewind and the new turn.
 """
 
 from __future__ import annotations
@@ -16,8 +18,11 @@ from concurrent.futures import Future
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from ._calls import Stop, linked, wait
+from .abort import AbortSignal
 from .errors import MessageNotFoundError, StoreCorruptError
-from .inputs import Input
+from .events import Event
+from .inputs import Input, to_messages
 from .messages import Message
 from .results import ExecutionResult
 from .run import AgentRun
@@ -120,18 +125,24 @@ class HistoryMixin:
             t = self._me._transcript
             with t.turn_lock():
                 t.sync()
-                held = list(t.messages)
-                keep = point(held)
-                drop_rewound_turn(self._me._turns, t.fence)
-                if keep == len(held):
-                    return []
-                request = RewindRequest(self._me.id, keep, fence=t.fence, expected_length=len(held))
-                done = t.store.rewind(request)
-                t.set(held[:keep], done.revision)
-                return held[keep:]
+                return self._rewind_held(point)
 
         future: Future[list[Message]] = self._me._run_job(work, "rewind")
         return future
+
+    def _rewind_held(self, point: Callable[[Sequence[Message]], int]) -> list[Message]:
+        """The rewind itself, under the lease held and on the transcript just read: drop the
+        pending turn and keep the messages before ``point(messages)``; the removed ones."""
+        t = self._me._transcript
+        held = list(t.messages)
+        keep = point(held)
+        drop_rewound_turn(self._me._turns, t.fence)
+        if keep == len(held):
+            return []
+        request = RewindRequest(self._me.id, keep, fence=t.fence, expected_length=len(held))
+        done = t.store.rewind(request)
+        t.set(held[:keep], done.revision)
+        return held[keep:]
 
     def _last_user(self, messages: Sequence[Message]) -> int:
         for i in range(len(messages) - 1, -1, -1):
@@ -151,30 +162,89 @@ class HistoryMixin:
 
         return point
 
+    def _regenerating(self) -> Callable[[], list[Message]]:
+        """What a regenerate does before its turn: rewind to the last user message, which is
+        the turn's input again."""
+        self._me._refuse_reentry("regenerate")
+        return lambda: [again(self._rewind_held(self._last_user)[0])]
+
+    def _editing(self, message_id: str, input: Input) -> Callable[[], list[Message]]:
+        """What an edit does before its turn: rewind to ``message_id``; ``input`` is the turn's."""
+        self._me._refuse_reentry("edit")
+        messages = to_messages(input)  # checked now, before anything is queued
+        point = self._user_message(message_id)
+
+        def prepare() -> list[Message]:
+            self._rewind_held(point)
+            return messages
+
+        return prepare
+
+    def _prepared_turn(
+        self,
+        prepare: Callable[[], list[Message]],
+        *,
+        signal: AbortSignal | None = None,
+        timeout: float | None = None,
+        context: Any = None,
+        output_type: Any = None,
+        emit: Callable[[Event], None] | None = None,
+    ) -> tuple[Job, Stop, float | None]:
+        """A turn job (``send``'s options) whose input ``prepare`` makes under its lease, not
+        yet queued; what stops it; the ``timeout``."""
+        me = self._me
+        output = me._runner.config.output_for(output_type)
+        job: Job = me._submit_turn(
+            [], linked(signal), emit=emit, approve=None if emit else me._approve, defer=True,
+            context=context, output=output,
+        )  # fmt: skip
+        job.state.prepare = prepare
+        stop: Stop = me._stopper(job)
+        return job, stop, timeout
+
+    def _prepared_future(
+        self, prepare: Callable[[], list[Message]], **options: Any
+    ) -> tuple[Future[ExecutionResult | None], Stop, float | None]:
+        """``_prepared_turn`` queued: its Future, what stops it, the ``timeout``."""
+        job, stop, timeout = self._prepared_turn(prepare, **options)
+        self._me._workers.submit(self._me._key, job, owner=self._me.store)
+        return job.future, stop, timeout
+
+    def _prepared_stream(self, prepare: Callable[[], list[Message]], **options: Any) -> AgentRun:
+        """``_prepared_turn`` queued and streamed (``stream``'s options)."""
+        holder: list[AgentRun] = []
+        job, stop, _ = self._prepared_turn(prepare, emit=lambda e: holder[0]._push(e), **options)
+        tj = job.state
+        run = AgentRun(tj.run_id, job.future, tj.controller, join=self._me._joiner(job), stop=stop)
+        holder.append(run)
+        self._me._workers.submit(self._me._key, job, owner=self._me.store)
+        return run
+
     def regenerate(self, **options: Any) -> ExecutionResult:
-        """Rewind to the last user message and send it again (``send``'s options); the new result."""
-        removed = self._rewind_future(self._last_user).result()
-        result: ExecutionResult = self._me.send(again(removed[0]), **options)
+        """Rewind to the last user message and send it again (``send``'s options); the new
+        result. The rewind and the new turn are one job under one lease: no other turn lands
+        between them. ``MessageNotFoundError`` when there is no user message (nothing changed)."""
+        result: ExecutionResult = wait(*self._prepared_future(self._regenerating(), **options))
         return result
 
     def regenerate_stream(self, **options: Any) -> AgentRun:
-        """``regenerate``, streamed: the rewind is done when this returns; the run streams the turn."""
-        removed = self._rewind_future(self._last_user).result()
-        result: AgentRun = self._me.stream(again(removed[0]), **options)
-        return result
+        """``regenerate``, streamed (``stream``'s options): the rewind is the run's first step, so
+        its errors (no user message) come from the run, as a turn's do."""
+        return self._prepared_stream(self._regenerating(), **options)
 
     def edit(self, message_id: str, input: Input, **options: Any) -> ExecutionResult:
         """Rewind to the user message ``message_id`` (dropping it and all after it) and send
-        ``input`` in its place (``send``'s options); the new result."""
-        self._rewind_future(self._user_message(message_id)).result()
-        result: ExecutionResult = self._me.send(input, **options)
+        ``input`` in its place (``send``'s options); the new result. One job under one lease,
+        as ``regenerate``. ``MessageNotFoundError`` for an id that is not a user message of the
+        transcript (nothing changed)."""
+        prepare = self._editing(message_id, input)
+        result: ExecutionResult = wait(*self._prepared_future(prepare, **options))
         return result
 
     def edit_stream(self, message_id: str, input: Input, **options: Any) -> AgentRun:
-        """``edit``, streamed: the rewind is done when this returns; the run streams the turn."""
-        self._rewind_future(self._user_message(message_id)).result()
-        result: AgentRun = self._me.stream(input, **options)
-        return result
+        """``edit``, streamed: the rewind is the run's first step (an unknown ``message_id``
+        fails the run, as a turn's error does)."""
+        return self._prepared_stream(self._editing(message_id, input), **options)
 
     def fork(self: _S, new_id: str, at: int | str | None = None) -> _S:
         """A new session ``new_id`` holding the messages before ``at`` (as ``rewind``'s ``to``;

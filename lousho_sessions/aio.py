@@ -23,7 +23,7 @@ from typing import Any, Generic, ParamSpec, TypeVar, overload
 
 from . import _worker
 from ._calls import Stoppable
-from ._session_history import again, point_of
+from ._session_history import point_of
 from .abort import AbortSignal
 from .agent import Agent
 from .agent import create_agent as _create_agent
@@ -278,23 +278,28 @@ class AsyncSession:
 
     async def regenerate(self, **options: Any) -> ExecutionResult:
         """``Session.regenerate``: rewind to the last user message and send it again."""
-        removed = await _wait(self.sync._rewind_future(self.sync._last_user))
-        return await self.send(again(removed[0]), **options)
+        future, stop, timeout = self.sync._prepared_future(self.sync._regenerating(), **options)
+        result = await _wait(future, stop, timeout)
+        assert result is not None
+        return result
 
     async def regenerate_stream(self, **options: Any) -> AsyncAgentRun:
-        """``Session.regenerate_stream``: await the rewind, then ``async for`` the new turn."""
-        removed = await _wait(self.sync._rewind_future(self.sync._last_user))
-        return self.stream(again(removed[0]), **options)
+        """``Session.regenerate_stream``: ``async for`` the new turn (the rewind its first step)."""
+        asyncio.get_running_loop()  # raises outside a coroutine, before a turn is queued
+        return AsyncAgentRun(self.sync._prepared_stream(self.sync._regenerating(), **options))
 
     async def edit(self, message_id: str, input: Input, **options: Any) -> ExecutionResult:
         """``Session.edit``: rewind to the user message ``message_id`` and send ``input``."""
-        await _wait(self.sync._rewind_future(self.sync._user_message(message_id)))
-        return await self.send(input, **options)
+        prepare = self.sync._editing(message_id, input)
+        future, stop, timeout = self.sync._prepared_future(prepare, **options)
+        result = await _wait(future, stop, timeout)
+        assert result is not None
+        return result
 
     async def edit_stream(self, message_id: str, input: Input, **options: Any) -> AsyncAgentRun:
-        """``Session.edit_stream``: await the rewind, then ``async for`` the new turn."""
-        await _wait(self.sync._rewind_future(self.sync._user_message(message_id)))
-        return self.stream(input, **options)
+        """``Session.edit_stream``: ``async for`` the new turn (the rewind its first step)."""
+        prepare = self.sync._editing(message_id, input)
+        return AsyncAgentRun(self.sync._prepared_stream(prepare, **options))
 
     async def fork(self, new_id: str, at: int | str | None = None) -> AsyncSession:
         """``Session.fork``: the new session, for asyncio."""

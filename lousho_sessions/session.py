@@ -245,10 +245,12 @@ class Session(HistoryMixin):
             if tj.controller.signal.aborted:
                 return self._skip_turn(tj)
             turns = self._turns
-            offer = turns.offer(tj.messages, tj.run_id)
+            offer = None if tj.prepare else turns.offer(tj.messages, tj.run_id)
             start = None if offer is None else offer.checkpoint
             with self._transcript.take(turns.pauses, start, tj.controller.signal) as taken:
                 plan = turns.plan(taken, offer)  # what the turn starts from, decided once
+                if tj.prepare is not None:  # regenerate, edit: the rewind, under this lease
+                    tj.messages = tj.prepare()
                 link, context = tj.controller.signal, tj.context
                 earlier = turns.finish_pending(
                     plan, None, link=link, approve=self._approve, context=context
@@ -257,9 +259,7 @@ class Session(HistoryMixin):
                     return self._skip_turn(tj, earlier.pending)  # kept; this input not taken
                 if earlier is not None and earlier.finish_reason == "awaiting-approval":
                     # it went on and paused again: this input waits for that approval
-                    raise self._turns.awaiting(
-                        earlier.approval_id, "send() again after resolving it"
-                    )
+                    raise turns.awaiting(earlier.approval_id, "send() again after resolving it")
                 free = turns.next_turn() if earlier is None else None  # found free
                 self._maybe_compact()
                 turn, state = turns.new_turn(plan, tj.messages, tj.run_id, free)

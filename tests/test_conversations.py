@@ -119,6 +119,24 @@ def test_edit_replaces_a_user_message_and_what_followed(store: Any) -> None:
     agent.close()
 
 
+def test_stream_variants_report_a_bad_point_from_the_run(store: Any) -> None:
+    """The rewind is the streamed turn's first step: its error ends the run, changing nothing."""
+    agent, session = three_turns(store)
+    run = session.edit_stream(session.messages[1].id, "x")  # an assistant message
+    with pytest.raises(MessageNotFoundError, match="assistant"):
+        run.result()
+    with pytest.raises(MessageNotFoundError, match="msg-nope"):
+        session.edit_stream("msg-nope", "x").result()
+    assert len(session.load()) == 6
+    session.rewind(0)
+    with pytest.raises(MessageNotFoundError, match="no user message"):
+        session.regenerate_stream().result()
+    with pytest.raises(MessageNotFoundError, match="no user message"):
+        session.regenerate()
+    assert session.send("still works").text == "1:still works"
+    agent.close()
+
+
 def test_fork_holds_the_prefix_and_names_its_parent(store: Any) -> None:
     agent, session = three_turns(store)
     fork = session.fork("s2", at=2)

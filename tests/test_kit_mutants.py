@@ -2,7 +2,8 @@
 
 A mutant is a shipped store with one method made wrong (a stale revision, a read that
 misses appended messages, a write skipped, a fence ignored, a conflict swallowed,
-checkpoints not deleted). It is built by swapping the instance's part class for a
+checkpoints not deleted; a rewind or fork off by one, keeping the revision, overwriting,
+forgetting the parent: ``history_mutants``). It is built by swapping the instance's part class for a
 subclass holding the one faulty method, so the same faults apply to every store. The
 kit tests that exercise that method (``testing._coverage.EXERCISED``), then the
 end-to-end ones, run on it until one fails: the mutant is killed. Every mutant must be
@@ -28,6 +29,7 @@ import attrs
 import psycopg
 import pytest
 import test_store_kit as kits
+from history_mutants import HISTORY_FAULTS
 from services_pg import drop_schema, postgres_url, require_postgres
 from services_redis import drop_prefix, prefix_for, require_redis
 
@@ -228,6 +230,10 @@ def _mutants() -> list[Mutant]:
     found.append(
         Mutant("edited arguments dropped", "approvals", "resolve", _rewrite(_drop_arguments))
     )
+    found += [
+        Mutant(fault, "sessions", method, make, hint)
+        for fault, method, make, hint in HISTORY_FAULTS
+    ]
     return found
 
 

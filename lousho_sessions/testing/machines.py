@@ -22,15 +22,20 @@ from ..errors import (
     ApprovalAlreadyResolvedError,
     ApprovalNotFoundError,
     LeaseLostError,
+    SessionExistsError,
     StoreConflictError,
 )
 from ..messages import Message
 from ..stores.adapters import takes_arguments
+from ..stores.base import ForkRequest, RewindRequest
+from ._fastpaths import check_since
+from ._history import keeps_origins
 from ._support import WAIT, Parts, opened, skip, tracks_revisions
 
 __all__ = ["SETTINGS", "approval_machine", "checkpoint_machine", "session_machine"]
 
-SESSION_IDS = st.sampled_from(["s1", "s2", "s-3"])
+IDS = ("s1", "s2", "s-3")
+SESSION_IDS = st.sampled_from(IDS)
 TURN_IDS = st.sampled_from(["s1.turn-0", "s1.turn-2", "s2.turn-0", "s2.send"])
 APPROVAL_IDS = st.sampled_from(["a1", "a2", "a.3"])
 TEXTS = st.text(st.characters(codec="utf-8"), max_size=8)
@@ -89,6 +94,8 @@ class _SessionMachine(_StoreMachine):
         self.model: dict[str, list[Message]] = {}
         self.revisions: dict[str, object] = {}
         self.fences: dict[str, list[int]] = {}
+        #: id -> what a reader loaded and the revision it read first (``load_since`` checks)
+        self.held: dict[str, tuple[list[Message], object]] = {}
 
     def _wrote(self, id: str) -> None:
         if not self.revisions_known:
@@ -148,6 +155,135 @@ class _SessionMachine(_StoreMachine):
         else:
             raise AssertionError(f"append with stale fence {stale} succeeded")
         assert self.sessions.load(id) == self.model.get(id)
+
+    def _fence(self, id: str, kind: str) -> tuple[int | None, bool]:
+        """A fence of ``kind`` for ``id`` ("none", "current" or "stale") and whether it is
+        stale; "none" when the machine has no such fence (or the store checks none)."""
+        seen = self.fences.get(id, [])
+        if kind == "stale" and len(seen) >= 2 and self.sessions.fenced_writes:
+            return seen[0], True
+        if kind != "none" and seen:
+            return seen[-1], False
+        return None, False
+
+    @rule(
+        data=st.data(),
+        id=SESSION_IDS,
+        checked=st.sampled_from(["no", "right", "wrong"]),
+        fence_kind=st.sampled_from(["none", "current", "stale"]),
+    )
+    def rewind(self, data: st.DataObject, id: str, checked: str, fence_kind: str) -> None:
+        stored = self.model.get(id)
+        length = -1 if stored is None else len(stored)
+        keep = data.draw(st.integers(0, max(length, 0) + 1), label="keep")  # one past the end
+        expected = {"no": None, "right": max(length, 0), "wrong": max(length, 0) + 1}[checked]
+        fence, stale = self._fence(id, fence_kind)
+        request = RewindRequest(id, keep, fence=fence, expected_length=expected)
+        refused = stored is None or keep > length or checked == "wrong"
+        if stale or refused:
+            # with a stale fence and another fault, either error will do
+            errors: tuple[type[Exception], ...] = (
+                (LeaseLostError, StoreConflictError) if stale and refused
+                else (LeaseLostError,) if stale
+                else (StoreConflictError,)
+            )  # fmt: skip
+            try:
+                self.sessions.rewind(request)
+            except errors:
+                pass
+            else:
+                raise AssertionError(f"{request} succeeded on {length} stored messages")
+            assert self.sessions.load(id) == stored, f"a refused {request} changed {id!r}"
+            if self.revisions_known and stored is not None:
+                assert self.sessions.revision(id) == self.revisions[id], request
+            return
+        done = self.sessions.rewind(request)
+        assert done.removed == length - keep, (request, done, length)
+        assert stored is not None
+        self.model[id] = stored[:keep]
+        self._wrote(id)
+        if self.revisions_known:
+            assert done.revision == self.revisions[id], (done, self.revisions[id])
+
+    @precondition(lambda self: self.model and self.sessions.fenced_writes)
+    @rule(data=st.data())
+    def rewind_with_stale_fence(self, data: st.DataObject) -> None:
+        """Two leases taken in turn: a rewind carrying the first one's fence changes nothing."""
+        id = data.draw(st.sampled_from(sorted(self.model)))
+        for _ in range(2):
+            self.take_lease(id)
+        keep = data.draw(st.integers(0, len(self.model[id])), label="keep")
+        stale = self.fences[id][-2]
+        try:
+            self.sessions.rewind(RewindRequest(id, keep, fence=stale))
+        except LeaseLostError:
+            pass
+        else:
+            raise AssertionError(f"rewind of {id!r} with stale fence {stale} succeeded")
+        assert self.sessions.load(id) == self.model[id]
+        if self.revisions_known:
+            assert self.sessions.revision(id) == self.revisions[id]
+
+    @rule(data=st.data())
+    def fork(self, data: st.DataObject) -> None:
+        # mostly a stored source into a free id (the forks that succeed), else any two ids
+        known, free = sorted(self.model), sorted(set(IDS) - set(self.model))
+        source = data.draw(
+            st.sampled_from(known) | SESSION_IDS if known else SESSION_IDS, label="source"
+        )
+        new_id = data.draw(
+            st.sampled_from(free) | SESSION_IDS if free else SESSION_IDS, label="new_id"
+        )
+        length = len(self.model.get(source, []))
+        keep = data.draw(st.none() | st.integers(0, length + 1), label="keep")  # one past the end
+        if source == new_id:
+            try:
+                ForkRequest(source, new_id, keep)
+            except SessionExistsError:
+                return
+            raise AssertionError(f"a fork of {source!r} into itself was accepted")
+        request = ForkRequest(source, new_id, keep)
+        stored = self.model.get(source)
+        before = self.revisions.get(source)
+        if new_id in self.model or stored is None or (keep or 0) > len(stored):
+            try:
+                self.sessions.fork(request)
+            except StoreConflictError as exc:  # SessionExistsError exactly when new_id is stored
+                assert isinstance(exc, SessionExistsError) == (new_id in self.model), repr(exc)
+            else:
+                raise AssertionError(f"{request} succeeded")
+            assert self.sessions.load(new_id) == self.model.get(new_id), request
+        else:
+            kept = len(stored) if keep is None else keep
+            done = self.sessions.fork(request)
+            assert done.messages == kept, (request, done)
+            self.model[new_id] = stored[:kept]
+            self._wrote(new_id)
+            if self.revisions_known:
+                assert done.revision == self.revisions[new_id], (done, self.revisions[new_id])
+            info = self.sessions.info(new_id)
+            assert info is not None and info.messages == kept
+            if info.parent is not None or keeps_origins(self.sessions):
+                assert (info.parent, info.fork_point) == (source, kept), info
+        assert self.sessions.load(source) == stored, f"{request} changed its source"
+        if self.revisions_known and stored is not None:
+            assert self.sessions.revision(source) == before, f"{request} moved its source"
+
+    @rule(id=SESSION_IDS)
+    def read(self, id: str) -> None:
+        """A reader loads ``id`` (the revision first, as a turn does) and keeps what it read."""
+        revision = self.sessions.revision(id)
+        self.held[id] = (self.sessions.load(id) or [], revision)
+
+    @precondition(lambda self: self.held)
+    @rule(data=st.data())
+    def load_since(self, data: st.DataObject) -> None:
+        """After any writes since (rewinds, saves, deletes, appends), ``load_since`` from what a
+        reader holds (or a prefix of it) answers ``None`` or exactly what makes it current."""
+        id = data.draw(st.sampled_from(sorted(self.held)))
+        held, revision = self.held[id]
+        upto = data.draw(st.integers(0, len(held)))
+        check_since(self.sessions, id, held[:upto], revision)
 
     @rule(id=SESSION_IDS)
     def delete(self, id: str) -> None:
@@ -270,7 +406,11 @@ class _ApprovalMachine(_StoreMachine):
 
 
 def session_machine(factory: Callable[[Path], Any]) -> type[RuleBasedStateMachine]:
-    """The sessions part of ``factory(tmp_dir)`` against a dict, with leases and stale fences."""
+    """The sessions part of ``factory(tmp_dir)`` against a dict: saves, appends, deletes,
+    leases and stale fences, ``rewind`` (valid and refused: beyond the end, a wrong
+    ``expected_length``, a stale fence, a missing session) and ``fork`` (into a new id, an
+    existing one, from a missing source); every write changes the revision, and
+    ``load_since`` from what a reader held before never answers a wrong list."""
     return _machine(_SessionMachine, factory)
 
 
