@@ -23,6 +23,8 @@ from typing import Any
 
 import pytest
 
+from lousho_sessions._worker import Job, Workers
+
 CHILD = str(Path(__file__).with_name("interrupt_child.py"))
 READ_TIMEOUT = 20.0  # seconds; less than the 30 s an un-aborted model call holds the worker
 
@@ -136,3 +138,19 @@ def test_sigint_after_the_turn_was_saved_returns_its_result() -> None:
         after = c.next()
         assert after["text"] == "answer to next" and len(after["transcript"]) == 6
         assert c.proc.wait(30) == 0
+
+
+def test_a_job_never_queued_is_withdrawn_once() -> None:
+    """A Ctrl-C inside ``submit`` before the job was queued: the call's stop withdraws it (and
+    settles its Future), so the call does not wait for a job no thread will ever run."""
+    workers = Workers()
+    try:
+        never = Job(lambda job: "ran")
+        assert workers.withdraw("k", never) is True
+        assert workers.withdraw("k", never) is False  # once: its Future is settled once
+        ran = Job(lambda job: "ran")
+        workers.submit("k", ran)
+        assert ran.future.result(10) == "ran"
+        assert workers.withdraw("k", ran) is False  # it ran
+    finally:
+        assert workers.close(10)
