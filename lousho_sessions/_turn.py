@@ -397,7 +397,15 @@ class Turn:
             signal=config.signal,
             idempotency_key=f"{state.run_id}:{call.id}",
             context=config.context,
+            state=self.tool_state(),
         )
+
+    def tool_state(self) -> dict[str, Any]:
+        """``ToolContext.state``: read once, under the lease; in the checkpoint until committed."""
+        held, load = self.state.extra.get("state"), self.config.load_state
+        if not isinstance(held, dict):
+            held = self.state.extra["state"] = load() if load is not None else {}
+        return held
 
     def _collect(
         self, calls: list[ToolCall], outcomes: Iterator[tuple[int, ToolOutcome | BaseException]]

@@ -57,6 +57,7 @@ from ._checks import (
     validate_turn_id,
 )
 from ._history_requests import Forked, ForkRequest, HistoryVerbs, RewindRequest, Rewound
+from ._state_requests import SaveState, StateVerbs
 from ._summaries import PruneResult, SessionInfo
 from ._turn_requests import CommitTurn, StartCheckpoint, TakenTurn, TakeTurn, TurnVerbs
 from .lease import Lease, LocalLeases
@@ -79,6 +80,7 @@ __all__ = [
     "PruneResult",
     "RewindRequest",
     "Rewound",
+    "SaveState",
     "SessionInfo",
     "SessionStore",
     "StartCheckpoint",
@@ -179,7 +181,7 @@ class _Closeable:
         self.close()
 
 
-class BaseSessionStore(_Closeable, TurnVerbs, HistoryVerbs, ABC):
+class BaseSessionStore(_Closeable, TurnVerbs, HistoryVerbs, StateVerbs, ABC):
     """The session store contract: ``load``/``save``/``delete`` required, the rest with safe defaults.
 
     Defaults, each meant to be overridden by a store that can do better:
