@@ -38,6 +38,7 @@ from .failures import is_permanent
 from .messages import Message, Usage
 from .results import ExecutionResult, Limits, PendingTurn
 from .serde import message_to_dict
+from .stores._state_requests import changed_state
 from .stores.adapters import adapt_approvals
 from .stores.base import ApprovalStore, BaseCheckpointStore
 
@@ -154,7 +155,7 @@ class TurnRunner:
             reason = result.finish_reason
             if commit is not None and reason not in ("aborted", "awaiting-approval"):
                 keys = checkpoints.keys(state) if kept else []
-                commit(list(state.new), checkpoints.store, keys, state=state.extra.get("state"))
+                commit(list(state.new), checkpoints.store, keys, state=changed_state(state.extra))
                 state.records.clear()
                 kept = False  # the commit deleted it
         except LeaseLostError as exc:

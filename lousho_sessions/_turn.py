@@ -55,6 +55,7 @@ from .providers.base import (
     ModelToolCallDelta,
 )
 from .results import ExecutionResult, FinishReason
+from .stores._state_requests import turn_state
 from .tools import Tool, ToolContext, tool_error_text
 
 __all__ = [
@@ -397,15 +398,8 @@ class Turn:
             signal=config.signal,
             idempotency_key=f"{state.run_id}:{call.id}",
             context=config.context,
-            state=self.tool_state(),
+            state=turn_state(state.extra, config.load_state),
         )
-
-    def tool_state(self) -> dict[str, Any]:
-        """``ToolContext.state``: read once, under the lease; in the checkpoint until committed."""
-        held, load = self.state.extra.get("state"), self.config.load_state
-        if not isinstance(held, dict):
-            held = self.state.extra["state"] = load() if load is not None else {}
-        return held
 
     def _collect(
         self, calls: list[ToolCall], outcomes: Iterator[tuple[int, ToolOutcome | BaseException]]

@@ -26,7 +26,7 @@ from lousho_sessions import (
     tool,
 )
 from lousho_sessions.errors import LeaseLostError, StoreConflictError
-from lousho_sessions.stores.adapters import adapt_sessions, store_parts
+from lousho_sessions.stores.adapters import adapt_checkpoints, adapt_sessions, store_parts
 from lousho_sessions.stores.base import SaveState
 
 HERE = Path(__file__).parent
@@ -238,3 +238,16 @@ def test_two_processes_lose_no_update(shared: str, what: str, tmp_path: Path) ->
             close()
     finally:
         cleanup(shared, tmp_path)
+
+
+def test_a_checkpoint_prune_keeps_the_state(store: Any) -> None:
+    agent = create_agent(provider=echo_provider(), store=store)
+    session = agent.session("s1")
+    session.update_state(lambda s: s.update(kept=True))
+    agent.state_scope("user-42").update_state(lambda s: s.update(kept=True))
+    checkpoints = adapt_checkpoints(store_parts(store).checkpoints)
+    until_later = 0.0  # everything written before now is "old"
+    checkpoints.prune(until_later)
+    assert dict(session.state) == {"kept": True}
+    assert dict(agent.state_scope("user-42").state) == {"kept": True}
+    agent.close()

@@ -14,15 +14,27 @@ the state in its own records.
 
 from __future__ import annotations
 
+import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
 
 from ..errors import StateTooLargeError, StoreConflictError, StoreCorruptError
 
-__all__ = ["STATE_LIMIT", "SaveState", "StateVerbs", "check_state", "commits_state", "state_key"]
+__all__ = [
+    "STATE_LIMIT",
+    "SaveState",
+    "StateVerbs",
+    "changed_state",
+    "check_state",
+    "commits_state",
+    "fingerprint",
+    "is_state_key",
+    "state_key",
+    "turn_state",
+]
 
 #: The largest state a session or scope keeps, in bytes of its JSON text.
 STATE_LIMIT = 256 * 1024
@@ -31,6 +43,37 @@ STATE_LIMIT = 256 * 1024
 def state_key(id: str) -> str:
     """The checkpoint-store key of the state of ``id`` (a session or a scope)."""
     return f"{id}.state"
+
+
+def is_state_key(key: str) -> bool:
+    """Whether the checkpoint-store key ``key`` is a state record (which a checkpoint
+    ``prune`` keeps: it goes with its session)."""
+    return key.endswith(".state")
+
+
+def fingerprint(state: Mapping[str, Any]) -> str:
+    """A digest of ``state`` as JSON (keys sorted), to tell whether a turn changed it."""
+    text = json.dumps(state, sort_keys=True, ensure_ascii=False, default=repr)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def turn_state(extra: dict[str, Any], load: Callable[[], dict[str, Any]] | None) -> dict[str, Any]:
+    """A turn's ``ToolContext.state``, in its checkpoint fields ``extra``: read (``load``, under
+    the turn's lease) on first use, then kept in the checkpoint until the commit writes it."""
+    held = extra.get("state")
+    if not isinstance(held, dict):
+        held = extra["state"] = load() if load is not None else {}
+        extra["state_read"] = fingerprint(held)  # committed only if changed
+    return held
+
+
+def changed_state(extra: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The state a turn's checkpoint fields ``extra`` hold if its tools changed it since it
+    was read (``"state"``, ``"state_read"``), else ``None``: nothing to write."""
+    state = extra.get("state")
+    if not isinstance(state, dict) or fingerprint(state) == extra.get("state_read"):
+        return None
+    return state
 
 
 def check_state(owner: str, value: object) -> dict[str, Any]:
