@@ -122,7 +122,9 @@ class SessionTurns:
                 resumed=resumed,
                 session_limits=self.limits,
                 session_spent=self.transcript.spent,
-                commit=partial(self.transcript.commit, last=requeue is not None),
+                commit=partial(
+                    self.transcript.commit, last=requeue is not None, state_store=self.state_store
+                ),
                 load_state=partial(self.transcript.load_state, self.state_store),
                 requeue=requeue,
                 context=context,

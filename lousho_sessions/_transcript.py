@@ -94,20 +94,23 @@ class Transcript:
         *,
         last: bool = False,
         state: dict[str, Any] | None = None,
+        state_store: BaseCheckpointStore | None = None,
     ) -> None:
         """Append a finished turn's messages and delete its checkpoints ``delete``, under the
         lease's fence; ``LeaseLostError`` (nothing written) if the lease was lost.
 
         ``last``: the last write under the lease, which is handed to the store: it may
-        release it in the same write (``CommitTurn.release``). ``state``: the turn's state
-        (``ToolContext.state``), committed with it: in the ``CommitTurn`` to a store whose
-        ``commit_turn`` is the default or says it writes it (``commits_state``); else saved
-        first, fenced (a crash between leaves the turn's checkpoint, which commits it again)."""
+        release it in the same write (``CommitTurn.release``). ``state``: the turn's changed
+        state (``ToolContext.state``), kept in ``state_store`` (``None``: the session store
+        object): in the ``CommitTurn`` to a store whose ``commit_turn`` is the default or says
+        it writes it (``commits_state``) and when ``state_store`` is ``checkpoints``; else
+        saved first, fenced (a crash between leaves the turn's checkpoint: its resume writes
+        the state again)."""
         store, fence = self.store, self.fence
         if state is not None:
             state = check_state(f"session {self.id!r}", state)
-            if not commits_state(store):
-                store.save_state(SaveState(self.id, state, None, fence, checkpoints))
+            if not commits_state(store) or state_store is not checkpoints:
+                store.save_state(SaveState(self.id, state, None, fence, state_store))
                 state = None
         request = CommitTurn(
             self.id,

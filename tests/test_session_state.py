@@ -201,6 +201,7 @@ def test_two_processes_lose_no_update(shared: str, what: str, tmp_path: Path) ->
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]),
     }
+    children: list[subprocess.Popen[str]] = []
     try:
         children = [
             subprocess.Popen(
@@ -237,6 +238,10 @@ def test_two_processes_lose_no_update(shared: str, what: str, tmp_path: Path) ->
         if callable(close):
             close()
     finally:
+        for child in children:
+            if child.poll() is None:
+                child.kill()
+            child.communicate()
         cleanup(shared, tmp_path)
 
 
@@ -250,4 +255,17 @@ def test_a_checkpoint_prune_keeps_the_state(store: Any) -> None:
     checkpoints.prune(until_later)
     assert dict(session.state) == {"kept": True}
     assert dict(agent.state_scope("user-42").state) == {"kept": True}
+    agent.close()
+
+
+def test_an_agent_without_a_checkpoint_store_keeps_state_too() -> None:
+    model = ScriptedProvider(
+        [calls(("remember", {"key": "city", "value": "Oslo"})), Message.assistant("noted")]
+    )
+    agent = create_agent(provider=model, tools=[tool(remember)])  # no store at all
+    session = agent.session("s1")
+    session.send("I live in Oslo")
+    assert dict(session.state) == {"city": "Oslo"}
+    session.update_state(lambda s: s.update(n=1))
+    assert dict(agent.session("s1").state) == {"city": "Oslo", "n": 1}
     agent.close()
