@@ -269,3 +269,34 @@ def test_an_agent_without_a_checkpoint_store_keeps_state_too() -> None:
     session.update_state(lambda s: s.update(n=1))
     assert dict(agent.session("s1").state) == {"city": "Oslo", "n": 1}
     agent.close()
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "files"])
+def test_state_is_sealed_when_the_store_encrypts(kind: str, tmp_path: Path) -> None:
+    pytest.importorskip("cryptography")
+    from lousho_sessions import file_store
+    from lousho_sessions.sqlite import SqliteStore
+
+    keys = {"k1": bytes(range(32))}
+    path = tmp_path / kind
+    store: Any = (
+        SqliteStore(path, encryption=keys)
+        if kind == "sqlite"
+        else file_store(path, encryption=keys)
+    )
+    agent = create_agent(provider=echo_provider(), store=store)
+    agent.session("s1").update_state(lambda s: s.update(secret="hunter2-swordfish"))
+    agent.close()
+    getattr(store, "close", lambda: None)()
+    files = [path] if kind == "sqlite" else [p for p in path.rglob("*") if p.is_file()]
+    for file in files:
+        assert b"hunter2-swordfish" not in file.read_bytes(), file
+    reopened: Any = (
+        SqliteStore(path, encryption=keys)
+        if kind == "sqlite"
+        else file_store(path, encryption=keys)
+    )
+    again = create_agent(provider=echo_provider(), store=reopened)
+    assert dict(again.session("s1").state) == {"secret": "hunter2-swordfish"}
+    again.close()
+    getattr(reopened, "close", lambda: None)()

@@ -209,6 +209,9 @@ class BaseSessionStore(_Closeable, TurnVerbs, HistoryVerbs, StateVerbs, ABC):
     #: Whether ``take_turn`` may save the offered first checkpoint (``TakeTurn.checkpoint``)
     #: with the lease: a session builds that checkpoint before the lease only then.
     saves_start_checkpoint: bool = False
+    #: Whether an overridden ``commit_turn`` writes ``CommitTurn.state`` in its write (the
+    #: default ``commit_turn`` does; else a session saves the state just before it).
+    commits_state: bool = False
 
     @abstractmethod
     def load(self, id: str) -> list[Message] | None:
