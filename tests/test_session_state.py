@@ -3,6 +3,7 @@ on every store, through the public API."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
@@ -300,3 +301,17 @@ def test_state_is_sealed_when_the_store_encrypts(kind: str, tmp_path: Path) -> N
     assert dict(again.session("s1").state) == {"secret": "hunter2-swordfish"}
     again.close()
     getattr(reopened, "close", lambda: None)()
+
+
+def test_state_for_asyncio() -> None:
+    from lousho_sessions.aio import create_agent as create_async_agent
+
+    async def main() -> None:
+        agent = create_async_agent(provider=echo_provider())
+        session = agent.session("s1")
+        assert dict(await session.state()) == {}
+        new = await session.update_state(lambda s: s.update(n=1))
+        assert dict(new) == {"n": 1} and dict(await session.state()) == {"n": 1}
+        agent.close()
+
+    asyncio.run(main())
