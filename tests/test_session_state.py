@@ -315,3 +315,42 @@ def test_state_for_asyncio() -> None:
         agent.close()
 
     asyncio.run(main())
+
+
+@pytest.mark.parametrize("shared", SHARED)
+def test_a_turn_killed_after_its_tool_resumes_with_its_state(shared: str, tmp_path: Path) -> None:
+    """SIGKILL after a tool changed ``ctx.state``: the change is in the turn's checkpoint, not
+    the store; ``resume()`` in this process commits it without running the tool again."""
+    require(shared)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]),
+    }
+    try:
+        child = subprocess.run(
+            [sys.executable, str(HERE / "state_crash_child.py"), shared, str(tmp_path)],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=WAIT * 6,
+        )
+        assert child.returncode == -9 and "dying" in child.stdout, child.stderr
+        store = open_store(shared, tmp_path)
+
+        @tool
+        def bump(ctx: ToolContext) -> str:
+            """Count a visit (must not run again)."""
+            raise AssertionError("the tool ran again")
+
+        agent = create_agent(
+            provider=ScriptedProvider([Message.assistant("done")]), tools=[bump], store=store
+        )
+        session = agent.session("s1")
+        assert dict(session.state) == {}  # not committed
+        result = session.resume()
+        assert result is not None and result.text == "done"
+        assert dict(session.state) == {"visits": 1}
+        agent.close()
+        getattr(store, "close", lambda: None)()
+    finally:
+        cleanup(shared, tmp_path)
