@@ -29,7 +29,6 @@ __all__ = [
     "StateVerbs",
     "changed_state",
     "check_state",
-    "commits_state",
     "fingerprint",
     "is_state_key",
     "state_key",
@@ -119,15 +118,6 @@ def _version(id: str, record: Mapping[str, Any] | None) -> tuple[dict[str, Any],
     if not isinstance(state, dict) or not isinstance(version, int):
         raise StoreCorruptError(f"session {id!r}: the state record is malformed")
     return dict(state), version
-
-
-def commits_state(store: object) -> bool:
-    """Whether ``store.commit_turn`` writes ``CommitTurn.state``: the default does, and a store
-    overriding it that declares ``commits_state = True``."""
-    from ._turn_requests import TurnVerbs
-
-    method = getattr(type(store), "commit_turn", None)
-    return method is TurnVerbs.commit_turn or bool(getattr(store, "commits_state", False))
 
 
 class StateVerbs:

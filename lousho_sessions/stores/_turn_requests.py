@@ -44,6 +44,7 @@ __all__ = [
     "TakenTurn",
     "TurnVerbs",
     "check_retired",
+    "commits_state",
     "start_body",
 ]
 
@@ -322,3 +323,10 @@ class TurnVerbs:
                 except Exception:
                     log.warning("could not delete checkpoint %s", turn_id, exc_info=True)
         return self.revision(id)
+
+
+def commits_state(store: object) -> bool:
+    """Whether ``store.commit_turn`` writes ``CommitTurn.state``: the default does, and a store
+    overriding it that declares ``commits_state = True``."""
+    method = getattr(type(store), "commit_turn", None)
+    return method is TurnVerbs.commit_turn or bool(getattr(store, "commits_state", False))
