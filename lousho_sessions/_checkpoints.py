@@ -121,6 +121,7 @@ class TurnCheckpoints:
                 "step": state.steps,
                 "results": self._record,
                 **({"started": self._started} if self._started else {}),
+                **tool_state(state),
             },
             fence=self.fence,
         )
@@ -129,6 +130,7 @@ class TurnCheckpoints:
         """Add the results saved in records of ``state``'s current step (after a crash)."""
         if not self.durable:
             return
+        newest = -1  # the ToolContext.state of the newest record of the step is the turn's
         for key in self.store.list(f"{state.turn_id}-r"):
             data = self.store.load(key)
             if data is None:
@@ -144,6 +146,12 @@ class TurnCheckpoints:
                 # each start counts (a record holds only those since the last whole save):
                 # a call approved to run again that is interrupted again is asked about again
                 state.started.extend(str(c) for c in data.get("started", ()))
+                number = key.rpartition("-")[2]
+                newer = number.isdigit() and int(number) > newest
+                if newer and isinstance(data.get("state"), dict):
+                    newest = int(number)
+                    state.extra["state"] = dict(data["state"])
+                    state.extra["state_read"] = data.get("state_read")
             except (KeyError, TypeError, ValueError) as exc:
                 raise StoreCorruptError(f"checkpoint {key!r}: cannot read results: {exc}") from exc
         numbers = [k.rpartition("-")[2] for k in state.records]
@@ -158,3 +166,12 @@ class TurnCheckpoints:
         for key in self.keys(state):
             self.store.delete(key, fence=self.fence)
         state.records.clear()
+
+
+def tool_state(state: TurnState) -> dict[str, Any]:
+    """The fields a result record adds for the turn's ``ToolContext.state`` (its tools may have
+    changed it; the next whole save holds it too): none when no tool read it."""
+    held = state.extra.get("state")
+    if not isinstance(held, dict):
+        return {}
+    return {"state": held, "state_read": state.extra.get("state_read")}

@@ -82,6 +82,11 @@ class SessionTurns:
             checkpoint_store or runner.runtime.pauses
         )
         self.limits = limits
+        #: where the session's state record is kept by the store's default (``None``: the
+        #: session store object itself, without a checkpoint store)
+        self.state_store: BaseCheckpointStore | None = (
+            None if checkpoint_store is None else self.pauses
+        )
 
     def run(
         self,
@@ -117,7 +122,10 @@ class SessionTurns:
                 resumed=resumed,
                 session_limits=self.limits,
                 session_spent=self.transcript.spent,
-                commit=partial(self.transcript.commit, last=requeue is not None),
+                commit=partial(
+                    self.transcript.commit, last=requeue is not None, state_store=self.state_store
+                ),
+                load_state=partial(self.transcript.load_state, self.state_store),
                 requeue=requeue,
                 context=context,
                 output=output,

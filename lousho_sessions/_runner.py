@@ -38,6 +38,7 @@ from .failures import is_permanent
 from .messages import Message, Usage
 from .results import ExecutionResult, Limits, PendingTurn
 from .serde import message_to_dict
+from .stores._state_requests import changed_state
 from .stores.adapters import adapt_approvals
 from .stores.base import ApprovalStore, BaseCheckpointStore
 
@@ -47,10 +48,16 @@ log = logging.getLogger("lousho_sessions.turn")
 
 
 class Commit(Protocol):
-    """Saves a finished turn's messages and deletes the checkpoints ``delete`` of ``checkpoints``."""
+    """Saves a finished turn's messages (and its ``state``, when it read it) and deletes the
+    checkpoints ``delete`` of ``checkpoints``."""
 
     def __call__(
-        self, new: list[Message], checkpoints: BaseCheckpointStore, delete: Sequence[str]
+        self,
+        new: list[Message],
+        checkpoints: BaseCheckpointStore,
+        delete: Sequence[str],
+        *,
+        state: dict[str, Any] | None = None,
     ) -> None: ...
 
 
@@ -82,6 +89,8 @@ class TurnRequest:
     approvals: ApprovalStore | None = attrs.field(default=None, kw_only=True)
     context: Any = attrs.field(default=None, kw_only=True)
     output: OutputSpec | None = attrs.field(default=None, kw_only=True)
+    #: reads the session's stored state, under the turn's lease (``ToolContext.state``)
+    load_state: Callable[[], dict[str, Any]] | None = attrs.field(default=None, kw_only=True)
 
 
 class TurnRunner:
@@ -133,6 +142,7 @@ class TurnRunner:
             inbox=inbox,
             turn=request.turn,
             context=request.context,
+            load_state=request.load_state,
             output=request.output if request.output is not None else c.output,
         )
         kept = checkpoints.durable or resumed  # a checkpoint may exist
@@ -144,7 +154,8 @@ class TurnRunner:
             result = Turn(state, config).run()
             reason = result.finish_reason
             if commit is not None and reason not in ("aborted", "awaiting-approval"):
-                commit(list(state.new), checkpoints.store, checkpoints.keys(state) if kept else [])
+                keys = checkpoints.keys(state) if kept else []
+                commit(list(state.new), checkpoints.store, keys, state=changed_state(state.extra))
                 state.records.clear()
                 kept = False  # the commit deleted it
         except LeaseLostError as exc:

@@ -14,11 +14,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from types import TracebackType
+from typing import Any
 
 from .abort import AbortSignal
 from .compaction import spent_by
 from .messages import Message, Usage
-from .stores._turn_requests import CommitTurn, StartCheckpoint, TakenTurn, TakeTurn
+from .stores._state_requests import SaveState, check_state
+from .stores._turn_requests import CommitTurn, StartCheckpoint, TakenTurn, TakeTurn, commits_state
 from .stores.adapters import adapt_sessions
 from .stores.base import BaseCheckpointStore, SessionStore
 from .stores.lease import Lease
@@ -91,23 +93,41 @@ class Transcript:
         delete: Sequence[str] = (),
         *,
         last: bool = False,
+        state: dict[str, Any] | None = None,
+        state_store: BaseCheckpointStore | None = None,
     ) -> None:
         """Append a finished turn's messages and delete its checkpoints ``delete``, under the
         lease's fence; ``LeaseLostError`` (nothing written) if the lease was lost.
 
         ``last``: the last write under the lease, which is handed to the store: it may
-        release it in the same write (``CommitTurn.release``)."""
+        release it in the same write (``CommitTurn.release``). ``state``: the turn's changed
+        state (``ToolContext.state``), kept in ``state_store`` (``None``: the session store
+        object): in the ``CommitTurn`` to a store whose ``commit_turn`` is the default or says
+        it writes it (``commits_state``) and when ``state_store`` is ``checkpoints``; else
+        saved first, fenced (a crash between leaves the turn's checkpoint: its resume writes
+        the state again)."""
+        store, fence = self.store, self.fence
+        if state is not None:
+            state = check_state(f"session {self.id!r}", state)
+            if not commits_state(store) or state_store is not checkpoints:
+                store.save_state(SaveState(self.id, state, None, fence, state_store))
+                state = None
         request = CommitTurn(
             self.id,
             new,
             len(self.messages),
             checkpoints,
             delete,
-            self.fence,
+            fence,
             self._lease if last else None,
+            state,
         )
         self._revision = self.store.commit_turn(request)
         self._add(new)
+
+    def load_state(self, checkpoints: BaseCheckpointStore | None) -> dict[str, Any]:
+        """The session's stored state (``{}`` when none), read under the lease held."""
+        return self.store.load_state(self.id, checkpoints)[0]
 
     def _add(self, new: Sequence[Message]) -> None:
         self.messages.extend(new)

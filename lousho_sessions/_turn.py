@@ -55,6 +55,7 @@ from .providers.base import (
     ModelToolCallDelta,
 )
 from .results import ExecutionResult, FinishReason
+from .stores._state_requests import turn_state
 from .tools import Tool, ToolContext, tool_error_text
 
 __all__ = [
@@ -397,6 +398,7 @@ class Turn:
             signal=config.signal,
             idempotency_key=f"{state.run_id}:{call.id}",
             context=config.context,
+            state=turn_state(state.extra, config.load_state),
         )
 
     def _collect(

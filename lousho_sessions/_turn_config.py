@@ -75,6 +75,8 @@ class TurnConfig:
     turn: TurnKey | None = None
     #: the caller's object for tools (``ToolContext.context``); never saved
     context: Any = None
+    #: reads the session's stored state for ``ToolContext.state`` (None: no session)
+    load_state: Callable[[], dict[str, Any]] | None = None
     #: this run's spans and measurements; None when the agent traces nothing
     trace: TurnTrace | None = None
     #: the type the final answer is parsed into (``output_type=``); None: free text

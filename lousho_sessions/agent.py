@@ -18,6 +18,7 @@ from ._calls import Stop, Stoppable, linked
 from ._config import AgentConfig, AgentOptions
 from ._runner import TurnRunner
 from ._runtime import Runtime
+from ._session_state import StateScope
 from ._single import AgentExecutor, SingleTurns
 from ._worker import Steps, drive
 from .abort import AbortSignal
@@ -172,6 +173,12 @@ class Agent:
         """``session(session_id).fork(new_id, at)``: a new session holding the messages of
         ``session_id`` before ``at`` (``None``: all); see ``Session.fork``."""
         return self._session_for(validate_session_id(session_id)).fork(new_id, at)
+
+    def state_scope(self, id: str) -> StateScope:
+        """State shared by many sessions, e.g. a user's (``agent.state_scope("user-42")``),
+        kept in the agent's store: ``.state`` and ``.update_state(fn)`` as on a session."""
+        own = self.config.store
+        return StateScope(id, own.sessions or MemorySessionStore(), own.checkpoints)
 
     def _session_for(self, session_id: str) -> Session:
         live = self._sessions.get(session_id)

@@ -304,6 +304,14 @@ class AsyncSession:
         """``Session.fork``: the new session, for asyncio."""
         return AsyncSession(await _wait(self.sync._fork_future(new_id, at)))
 
+    async def state(self) -> Mapping[str, Any]:
+        """``Session.state``, awaited (``await session.state()``): a read-only view of a copy."""
+        return await asyncio.to_thread(lambda: self.sync.state)
+
+    async def update_state(self, fn: Callable[[dict[str, Any]], Any]) -> Mapping[str, Any]:
+        """``Session.update_state``: ``fn`` changes a copy under the session's lease; the new state."""
+        return await _wait(self.sync._update_state_future(fn))
+
     async def info(self) -> SessionInfo | None:
         """``Session.info``: length, last write, and a fork's parent and fork point."""
         return await asyncio.to_thread(self.sync.info)

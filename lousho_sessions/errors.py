@@ -49,6 +49,7 @@ __all__ = [
     "SessionAwaitingApprovalError",
     "SessionBusyError",
     "SessionExistsError",
+    "StateTooLargeError",
     "StoreClosedError",
     "StoreConflictError",
     "StoreCorruptError",
@@ -137,6 +138,11 @@ class SessionExistsError(StoreConflictError):
     """A session was to be created (``fork``) under an id that is already stored."""
 
     code = "LOUSHO_SESSION_EXISTS"
+
+
+class StateTooLargeError(LoushoError, ValueError):
+    """A session's (or a scope's) state is larger than its limit; the message names the
+    session and the size. Nothing was written."""
 
 
 class MessageNotFoundError(LoushoError, LookupError, ValueError):

@@ -25,6 +25,7 @@ from ._inbox import Ticket
 from ._output import OutputSpec
 from ._runner import TurnRunner, settle
 from ._session_history import HistoryMixin
+from ._session_state import StateMixin
 from ._transcript import Transcript
 from ._worker import Job, inside
 from .abort import AbortController, AbortSignal
@@ -52,12 +53,11 @@ TurnPolicy = Literal["wait", "queue", "steer"]
 _POLICIES = ("wait", "queue", "steer")
 
 
-class Session(HistoryMixin):
+class Session(HistoryMixin, StateMixin):
     """A conversation: ``send()``/``stream()`` turns that see the whole transcript.
 
-    Create one with ``agent.session(...)``. See the docs for the guarantees:
-    ordered turns, an unchanged transcript after a failed or aborted turn, and,
-    with a checkpoint store, turns that survive a crash.
+    Create one with ``agent.session(...)``. Guarantees (see the docs): ordered turns, an unchanged
+    transcript after a failed or aborted turn, with a checkpoint store turns that survive a crash.
     """
 
     def __init__(

@@ -61,6 +61,10 @@ class ToolContext(Generic[Deps]):
     when that call gave none. It is never saved: a turn finished by ``resume()`` after
     a crash sees the resuming call's ``context=``. The type parameter is a promise
     you make, not checked at run time.
+
+    ``state`` is the session's state (``Session.state``) as this turn sees it: tools read
+    and change it in place; the turn's changes are stored in the same commit as its
+    messages and dropped with an aborted turn.
     """
 
     session_id: str | None
@@ -69,6 +73,9 @@ class ToolContext(Generic[Deps]):
     signal: AbortSignal
     idempotency_key: str
     context: Deps = attrs.field(default=None, kw_only=True)
+    #: the session's state for this turn (a JSON object): changes are committed with the
+    #: turn's messages, kept in its checkpoint, and dropped if the turn is aborted
+    state: dict[str, Any] = attrs.field(factory=dict, kw_only=True)
 
 
 NeedsApproval = Union[bool, Callable[[Mapping[str, Any]], bool]]

@@ -120,7 +120,27 @@ def check_chat_request(body: Any) -> None:
         _ADAPTERS["chat"] = TypeAdapter(
             list[CompletionCreateParamsStreaming], config=ConfigDict(extra="forbid")
         )
-    _consume(_ADAPTERS["chat"].validate_python([body]))
+    _consume(_ADAPTERS["chat"].validate_python([_without_echoes(body)]))
+
+
+def _without_echoes(body: Any) -> Any:
+    """``body`` without the ``extra_content`` of its assistant tool calls: a documented
+    extension of OpenAI-compatible servers (Gemini's thought signature rides there) that
+    the provider sends back as it came, and the SDK's types do not know."""
+    if not isinstance(body, Mapping) or not isinstance(body.get("messages"), list):
+        return body
+    messages = []
+    for message in body["messages"]:
+        if isinstance(message, Mapping) and isinstance(message.get("tool_calls"), list):
+            calls = [
+                {k: v for k, v in c.items() if k != "extra_content"}
+                if isinstance(c, Mapping)
+                else c
+                for c in message["tool_calls"]
+            ]
+            message = {**message, "tool_calls": calls}
+        messages.append(message)
+    return {**body, "messages": messages}
 
 
 def check_stream_event(event: Mapping[str, Any]) -> None:

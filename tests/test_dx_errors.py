@@ -54,7 +54,7 @@ def test_a_bare_or_misspelt_model_name_suggests_the_form_it_meant(model: str, me
     assert "openai/<name>" in message  # the known forms are still listed
 
 
-@pytest.mark.parametrize("model", ["gemini/pro", "mistral/large", "", "x" * 500])
+@pytest.mark.parametrize("model", ["cohere/command", "mistral/large", "", "x" * 500])
 def test_no_suggestion_without_a_likely_one(model: str) -> None:
     with pytest.raises(UnknownModelError) as caught:
         provider_for(model)

@@ -61,6 +61,8 @@ class _Call:
     id: str = ""
     name: str = ""
     parts: list[str] = attrs.field(factory=list)
+    #: what the call carried that must go back with it (``ToolCall.extra``)
+    extra: dict[str, Any] = attrs.field(factory=dict)
 
 
 @attrs.define
@@ -99,13 +101,22 @@ class Reply:
             yield ModelTextDelta(text)
 
     def add_call(
-        self, index: int, id: str | None = None, name: str | None = None, arguments: str = ""
+        self,
+        index: int,
+        id: str | None = None,
+        name: str | None = None,
+        arguments: str = "",
+        extra: Mapping[str, Any] | None = None,
     ) -> ModelToolCallDelta:
         """Keep a piece of tool call ``index`` and give its delta.
 
         An id or name is kept once: servers that repeat them must not double them.
+        ``extra``: fields the call carried that must be sent back with it (kept in
+        ``ToolCall.extra``).
         """
         call = self.calls.setdefault(index, _Call())
+        if extra:
+            call.extra.update(extra)
         self.blocks.call(index)
         if id and not call.id:
             call.id = id
@@ -174,10 +185,13 @@ class Reply:
                 )
             text = "".join(call.parts)
             arguments = _json_object(text)
+            extra = call.extra or None
             if arguments is None:
-                calls.append(ToolCall(call_id, call.name, raw_arguments=scrub(text)))
+                calls.append(
+                    ToolCall(call_id, call.name, raw_arguments=scrub(text), extra=extra or {})
+                )
             else:
-                calls.append(ToolCall(call_id, call.name, arguments))
+                calls.append(ToolCall(call_id, call.name, arguments, extra=extra or {}))
         return calls
 
 

@@ -10,7 +10,7 @@ import json
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from ..messages import ImagePart, Message, TextPart
+from ..messages import ImagePart, Message, TextPart, ToolCall
 from ._body_memo import Memo, splice
 from ._http_provider import HttpProvider, Reply
 from ._redact import Secret
@@ -171,9 +171,23 @@ def _chunk(chunk: Mapping[str, Any], reply: Reply) -> Iterator[ModelEvent]:
             arguments = function.get("arguments") or ""
             if not isinstance(arguments, str):  # a server that sends the object itself
                 arguments = json.dumps(arguments)
-            yield reply.add_call(index, call.get("id"), function.get("name"), arguments)
+            echo = {k: v for k, v in call.items() if k not in _CALL_KEYS}
+            yield reply.add_call(
+                index,
+                call.get("id"),
+                function.get("name"),
+                arguments,
+                {ECHO: echo} if echo else None,
+            )
         if choice.get("finish_reason"):
             reply.stop = str(choice["finish_reason"])
+
+
+#: the fields of a streamed tool call Chat Completions defines; any other a compatible
+#: server adds (Gemini's ``extra_content`` with its thought signature) is sent back
+_CALL_KEYS = frozenset({"index", "id", "type", "function"})
+#: where a call keeps those fields (``ToolCall.extra``), to send them back as they came
+ECHO = "chat_extra"
 
 
 def response_format(output: OutputSchema) -> dict[str, Any]:
@@ -203,22 +217,29 @@ def _item(message: Message) -> dict[str, Any] | None:
     if message.role == "assistant":
         item: dict[str, Any] = {"role": "assistant", "content": message.text or None}
         if message.tool_calls:
-            item["tool_calls"] = [
-                {
-                    "id": call.id,
-                    "type": "function",
-                    "function": {
-                        "name": call.name,
-                        "arguments": json.dumps(plain_json(call.arguments), ensure_ascii=False),
-                    },
-                }
-                for call in message.tool_calls
-            ]
+            item["tool_calls"] = [_call(call) for call in message.tool_calls]
         return item
     if message.role == "tool":
         # Chat Completions has no error flag for tool results; the text says it.
         return {"role": "tool", "tool_call_id": message.tool_call_id, "content": message.text}
     return None
+
+
+def _call(call: ToolCall) -> dict[str, Any]:
+    """A tool call as sent back, with any fields the server added to it (``ECHO``)."""
+    out: dict[str, Any] = {
+        "id": call.id,
+        "type": "function",
+        "function": {
+            "name": call.name,
+            "arguments": json.dumps(plain_json(call.arguments), ensure_ascii=False),
+        },
+    }
+    echo = call.extra.get(ECHO)
+    if isinstance(echo, Mapping):
+        for key, value in echo.items():
+            out.setdefault(key, plain_json(value))
+    return out
 
 
 def _user_content(message: Message) -> str | list[dict[str, Any]]:

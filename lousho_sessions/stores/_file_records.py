@@ -23,6 +23,7 @@ from . import _lockfile
 from ._approval_records import check_new_approval
 from ._directory import WRITE_LOCK_TIMEOUT, Directory, check_fence_file
 from ._sealing import Sealing
+from ._state_requests import is_state_key
 from .base import (
     BaseApprovalStore,
     BaseCheckpointStore,
@@ -104,8 +105,8 @@ class FileCheckpointStore(BaseCheckpointStore):
         for turn_id in self.list():
             path = self.path(turn_id)
             age = self._dir.age(path, time.time())
-            if age is None or age <= seconds:
-                continue
+            if age is None or age <= seconds or is_state_key(turn_id):
+                continue  # new enough, or a session's state record (kept with the session)
             if _lockfile.is_held(self._dir.path / f"{fence_session_id(turn_id)}.lock"):
                 continue  # its turn runs right now
             if self._dir.remove(path):

@@ -252,7 +252,7 @@ class PgCore:
                 counts[1] = self.run(
                     conn,
                     f"DELETE FROM {{s}}.checkpoints c WHERE updated_at <= {cutoff} "
-                    f"AND NOT EXISTS ({live_turn})",
+                    f"AND NOT EXISTS ({live_turn}) AND c.turn_id NOT LIKE '%%.state'",
                     params,
                 ).rowcount
             if sessions:

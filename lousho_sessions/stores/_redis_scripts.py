@@ -276,7 +276,8 @@ if live(now_us()) then return 0 end
 local times = redis.call('HGETALL', CP_TIMES)
 local deleted = 0
 for i = 1, #times, 2 do
-  if tonumber(times[i + 1]) < tonumber(ARGV[1]) then
+  -- a session's state record (<id>.state) is not a checkpoint to prune: it goes with the session
+  if tonumber(times[i + 1]) < tonumber(ARGV[1]) and string.sub(times[i], -6) ~= '.state' then
     redis.call('HDEL', CPS, times[i])
     redis.call('HDEL', CP_TIMES, times[i])
     deleted = deleted + 1

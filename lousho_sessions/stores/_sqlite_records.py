@@ -12,6 +12,7 @@ from typing import Any
 from ..errors import ApprovalNotFoundError, StoreCorruptError
 from ._approval_records import check_new_approval
 from ._sqlite_db import SqliteDatabase
+from ._state_requests import is_state_key
 from .base import (
     BaseApprovalStore,
     BaseCheckpointStore,
@@ -284,9 +285,13 @@ def prune_sessions(conn: sqlite3.Connection, cutoff: float, held: Callable[[str]
 
 def prune_checkpoints(conn: sqlite3.Connection, cutoff: float, held: Callable[[str], bool]) -> int:
     """In a transaction: delete the checkpoints written before ``cutoff``, but those of
-    sessions a turn holds right now (``held``)."""
+    sessions a turn holds right now (``held``) and the sessions' state records (``<id>.state``)."""
     rows = conn.execute("SELECT turn_id FROM checkpoints WHERE updated_at < ?", (cutoff,))
-    old = [(turn_id,) for (turn_id,) in rows.fetchall() if not held(fence_session_id(turn_id))]
+    old = [
+        (turn_id,)
+        for (turn_id,) in rows.fetchall()
+        if not held(fence_session_id(turn_id)) and not is_state_key(turn_id)
+    ]
     conn.executemany("DELETE FROM checkpoints WHERE turn_id = ?", old)
     return len(old)
 

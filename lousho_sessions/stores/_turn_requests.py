@@ -32,6 +32,7 @@ from ..messages import Message
 from ..serde import encode_json_object
 from ._checks import validate_turn_id
 from ._sealing import Sealing
+from ._state_requests import SaveState
 from ._waiting import waiting_for_lease
 from .lease import Lease, fence_session_id
 
@@ -43,6 +44,7 @@ __all__ = [
     "TakenTurn",
     "TurnVerbs",
     "check_retired",
+    "commits_state",
     "start_body",
 ]
 
@@ -135,6 +137,8 @@ class CommitTurn:
     delete: Sequence[str] = ()
     fence: int | None = None
     release: Lease | None = None
+    #: the turn's state (``ToolContext.state``), to store with its messages; ``None``: unchanged
+    state: Mapping[str, Any] | None = None
 
 
 def start_body(request: TakeTurn, sealing: Sealing | None = None) -> str | None:
@@ -302,10 +306,16 @@ class TurnVerbs:
         the same fence; a delete that fails after the append is logged, not raised: the
         turn is committed, and its checkpoint's turn id is behind the transcript now, so
         no turn loads it again (``prune()``, ``clear()`` and ``discard_pending()`` remove
-        it). It ignores ``release``: the caller releases the lease.
+        it). With a ``state``, it stores it (``save_state``) after the append and before the
+        deletes: a crash between them leaves the turn's checkpoint, so a resumed turn writes
+        the state again; a store that keeps both in one transaction overrides this. It
+        ignores ``release``: the caller releases the lease.
         """
         id, fence = request.id, request.fence
         self.append(id, request.messages, request.expected_length, fence=fence)
+        if request.state is not None:  # after the append, before the checkpoints go
+            save = SaveState(id, request.state, None, fence, request.checkpoints)
+            self.save_state(save)  # type: ignore[attr-defined]  # StateVerbs'
         if request.checkpoints is not None:
             for turn_id in request.delete:
                 try:
@@ -313,3 +323,10 @@ class TurnVerbs:
                 except Exception:
                     log.warning("could not delete checkpoint %s", turn_id, exc_info=True)
         return self.revision(id)
+
+
+def commits_state(store: object) -> bool:
+    """Whether ``store.commit_turn`` writes ``CommitTurn.state``: the default does, and a store
+    overriding it that declares ``commits_state = True``."""
+    method = getattr(type(store), "commit_turn", None)
+    return method is TurnVerbs.commit_turn or bool(getattr(store, "commits_state", False))

@@ -57,6 +57,7 @@ from ._checks import (
     validate_turn_id,
 )
 from ._history_requests import Forked, ForkRequest, HistoryVerbs, RewindRequest, Rewound
+from ._state_requests import SaveState, StateVerbs
 from ._summaries import PruneResult, SessionInfo
 from ._turn_requests import CommitTurn, StartCheckpoint, TakenTurn, TakeTurn, TurnVerbs
 from .lease import Lease, LocalLeases
@@ -79,6 +80,7 @@ __all__ = [
     "PruneResult",
     "RewindRequest",
     "Rewound",
+    "SaveState",
     "SessionInfo",
     "SessionStore",
     "StartCheckpoint",
@@ -179,7 +181,7 @@ class _Closeable:
         self.close()
 
 
-class BaseSessionStore(_Closeable, TurnVerbs, HistoryVerbs, ABC):
+class BaseSessionStore(_Closeable, TurnVerbs, HistoryVerbs, StateVerbs, ABC):
     """The session store contract: ``load``/``save``/``delete`` required, the rest with safe defaults.
 
     Defaults, each meant to be overridden by a store that can do better:
@@ -207,6 +209,9 @@ class BaseSessionStore(_Closeable, TurnVerbs, HistoryVerbs, ABC):
     #: Whether ``take_turn`` may save the offered first checkpoint (``TakeTurn.checkpoint``)
     #: with the lease: a session builds that checkpoint before the lease only then.
     saves_start_checkpoint: bool = False
+    #: Whether an overridden ``commit_turn`` writes ``CommitTurn.state`` in its write (the
+    #: default ``commit_turn`` does; else a session saves the state just before it).
+    commits_state: bool = False
 
     @abstractmethod
     def load(self, id: str) -> list[Message] | None:

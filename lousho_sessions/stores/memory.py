@@ -24,6 +24,7 @@ from ._history_requests import (
     missing_error,
 )
 from ._rotation import BATCH, RotationResult
+from ._state_requests import is_state_key
 from .base import (
     AgentStore,
     BaseApprovalStore,
@@ -237,7 +238,9 @@ class MemoryCheckpointStore(BaseCheckpointStore):
             old = [
                 k
                 for k, (_, at) in self._data.items()
-                if at < cutoff and not self._leases.held(fence_session_id(k))
+                if at < cutoff
+                and not self._leases.held(fence_session_id(k))
+                and not is_state_key(k)
             ]
             for k in old:
                 del self._data[k]

@@ -94,6 +94,14 @@ EXERCISED: dict[str, tuple[str, ...]] = {
         "test_fork_copies_a_prefix_and_names_its_parent",
         "test_fork_refuses_an_existing_id_or_a_missing_source",
     ),
+    f"{_S}.load_state": (
+        "test_state_round_trip_and_compare_and_set",
+        "test_commit_turn_stores_the_turn_state",
+    ),
+    f"{_S}.save_state": (
+        "test_state_round_trip_and_compare_and_set",
+        "test_state_with_a_stale_fence_changes_nothing",
+    ),
     f"{_S}.list_ids": ("test_list_ids_and_info",),
     f"{_S}.info": ("test_list_ids_and_info", "test_fork_copies_a_prefix_and_names_its_parent"),
     f"{_S}.close": ("test_reopened_store_keeps_transcripts",),

@@ -9,6 +9,7 @@ from ._history import HistoryTests
 from ._leases import LeaseTests
 from ._records import ApprovalTests, CheckpointTests
 from ._sessions import SessionTests
+from ._state import StateTests
 from ._support import WAIT
 from ._usage import UsageTests
 
@@ -23,6 +24,7 @@ class StoreContractTests(
     ApprovalTests,
     FastPathTests,
     HistoryTests,
+    StateTests,
     EndToEndTests,
     CoverageTests,
 ):

@@ -27,10 +27,10 @@ from ..errors import (
 )
 from ..messages import Message
 from ..stores.adapters import takes_arguments
-from ..stores.base import ForkRequest, RewindRequest
+from ..stores.base import ForkRequest, RewindRequest, SaveState
 from ._fastpaths import check_since
 from ._history import keeps_origins
-from ._support import WAIT, Parts, opened, skip, tracks_revisions
+from ._support import WAIT, Parts, opened, raises, skip, tracks_revisions
 
 __all__ = ["SETTINGS", "approval_machine", "checkpoint_machine", "session_machine"]
 
@@ -96,6 +96,8 @@ class _SessionMachine(_StoreMachine):
         self.fences: dict[str, list[int]] = {}
         #: id -> what a reader loaded and the revision it read first (``load_since`` checks)
         self.held: dict[str, tuple[list[Message], object]] = {}
+        #: id -> (state, version) as ``save_state`` left it (kept by rewinds, deletes, forks)
+        self.states: dict[str, tuple[dict[str, Any], int]] = {}
 
     def _wrote(self, id: str) -> None:
         if not self.revisions_known:
@@ -294,6 +296,20 @@ class _SessionMachine(_StoreMachine):
     @rule(id=SESSION_IDS)
     def load(self, id: str) -> None:
         assert self.sessions.load(id) == self.model.get(id)
+
+    @rule(id=SESSION_IDS, state=st.dictionaries(TEXTS, JSON, max_size=3), stale=st.booleans())
+    def save_state(self, id: str, state: dict[str, Any], stale: bool) -> None:
+        """A compare-and-set on the version: a wrong ``expected_version`` changes nothing."""
+        checkpoints = self.parts.checkpoints
+        _, version = self.states.get(id, ({}, 0))
+        if stale:
+            with raises(StoreConflictError):
+                self.sessions.save_state(SaveState(id, state, version + 1, None, checkpoints))
+        else:
+            new = self.sessions.save_state(SaveState(id, state, version, None, checkpoints))
+            assert new != version
+            self.states[id] = (state, new)
+        assert self.sessions.load_state(id, checkpoints) == self.states.get(id, ({}, 0))
 
     @invariant()
     def known_ids_have_revisions(self) -> None:
