@@ -6,14 +6,26 @@ import uuid
 from collections.abc import Callable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
+from functools import partial
 from typing import Any
 
+from ._worker import Job, Workers
 from .abort import AbortController, AbortSignal
 from .events import ErrorEvent, Event, RunDone
 from .results import ExecutionResult
 from .run import AgentRun
 
-__all__ = ["Stop", "Stoppable", "announced", "chain", "emit_to", "joined_run", "linked", "wait"]
+__all__ = [
+    "Stop",
+    "Stoppable",
+    "announced",
+    "chain",
+    "emit_to",
+    "joined_run",
+    "linked",
+    "stoppable",
+    "wait",
+]  # fmt: skip
 
 #: Stops a queued or running turn, given the reason.
 Stop = Callable[[Any], None]
@@ -27,7 +39,12 @@ def linked(signal: AbortSignal | None) -> AbortController:
     return controller
 
 
-def wait(future: Future[Any], stop: Stop | None, timeout: float | None) -> Any:
+def wait(
+    future: Future[Any],
+    stop: Stop | None,
+    timeout: float | None,
+    start: Callable[[], None] | None = None,
+) -> Any:
     """The turn's result. After ``timeout`` s: stop it and return what it ended with ("aborted",
     or its result if it was saved first); ``TimeoutError`` if it does not stop within as long again.
 
@@ -35,9 +52,17 @@ def wait(future: Future[Any], stop: Stop | None, timeout: float | None) -> Any:
     for it to end and raises again, unless the turn was saved first: then its result is
     returned (what the store holds is what you are told). A second interrupt while the
     stopped turn ends raises at once.
+
+    ``start`` queues the turn, called here so that an interrupt arriving at any point after
+    it is queued (even before ``future.result`` is reached) stops it: one that came between
+    queueing and waiting would leave the turn running with nobody waiting for it, its result
+    saved though the caller was told it was interrupted. ``stop`` must settle ``future`` for
+    a turn that was never queued (``Workers.withdraw`` answers True for it).
     """
     try:
         try:
+            if start is not None:
+                start()
             return future.result(timeout)
         except FutureTimeout:
             if stop is None:
@@ -60,6 +85,22 @@ def wait(future: Future[Any], stop: Stop | None, timeout: float | None) -> Any:
         return future.result()
 
 
+def stoppable(
+    workers: Workers, key: Any, job: Job, abort: Stop, skipped: Callable[[], Any], owner: Any
+) -> Stoppable:
+    """``job``, not yet queued (``Stoppable.start`` queues it on ``key``'s lane for ``owner``).
+    Its stop calls ``abort(reason)`` (a running job ends at its next check); a job that never
+    ran, still queued or never queued (Ctrl-C before ``wait`` queued it), is withdrawn and its
+    future given ``skipped()``, so nothing waits for a job no thread will run."""
+
+    def stop(reason: Any) -> None:
+        abort(reason)
+        if workers.withdraw(key, job):
+            job.future.set_result(skipped())
+
+    return Stoppable(job.future, stop, partial(workers.submit, key, job, owner))
+
+
 def _saved(future: Future[Any]) -> bool:
     """Wait for a stopped turn to end; True if it ended saved (not aborted, failed or absent)."""
     try:
@@ -72,18 +113,31 @@ def _saved(future: Future[Any]) -> bool:
 class Stoppable:
     """A step of a ``_worker.Steps`` call: a turn's Future and what stops it.
 
-    Called (``_worker.drive``), it waits as ``wait`` does, so Ctrl-C stops the turn;
-    ``aio`` awaits ``future`` and stops the turn when the awaiting task is cancelled.
+    Called (``_worker.drive``), it queues the turn and waits as ``wait`` does, so Ctrl-C stops
+    the turn; ``aio`` queues it, awaits ``future`` and stops the turn when the awaiting task is
+    cancelled. Each blocking call makes one: ``Session._send_call`` and the like.
     """
 
-    __slots__ = ("future", "stop")
+    __slots__ = ("future", "start", "stop")
 
-    def __init__(self, future: Future[Any], stop: Stop) -> None:
+    def __init__(
+        self, future: Future[Any], stop: Stop | None, start: Callable[[], None] | None = None
+    ) -> None:
         self.future = future
-        self.stop = stop
+        self.stop = stop  # None: a turn joined, stopped by its own caller
+        self.start = start  # queues the turn (in ``wait``); None: queued already
 
     def __call__(self) -> Any:
-        return wait(self.future, self.stop, None)
+        return self.wait(None)
+
+    def wait(self, timeout: float | None) -> Any:
+        return wait(self.future, self.stop, timeout, self.start)
+
+    def queued(self) -> tuple[Future[Any], Stop | None]:
+        """Queue the turn now (for a caller Ctrl-C does not interrupt: aio)."""
+        if self.start is not None:
+            self.start()
+        return self.future, self.stop
 
 
 def emit_to(emit: Callable[[Event], None] | None, event: Event) -> None:

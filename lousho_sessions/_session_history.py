@@ -18,7 +18,7 @@ from concurrent.futures import Future
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ._calls import Stop, linked, wait
+from ._calls import Stop, linked
 from .abort import AbortSignal
 from .errors import MessageNotFoundError, StoreCorruptError
 from .events import Event
@@ -207,7 +207,7 @@ class HistoryMixin:
             context=context, output=output,
         )  # fmt: skip
         job.state.prepare = prepare
-        stop: Stop = me._stopper(job)
+        stop: Stop = me._stopper(job).stop
         return job, stop, timeout
 
     def _prepared_future(
@@ -217,6 +217,11 @@ class HistoryMixin:
         job, stop, timeout = self._prepared_turn(prepare, **options)
         self._me._workers.submit(self._me._key, job, owner=self._me.store)
         return job.future, stop, timeout
+
+    def _prepared_call(self, prepare: Callable[[], list[Message]], **options: Any) -> Any:
+        """``_prepared_turn`` queued and waited for (queued in ``wait``: Ctrl-C stops it)."""
+        job, _, timeout = self._prepared_turn(prepare, **options)
+        return self._me._stopper(job).wait(timeout)
 
     def _prepared_stream(self, prepare: Callable[[], list[Message]], **options: Any) -> AgentRun:
         """``_prepared_turn`` queued and streamed (``stream``'s options)."""
@@ -232,7 +237,7 @@ class HistoryMixin:
         """Rewind to the last user message and send it again (``send``'s options); the new
         result. The rewind and the new turn are one job under one lease: no other turn lands
         between them. ``MessageNotFoundError`` when there is no user message (nothing changed)."""
-        result: ExecutionResult = wait(*self._prepared_future(self._regenerating(), **options))
+        result: ExecutionResult = self._prepared_call(self._regenerating(), **options)
         return result
 
     def regenerate_stream(self, **options: Any) -> AgentRun:
@@ -246,7 +251,7 @@ class HistoryMixin:
         as ``regenerate``. ``MessageNotFoundError`` for an id that is not a user message of the
         transcript (nothing changed)."""
         prepare = self._editing(message_id, input)
-        result: ExecutionResult = wait(*self._prepared_future(prepare, **options))
+        result: ExecutionResult = self._prepared_call(prepare, **options)
         return result
 
     def edit_stream(self, message_id: str, input: Input, **options: Any) -> AgentRun:

@@ -15,9 +15,10 @@ import uuid
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from concurrent.futures import Future
 from contextlib import contextmanager
+from functools import partial
 from typing import Any, Protocol
 
-from ._calls import Stop, announced, linked
+from ._calls import Stop, Stoppable, announced, linked, stoppable
 from ._checkpoints import TurnCheckpoints
 from ._config import Approve
 from ._output import OutputSpec
@@ -37,6 +38,14 @@ from .stores.base import ApprovalStore, CheckpointStore, validate_session_id
 from .stores.lease import Lease
 
 __all__ = ["AgentExecutor", "HasRunner", "SingleTurns"]
+
+
+def _queued(call: Stoppable, queue: bool) -> Stoppable:
+    """``call``, queued now if ``queue`` (else when waited for: ``Stoppable``)."""
+    if queue:
+        call.queued()
+        call.start = None
+    return call
 
 
 class HasRunner(Protocol):
@@ -64,10 +73,11 @@ class SingleTurns:
         wire: Callable[[Future[Any], Stop], None] | None = None,
         context: Any = None,
         output: OutputSpec | None = None,
-    ) -> tuple[Future[ExecutionResult], Stop]:
-        """Queue one single turn; its Future and what stops it (a queued turn is withdrawn,
-        a running one aborted). ``wire`` gets both before the turn is queued; ``context``
-        is the caller's object for tools."""
+        queue: bool = True,
+    ) -> Stoppable:
+        """One single turn: its Future and what stops it (a queued turn is withdrawn, a
+        running one aborted). ``wire`` gets both before the turn is queued; ``context``
+        is the caller's object for tools. ``queue=False``: queued when waited for."""
         run_id = run_id or "run-" + uuid.uuid4().hex
         if session_id is not None:
             validate_session_id(session_id)
@@ -132,8 +142,9 @@ class SingleTurns:
 
         if wire is not None:
             wire(job.future, stop)
-        workers.submit(lane, job, owner=checkpoints)
-        return job.future, stop
+        return _queued(
+            Stoppable(job.future, stop, partial(workers.submit, lane, job, checkpoints)), queue
+        )
 
     def resume(
         self,
@@ -144,10 +155,12 @@ class SingleTurns:
         run_id: str = "",
         wire: Callable[[Future[Any], AbortController], None] | None = None,
         output: OutputSpec | None = None,
-    ) -> tuple[Future[ExecutionResult | None], AbortController]:
-        """Finish the durable single turn of ``key``, if one is pending; its Future and
-        controller. With ``emit`` the turn is streamed (and pauses on every approval);
-        ``wire`` gets the Future and controller before the job is queued."""
+        queue: bool = True,
+    ) -> Stoppable:
+        """Finish the durable single turn of ``key``, if one is pending; its Future and what
+        stops it. With ``emit`` the turn is streamed (and pauses on every approval); ``wire``
+        gets the Future and controller before the job is queued. ``queue=False``: queued
+        when waited for."""
         durable = self.runner.config.store.checkpoints is not None
         checkpoints = self._store(durable)
         lane = lane_of(checkpoints, key)
@@ -165,10 +178,11 @@ class SingleTurns:
                 )  # fmt: skip
 
         job = Job(lambda j: announced(finish, emit, run_id), "single")
+        workers = self.runner.runtime.workers
         if wire is not None:
             wire(job.future, controller)
-        self.runner.runtime.workers.submit(lane, job, owner=checkpoints)
-        return job.future, controller
+        call = stoppable(workers, lane, job, controller.abort, lambda: None, checkpoints)
+        return _queued(call, queue)  # a resume that never ran ends None: it finished no turn
 
     def resume_stream(
         self, key: str, context: Any, run_id: str, output: OutputSpec | None = None

@@ -54,10 +54,11 @@ class Job:
     caller's middleware are seen by the turn, its tools and its model calls.
     """
 
-    __slots__ = ("context", "fn", "future", "kind", "state")
+    __slots__ = ("context", "fn", "future", "kind", "state", "withdrawn")
 
     def __init__(self, fn: Callable[[Job], Any], kind: str = "turn", state: Any = None) -> None:
         self.fn = fn
+        self.withdrawn = False  # by ``Workers.withdraw``: it never runs
         self.kind = kind
         self.state = state
         self.future: Future[Any] = Future()
@@ -141,18 +142,22 @@ class Workers:
             starter.start()  # once per burst, outside the lock
 
     def withdraw(self, key: Hashable, job: Job) -> bool:
-        """Take ``job`` out of its lane if it has not started; True if it was taken.
+        """Take ``job`` out of its lane if it has not started; True if it will never run:
+        taken out, or never queued (a Ctrl-C on the caller's thread before ``submit`` queued it).
 
         A withdrawn job never runs; its caller settles ``job.future`` itself.
         """
         with self._lock:
+            if job.withdrawn:
+                return False  # once
             lane = self._lanes.get(key)
-            if lane is None:
+            if lane is not None and lane.current is job:
                 return False
-            try:
+            if lane is not None and job in lane.queue:
                 lane.queue.remove(job)
-            except ValueError:
-                return False
+            elif job.future.running() or job.future.done():
+                return False  # it ran (a thread takes a job out of the queue to run it)
+            job.withdrawn = True
             return True
 
     def jobs(self, key: Hashable) -> list[Job]:

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from typing import Any, overload
 
-from ._calls import Stop, Stoppable, linked, wait
+from ._calls import Stop, Stoppable, linked
 from ._config import AgentConfig, AgentOptions
 from ._runner import TurnRunner
 from ._runtime import Runtime
@@ -214,8 +214,8 @@ class Agent:
         ``ToolContext.context``; aborts and Ctrl-C behave as for ``Session.send``.
         ``output_type`` (else the agent's): the answer is parsed into ``result.output``.
         """
-        future_stop = self._send_future(input, signal, session_id, context, output_type)
-        result: ExecutionResult = wait(*future_stop, timeout)
+        call = self._send_call(input, signal, session_id, context, output_type)
+        result: ExecutionResult = call.wait(timeout)  # queues it: Ctrl-C stops it at any point
         return result
 
     def _send_future(
@@ -225,7 +225,17 @@ class Agent:
         session_id: str | None,
         context: Any = None,
         output_type: Any = None,
-    ) -> tuple[Future[ExecutionResult], Stop]:
+    ) -> tuple[Future[ExecutionResult], Stop | None]:
+        return self._send_call(input, signal, session_id, context, output_type).queued()
+
+    def _send_call(
+        self,
+        input: Input,
+        signal: AbortSignal | None,
+        session_id: str | None,
+        context: Any = None,
+        output_type: Any = None,
+    ) -> Stoppable:
         return self._singles.submit(
             to_messages(input),
             linked(signal),
@@ -234,6 +244,7 @@ class Agent:
             approve=self.config.approve,
             context=context,
             output=self.config.output_for(output_type),
+            queue=False,
         )
 
     @overload
@@ -288,21 +299,20 @@ class Agent:
     ) -> Steps[ExecutionResult | None]:
         validate_session_id(id)
         output = self.config.output_for(output_type)
-        future, controller = self._singles.resume(id, context, output=output)
-        first: ExecutionResult | None = yield Stoppable(future, controller.abort)
-        future, controller = self._session_for(id)._resume_future(None, context, output_type)
-        second: ExecutionResult | None = yield Stoppable(future, controller.abort)
+        first: ExecutionResult | None = yield self._singles.resume(
+            id, context, output=output, queue=False
+        )
+        second: ExecutionResult | None = yield self._session_for(id)._resume_call(
+            None, context, output_type
+        )
         return second if second is not None else first
 
     def _resume_turn(self, turn: TurnKey, context: Any, output_type: Any = None) -> Stoppable:
         """Continue ``turn`` after its approval was resolved (``agent.approvals``)."""
         if turn.kind == "single":
             output = self.config.output_for(output_type)
-            future, controller = self._singles.resume(turn.key, context, output=output)
-        else:
-            session = self._session_for(turn.key)
-            future, controller = session._resume_future(None, context, output_type)
-        return Stoppable(future, controller.abort)
+            return self._singles.resume(turn.key, context, output=output, queue=False)
+        return self._session_for(turn.key)._resume_call(None, context, output_type)
 
     def _resume_stream(
         self, turn: TurnKey, context: Any, run_id: str, output_type: Any = None

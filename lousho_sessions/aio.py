@@ -103,7 +103,7 @@ async def _drive(steps: _worker.Steps[T]) -> T:
             return result
         try:
             if isinstance(step, Stoppable):  # a turn: cancelling the task stops it
-                value = await _wait(step.future, step.stop)
+                value = await _wait(*step.queued())
             elif isinstance(step, Future):
                 value = await _wait(step)
             else:  # a blocking store call with no worker Future: keep it off the loop
@@ -251,8 +251,7 @@ class AsyncSession:
     async def resume(
         self, *, signal: AbortSignal | None = None, context: Any = None, output_type: Any = None
     ) -> ExecutionResult | None:
-        future, controller = self.sync._resume_future(signal, context, output_type)
-        return await _wait(future, controller.abort)
+        return await _wait(*self.sync._resume_call(signal, context, output_type).queued())
 
     async def load(self) -> tuple[Message, ...]:
         return await _wait(self.sync._load_future())

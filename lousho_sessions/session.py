@@ -15,9 +15,10 @@ import logging
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
+from functools import partial
 from typing import Any, Literal, overload
 
-from ._calls import Stop, announced, chain, emit_to, joined_run, linked, wait
+from ._calls import Stop, Stoppable, announced, chain, emit_to, joined_run, linked, stoppable
 from ._config import Approve
 from ._durable import SessionTurns, TurnJob
 from ._inbox import Ticket
@@ -112,23 +113,28 @@ class Session(HistoryMixin, StateMixin):
         variables are seen by the turn's tools too. ``output_type`` (else the agent's):
         the answer is parsed into ``result.output`` (docs/output.md).
         """
-        future_stop = self._send_future(input, signal, context, output_type)
-        result: ExecutionResult = wait(*future_stop, timeout)
+        result: ExecutionResult = self._send_call(input, signal, context, output_type).wait(timeout)
         return result
 
     def _send_future(
         self, input: Input, signal: AbortSignal | None, context: Any = None, output_type: Any = None
     ) -> tuple[Future[ExecutionResult | None], Stop | None]:
         """Queue the turn; its Future and what stops it (None if it joined another turn)."""
+        return self._send_call(input, signal, context, output_type).queued()
+
+    def _send_call(
+        self, input: Input, signal: AbortSignal | None, context: Any = None, output_type: Any = None
+    ) -> Stoppable:
+        """The turn, queued when waited for (so Ctrl-C stops it however soon it comes)."""
         self._refuse_reentry("send")
         messages = to_messages(input)
         joined = self._join(messages)
         if joined is not None:
-            return joined, None
+            return Stoppable(joined, None)
         output = self._runner.config.output_for(output_type)
         job = self._submit_turn(messages, linked(signal), emit=None, approve=self._approve,
-                                context=context, output=output)  # fmt: skip
-        return job.future, self._stopper(job)
+                                defer=True, context=context, output=output)  # fmt: skip
+        return self._stopper(job)
 
     @overload
     def stream(self, input: Input, *, signal: AbortSignal | None = None, context: Any = None,
@@ -157,7 +163,7 @@ class Session(HistoryMixin, StateMixin):
         job = self._submit_turn(messages, controller, emit=lambda e: holder[0]._push(e),
                                 approve=None, defer=True, context=context, output=output)  # fmt: skip
         run = AgentRun(job.state.run_id, job.future, controller, join=self._joiner(job),
-                       stop=self._stopper(job))  # fmt: skip
+                       stop=self._stopper(job).stop)  # fmt: skip
         holder.append(run)
         self._workers.submit(self._key, job, owner=self.store)
         return run
@@ -172,19 +178,18 @@ class Session(HistoryMixin, StateMixin):
         Aborted (``signal``, Ctrl-C), the turn stays pending with what finished recorded
         (``result.pending``).
         """
-        future, controller = self._resume_future(signal, context, output_type)
-        result: ExecutionResult | None = wait(future, controller.abort, None)
+        result: ExecutionResult | None = self._resume_call(signal, context, output_type)()
         return result
 
-    def _resume_future(
+    def _resume_call(
         self, signal: AbortSignal | None, context: Any = None, output_type: Any = None
-    ) -> tuple[Future[ExecutionResult | None], AbortController]:
+    ) -> Stoppable:
+        """The resume, queued when waited for (so Ctrl-C stops it however soon it comes)."""
         self._refuse_reentry("resume")
         output = self._runner.config.output_for(output_type)
         controller = linked(signal)
         job = self._resume_job(controller, context, None, "", output)
-        self._workers.submit(self._key, job, owner=self.store)
-        return job.future, controller
+        return stoppable(self._workers, self._key, job, controller.abort, lambda: None, self.store)
 
     def _resume_stream(self, context: Any, run_id: str, output_type: Any = None) -> AgentRun:
         """Finish the pending turn, streamed (``approvals.resolve_stream``); streams always pause."""
@@ -293,17 +298,12 @@ class Session(HistoryMixin, StateMixin):
         emit_to(tj.emit, RunDone(tj.run_id, "aborted", result))
         return result
 
-    def _stopper(self, job: Job) -> Stop:
-        """What stops a queued turn: a turn that has not started is taken out of the queue and
-        ends "aborted" at once (even behind a turn that never ends); a running one is aborted."""
+    def _stopper(self, job: Job) -> Stoppable:
+        """The turn, to queue, and what stops it: not started, it is taken out of the queue and
+        ends "aborted" at once (even behind a turn that never ends); running, it is aborted."""
         tj: TurnJob = job.state
-
-        def stop(reason: Any) -> None:
-            tj.controller.abort(reason)
-            if self._workers.withdraw(self._key, job):
-                job.future.set_result(self._skip_turn(tj))
-
-        return stop
+        skipped = partial(self._skip_turn, tj)
+        return stoppable(self._workers, self._key, job, tj.controller.abort, skipped, self.store)
 
     def _refuse_reentry(self, call: str) -> None:
         """Refuse a call from this session's own turn (a tool or listener): it would wait for itself."""

@@ -23,6 +23,8 @@ from typing import Any
 
 import pytest
 
+from lousho_sessions._worker import Job, Workers
+
 CHILD = str(Path(__file__).with_name("interrupt_child.py"))
 READ_TIMEOUT = 20.0  # seconds; less than the 30 s an un-aborted model call holds the worker
 
@@ -30,9 +32,9 @@ READ_TIMEOUT = 20.0  # seconds; less than the 30 s an un-aborted model call hold
 class Child:
     """The child process and its stdout, read line by line on a thread (no sleeps)."""
 
-    def __init__(self, call: str) -> None:
+    def __init__(self, call: str, when: str) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, CHILD, call],
+            [sys.executable, CHILD, call, when],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -61,8 +63,8 @@ class Child:
 
 
 @contextmanager
-def child(call: str) -> Iterator[Child]:
-    c = Child(call)
+def child(call: str, when: str = "waiting") -> Iterator[Child]:
+    c = Child(call, when)
     try:
         yield c
     finally:
@@ -75,30 +77,50 @@ def child(call: str) -> Iterator[Child]:
                 pipe.close()
 
 
-@pytest.mark.parametrize("call", ["session-send", "agent-send", "session-resume", "resolve"])
+CALLS = ["session-send", "agent-send", "session-resume", "resolve"]
+
+
+@pytest.mark.parametrize("call", CALLS)
 def test_sigint_aborts_the_turn_and_raises(call: str) -> None:
     with child(call) as c:
         assert c.next() == {"at": "blocked"}  # inside the model call
         c.proc.send_signal(signal.SIGINT)
-        outcome = c.next()
-        assert outcome["at"] == "interrupted", outcome
-        # the turn was aborted, not saved: the transcript holds only the first exchange
-        assert outcome["transcript"] == ["hello", "answer to hello"]
-        # an aborted turn is dropped, checkpoint and all, unless its approved tool ran: then
-        # it stays pending, and the next send() finishes it first without running it again
-        kept = call in ("session-resume", "resolve")
-        assert outcome["pending"] is kept
-        after = c.next()  # within READ_TIMEOUT: the interrupted turn no longer holds the queue
-        assert after["at"] == "next"
-        assert after["text"] == "answer to next"
-        assert after["model_saw_abort"] is True
-        expected = ["hello", "answer to hello"]
-        if kept:
-            expected += ["delete", "", "deleted x", "answer to deleted x"]
-        if call != "agent-send":
-            expected += ["next", "answer to next"]
-        assert after["transcript"] == expected
-        assert c.proc.wait(30) == 0
+        check_interrupted(c, call)
+
+
+@pytest.mark.parametrize("call", CALLS)
+def test_sigint_just_after_the_turn_was_queued_aborts_it(call: str) -> None:
+    """Ctrl-C between queueing the turn and waiting for it (the turn already in its model
+    call, as when the OS runs the worker first on a loaded machine) stops it all the same:
+    the child raises SIGINT on its main thread as soon as the turn is queued and blocked.
+    It used to leave the turn running unwaited-for: saved, though the caller was told it was
+    interrupted, and holding the session's queue (the flaky failure of the test above)."""
+    with child(call, "queued") as c:
+        assert c.next() == {"at": "blocked"}
+        check_interrupted(c, call)
+
+
+def check_interrupted(c: Child, call: str) -> None:
+    """The call raised KeyboardInterrupt, the turn was aborted, nothing is left running."""
+    outcome = c.next()
+    assert outcome["at"] == "interrupted", outcome
+    # the turn was aborted, not saved: the transcript holds only the first exchange
+    assert outcome["transcript"] == ["hello", "answer to hello"]
+    # an aborted turn is dropped, checkpoint and all, unless its approved tool ran: then
+    # it stays pending, and the next send() finishes it first without running it again
+    kept = call in ("session-resume", "resolve")
+    assert outcome["pending"] is kept
+    after = c.next()  # within READ_TIMEOUT: the interrupted turn no longer holds the queue
+    assert after["at"] == "next"
+    assert after["text"] == "answer to next"
+    assert after["model_saw_abort"] is True
+    expected = ["hello", "answer to hello"]
+    if kept:
+        expected += ["delete", "", "deleted x", "answer to deleted x"]
+    if call != "agent-send":
+        expected += ["next", "answer to next"]
+    assert after["transcript"] == expected
+    assert c.proc.wait(30) == 0
 
 
 def test_sigint_after_the_turn_was_saved_returns_its_result() -> None:
@@ -116,3 +138,19 @@ def test_sigint_after_the_turn_was_saved_returns_its_result() -> None:
         after = c.next()
         assert after["text"] == "answer to next" and len(after["transcript"]) == 6
         assert c.proc.wait(30) == 0
+
+
+def test_a_job_never_queued_is_withdrawn_once() -> None:
+    """A Ctrl-C inside ``submit`` before the job was queued: the call's stop withdraws it (and
+    settles its Future), so the call does not wait for a job no thread will ever run."""
+    workers = Workers()
+    try:
+        never = Job(lambda job: "ran")
+        assert workers.withdraw("k", never) is True
+        assert workers.withdraw("k", never) is False  # once: its Future is settled once
+        ran = Job(lambda job: "ran")
+        workers.submit("k", ran)
+        assert ran.future.result(10) == "ran"
+        assert workers.withdraw("k", ran) is False  # it ran
+    finally:
+        assert workers.close(10)
