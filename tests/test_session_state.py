@@ -274,7 +274,6 @@ def test_an_agent_without_a_checkpoint_store_keeps_state_too() -> None:
 
 @pytest.mark.parametrize("kind", ["sqlite", "files"])
 def test_state_is_sealed_when_the_store_encrypts(kind: str, tmp_path: Path) -> None:
-    pytest.importorskip("cryptography")
     from lousho_sessions import file_store
     from lousho_sessions.sqlite import SqliteStore
 
