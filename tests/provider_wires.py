@@ -141,3 +141,8 @@ def fail(provider: HttpProvider, req: ModelRequest | None = None) -> ProviderErr
     with pytest.raises(ProviderError) as caught:
         run(provider, req)
     return caught.value
+
+
+#: The wires whose tool-call arguments arrive as JSON text (so may be malformed); Gemini
+#: sends them as a JSON object.
+TEXT_ARGUMENT_WIRES = [WIRES[kind] for kind in sorted(WIRES) if kind != "gemini"]

@@ -20,6 +20,7 @@ from provider_server import JSONReply, ProviderServer, SSEReply, StallReply, sse
 from provider_wires import (
     FAST,
     KEY,
+    TEXT_ARGUMENT_WIRES,
     HttpProvider,
     Wire,
     fail,
@@ -224,11 +225,10 @@ def test_malformed_json_in_an_event(
     assert error.request_id == "req_0001"
 
 
+@pytest.mark.parametrize("wire", TEXT_ARGUMENT_WIRES, ids=lambda w: w.kind)
 def test_malformed_tool_arguments(
     wire: Wire, server: ProviderServer, make: Callable[..., HttpProvider]
 ) -> None:
-    if wire.kind == "gemini":
-        pytest.skip("Gemini sends arguments as a JSON object: they cannot be malformed text")
     server.reply(wire.sse("bad_arguments"))
     _, response = run(make())  # not an error: the turn answers the call (test_tool_malformed.py)
     (call,) = response.message.tool_calls

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 from provider_server import JSONReply, ProviderServer, SSEReply
-from provider_wires import KEY, HttpProvider, Wire, fail, run
+from provider_wires import KEY, TEXT_ARGUMENT_WIRES, HttpProvider, Wire, fail, run
 
 from lousho_sessions import create_agent, tool
 from lousho_sessions._turn import MAX_MALFORMED_TOOL_CALLS
@@ -173,6 +173,7 @@ def test_a_key_cut_by_the_excerpt_is_still_masked(
     _leaks_nothing(error, debug_logs)
 
 
+@pytest.mark.parametrize("wire", TEXT_ARGUMENT_WIRES, ids=lambda w: w.kind)
 def test_tool_arguments_that_are_not_json(
     wire: Wire,
     server: ProviderServer,
@@ -181,8 +182,6 @@ def test_tool_arguments_that_are_not_json(
 ) -> None:
     """The text is kept for the model to see, scrubbed: in the transcript, the error
     result, the events, the next request and the error at the malformed-call limit."""
-    if wire.kind == "gemini":
-        pytest.skip("Gemini sends arguments as a JSON object: they cannot be malformed text")
     texts = [
         _bad_arguments(wire, '{"city": "' + KEY),
         _bad_arguments(wire, '{"city": ' + repr(KEY) + "}"),  # the key in another spelling
