@@ -26,8 +26,9 @@ from .inputs import Input, to_messages
 from .messages import Message
 from .results import ExecutionResult
 from .run import AgentRun
+from .stores._history_requests import fork_with_state
 from .stores._summaries import SessionInfo
-from .stores.base import ForkRequest, RewindRequest, SaveState, validate_session_id
+from .stores.base import RewindRequest, validate_session_id
 
 if TYPE_CHECKING:
     from ._durable import SessionTurns
@@ -73,14 +74,6 @@ def cancel_approval(approvals: Any, approval_id: str, reason: str) -> None:
     }
     approvals.delete(approval_id)
     approvals.create(cancelled)
-
-
-def copy_state(store: Any, source: str, new_id: str, checkpoints: Any) -> None:
-    """Give the fork ``new_id`` the state of ``source`` (after the fork's write, under the
-    source's lease; a crash between leaves the fork without state)."""
-    state, version = store.load_state(source, checkpoints)
-    if version:
-        store.save_state(SaveState(new_id, state, None, None, checkpoints))
 
 
 def drop_rewound_turn(turns: SessionTurns, fence: int | None) -> None:
@@ -278,8 +271,7 @@ class HistoryMixin:
             with t.turn_lock():
                 t.sync()
                 keep = len(t.messages) if at is None else point_of(self._me.id, t.messages, at)
-                t.store.fork(ForkRequest(self._me.id, new_id, keep))
-                copy_state(t.store, self._me.id, new_id, self._me._turns.state_store)
+                fork_with_state(t.store, self._me.id, new_id, keep, self._me._turns.state_store)
             make: Any = type(self)
             made: _S = make(
                 self._me._runner,

@@ -13,7 +13,8 @@ from typing import Any
 
 from ..errors import SessionBusyError, StoreConflictError
 from ..messages import Usage
-from ..stores.base import ForkRequest, is_session_id
+from ..stores._history_requests import fork_with_state
+from ..stores.base import is_session_id
 from ..usage_totals import USAGE_FIELDS
 from ._context import Context
 from ._data import EXPORT_FORMAT, dump_session, session_ids, turn_rows
@@ -299,7 +300,7 @@ def fork_session(ctx: Context) -> int:
         raise CommandError(f"session {source!r} is busy: a turn holds it ({exc})") from exc
     try:
         keep = _fork_point(ctx, source, ctx.args.at)
-        done = parts.sessions.fork(ForkRequest(source, new_id, keep))
+        done = fork_with_state(parts.sessions, source, new_id, keep, parts.checkpoints)
     except StoreConflictError as exc:
         raise CommandError(str(exc)) from exc
     finally:

@@ -3,7 +3,8 @@
 A rewind rewrites ``<id>.json`` with the kept messages under the file's write lock (fenced
 like an append, compare-and-set on the length); the new random revision token makes
 every revision read before it stale. A fork writes ``<new id>.json`` under that file's
-write lock, refused if it exists, with an ``origin`` naming the parent and fork point.
+write lock, refused if it exists, with an ``origin`` naming the parent and fork point, then
+(asked to) the state (``copy_state``: the state record is a checkpoint file of its own).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from ._history_requests import (
     RewindRequest,
     Rewound,
     check_keep,
+    copy_state,
     exists_error,
     missing_error,
 )
@@ -79,6 +81,7 @@ def file_fork(store: Any, request: ForkRequest) -> Forked:
             )
             body = ",".join(texts)
         revision = store._write(request.new_id, new_path, body, keep, origin)
+    copy_state(store, request)  # a file of its own: written after (a crash between: none)
     return Forked(keep, revision)
 
 

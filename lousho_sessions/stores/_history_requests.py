@@ -7,10 +7,12 @@ kept in a module of its own:
   first ``keep`` messages of ``id`` and drop the rest, fenced like an append and
   compare-and-set on the stored length; the revision changes so that no reader takes the
   shorter transcript for the old one plus appends (``load_since`` answers ``None``).
-* ``fork(ForkRequest(source, new_id, keep=)) -> Forked``: create ``new_id`` holding the
-  first ``keep`` messages of ``source`` (``None``: all), refused with
-  ``SessionExistsError`` when ``new_id`` is stored; the new session's ``info()`` names
-  its ``parent`` and ``fork_point`` where the store keeps session metadata.
+* ``fork(ForkRequest(source, new_id, keep=, state=, checkpoints=)) -> Forked``: create
+  ``new_id`` holding the first ``keep`` messages of ``source`` (``None``: all), refused
+  with ``SessionExistsError`` when ``new_id`` is stored; the new session's ``info()``
+  names its ``parent`` and ``fork_point`` where the store keeps session metadata. With
+  ``state``, the new session gets the source's state too (``load_state``/``save_state``,
+  kept where ``checkpoints`` says), in the same write where the store can.
 
 The defaults are built from ``load``/``save`` (the rewind with the fence check and the
 length compare-and-set under the lock of ``append``'s default, so atomic within one
@@ -28,8 +30,19 @@ import attrs
 from ..errors import SessionExistsError, StoreConflictError
 from ..messages import Message
 from ._checks import validate_session_id
+from ._state_requests import SaveState
 
-__all__ = ["ForkRequest", "Forked", "HistoryVerbs", "RewindRequest", "Rewound", "check_keep"]
+__all__ = [
+    "ForkRequest",
+    "Forked",
+    "HistoryVerbs",
+    "RewindRequest",
+    "Rewound",
+    "check_keep",
+    "copy_state",
+    "fork_with_state",
+    "forks_state",
+]
 
 
 def _non_negative(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
@@ -67,11 +80,20 @@ class Rewound:
 @attrs.frozen
 class ForkRequest:
     """What ``fork`` is asked: a new session ``new_id`` holding the first ``keep`` messages of
-    ``source`` (``None``: all of them)."""
+    ``source`` (``None``: all of them).
+
+    ``state``: the new session gets the source's state too: ``load_state(new_id)`` then
+    answers the source's state, at a version newer than any ``new_id`` had (a source with
+    no state stored copies none). ``checkpoints``: where the state is kept, as
+    ``SaveState.checkpoints`` (a ``BaseCheckpointStore``, or ``None``: the store object).
+    """
 
     source: str = attrs.field(converter=validate_session_id)
     new_id: str = attrs.field(converter=validate_session_id)
     keep: int | None = attrs.field(default=None, validator=_non_negative)
+    state: bool = False
+    #: a ``BaseCheckpointStore`` (typed loosely: ``base`` imports this module)
+    checkpoints: Any = None
 
     def __attrs_post_init__(self) -> None:
         if self.source == self.new_id:
@@ -96,6 +118,40 @@ def check_keep(id: str, keep: int | None, length: int, where: str = "") -> int:
             f"session {id!r}{at}: cannot keep {keep} messages, it holds {length}"
         )
     return keep
+
+
+def copy_state(store: Any, request: ForkRequest) -> None:
+    """The default's copy of a fork's state (``request.state``), after its messages: the
+    source's state saved as the new session's (``save_state``, under no fence: nobody knows
+    the new id yet); none stored, nothing written. ``store`` is a ``BaseSessionStore``."""
+    if not request.state:
+        return
+    state, version = store.load_state(request.source, request.checkpoints)
+    if version:
+        store.save_state(SaveState(request.new_id, state, None, None, request.checkpoints))
+
+
+def fork_with_state(
+    store: Any, source: str, new_id: str, keep: int | None, checkpoints: Any
+) -> Forked:
+    """``store.fork`` of ``source`` into ``new_id`` (its first ``keep`` messages) with its
+    state, kept in ``checkpoints`` (as ``SaveState.checkpoints``): in the fork's write where the
+    store copies it (``forks_state``), else just after it (``copy_state``; a crash between
+    leaves the fork without state). ``store`` is a ``BaseSessionStore``."""
+    request = ForkRequest(source, new_id, keep, state=True, checkpoints=checkpoints)
+    if forks_state(store):
+        forked: Forked = store.fork(request)
+        return forked
+    forked = store.fork(ForkRequest(source, new_id, keep))
+    copy_state(store, request)
+    return forked
+
+
+def forks_state(store: object) -> bool:
+    """Whether ``store.fork`` copies the state when asked (``ForkRequest.state``): the default
+    does, and a store overriding it that declares ``forks_state = True``."""
+    method = getattr(type(store), "fork", None)
+    return method is HistoryVerbs.fork or bool(getattr(store, "forks_state", False))
 
 
 def exists_error(new_id: str, where: str = "") -> SessionExistsError:
@@ -153,7 +209,8 @@ class HistoryVerbs:
         ``source`` is not stored or holds fewer than ``keep``. The default loads the source
         and saves the new session under this object's write lock: it keeps no metadata
         (``info(new_id).parent`` is ``None``) and excludes other processes only where
-        ``save`` does.
+        ``save`` does; then it copies the state (``copy_state``: a crash between leaves the
+        fork without it).
         """
         leases = self._local_leases()  # type: ignore[attr-defined]
         with leases.write_lock:
@@ -164,4 +221,5 @@ class HistoryVerbs:
                 raise missing_error(request.source)
             keep = check_keep(request.source, request.keep, len(stored))
             self.save(request.new_id, stored[:keep])
+        copy_state(self, request)
         return Forked(keep, self.revision(request.new_id))

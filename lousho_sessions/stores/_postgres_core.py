@@ -244,7 +244,10 @@ class PgCore:
                     conn,
                     f"WITH old AS (DELETE FROM {{s}}.sessions s WHERE updated_at <= {cutoff} "
                     f"AND NOT EXISTS ({live_session}) RETURNING id), "
-                    "m AS (DELETE FROM {s}.messages WHERE session_id IN (SELECT id FROM old)) "
+                    "m AS (DELETE FROM {s}.messages WHERE session_id IN (SELECT id FROM old)), "
+                    # the sessions' state records (a checkpoint prune keeps them)
+                    "st AS (DELETE FROM {s}.checkpoints "
+                    "WHERE turn_id IN (SELECT id || '.state' FROM old)) "
                     "SELECT count(*) FROM old",
                     params,
                 ).fetchone()[0]

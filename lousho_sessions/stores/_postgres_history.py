@@ -4,7 +4,10 @@ A rewind checks the fence (the lease row ``FOR SHARE``, as every fenced write) a
 length (the session row ``FOR UPDATE``), then deletes the tail rows and writes the new
 length and a new random revision in one statement. A fork inserts the new session's row
 (``ON CONFLICT DO NOTHING``: an existing id is refused, also against a concurrent fork)
-and copies the kept rows server-side with one ``INSERT ... SELECT``.
+and copies the kept rows server-side with one ``INSERT ... SELECT``; asked to, it copies
+the source's state record (``<id>.state`` in the checkpoints table, ``state_versioned`` of
+schema v5) in that statement too. On an encrypting store the copied records are sealed
+again for the new session in the same transaction.
 """
 
 from __future__ import annotations
@@ -19,10 +22,13 @@ from ._history_requests import (
     RewindRequest,
     Rewound,
     check_keep,
+    copy_state,
     exists_error,
     missing_error,
 )
 from ._postgres_core import FENCED
+from ._postgres_records import PostgresCheckpointStore
+from ._state_requests import state_key, state_record, state_text
 
 __all__ = ["postgres_fork", "postgres_rewind"]
 
@@ -71,7 +77,13 @@ _FORK_WRITE = (
     "copied AS (INSERT INTO {s}.messages (session_id, seq, body) "
     "SELECT %(new)s, seq, body FROM {s}.messages "
     "WHERE session_id = %(src)s AND seq < %(keep)s AND EXISTS (SELECT 1 FROM row) "
-    "ON CONFLICT (session_id, seq) DO UPDATE SET body = excluded.body) "
+    "ON CONFLICT (session_id, seq) DO UPDATE SET body = excluded.body), "
+    # the source's state (asked for: %(state)s), at the version after the new id's
+    "st AS (INSERT INTO {s}.checkpoints AS c (turn_id, body, updated_at) "
+    "SELECT %(new)s || '.state', {s}.state_versioned(f.body, 1), now() "
+    "FROM {s}.checkpoints f WHERE f.turn_id = %(src)s || '.state' AND %(state)s "
+    "AND EXISTS (SELECT 1 FROM row) ON CONFLICT (turn_id) DO UPDATE SET updated_at = now(), "
+    "body = {s}.state_versioned(excluded.body, coalesce((c.body->>'version')::bigint, 0) + 1)) "
     "SELECT EXISTS (SELECT 1 FROM row)"
 )
 
@@ -79,7 +91,11 @@ _FORK_WRITE = (
 def postgres_fork(part: Any, request: ForkRequest) -> Forked:
     store, source, new_id = part.store, request.source, request.new_id
     revision = secrets.randbits(63)
-    params = {"src": source, "new": new_id, "rev": revision}
+    here = isinstance(request.checkpoints, PostgresCheckpointStore) and (
+        request.checkpoints.store is store
+    )
+    state = request.state and here
+    params = {"src": source, "new": new_id, "rev": revision, "state": state}
     with store.transaction() as conn:
         length, taken = store.run(conn, _FORK_ROW, params).fetchone()
         if taken:
@@ -106,4 +122,28 @@ def postgres_fork(part: Any, request: ForkRequest) -> Forked:
                     "WHERE session_id = %(new)s AND seq = %(seq)s",
                     {"new": new_id, "seq": seq, "body": body},
                 )
+            if state:
+                _reseal_state(store, conn, source, new_id)
+    if request.state and not here:
+        copy_state(part, request)
     return Forked(keep, revision)
+
+
+def _reseal_state(store: Any, conn: Any, source: str, new_id: str) -> None:
+    """In the fork's transaction: the new session's copy of the source's state (the fork
+    statement wrote it bound to the source, at its new version) sealed again for it."""
+    rows = store.run(
+        conn, "SELECT body::text FROM {s}.checkpoints WHERE turn_id = %(key)s",
+        {"key": state_key(source)},
+    ).fetchall()  # fmt: skip
+    if not rows:
+        return  # none copied
+    what = f"{store.where}: the state of session {source!r}"
+    record = store.sealing.record("checkpoint", source, rows[0][0], source=what)
+    state, _ = state_record(source, record)
+    store.run(
+        conn,
+        "UPDATE {s}.checkpoints SET body = {s}.state_versioned(%(body)s::json, "
+        "(body->>'version')::bigint) WHERE turn_id = %(key)s",
+        {"key": state_key(new_id), "body": state_text(store.sealing, new_id, state)},
+    )

@@ -15,6 +15,7 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from ..errors import SchemaVersionError
+from ._postgres_state_sql import STATE_MIGRATION
 
 if TYPE_CHECKING:
     import psycopg
@@ -300,6 +301,7 @@ $$""",
         "4: sessions name the session they were forked from and the fork point",
         ("ALTER TABLE {s}.sessions ADD COLUMN parent text, ADD COLUMN fork_point integer",),
     ),
+    STATE_MIGRATION,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -3,7 +3,9 @@
 An append is one call of the schema's ``append_turn`` function (schema v3; PL/pgSQL, so
 the server keeps its plans without client-side prepared statements): it checks
 the lease's fence and the stored length and inserts the new rows; a turn's commit
-(``commit_turn``) deletes the turn's checkpoints in that same transaction.
+(``commit_turn``) deletes the turn's checkpoints in that same transaction, and one that
+changed the session's state calls ``commit_turn`` (schema v5) instead, which writes the
+state record (``<id>.state`` in the checkpoints table) in it too.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from ._postgres_history import postgres_fork, postgres_rewind
 from ._postgres_lease import PostgresLease
 from ._postgres_records import PostgresCheckpointStore
 from ._sealing import Sealing
+from ._state_requests import check_state, state_text
 from ._turn_requests import CommitTurn, ReadAhead, TakenTurn, TakeTurn
 from ._waiting import waiting_for_lease
 from .base import (
@@ -53,6 +56,9 @@ class PostgresSessionStore(PgPart, BaseSessionStore):
 
     lock_scope: LockScope = "cluster"
     saves_start_checkpoint = True
+    commits_state = True
+    forks_state = True
+    prunes_state = True
     store: PgCore
 
     def load(self, id: str) -> list[Message] | None:
@@ -111,10 +117,11 @@ class PostgresSessionStore(PgPart, BaseSessionStore):
         self._append(id, messages, expected_length, fence, ())
 
     def commit_turn(self, request: CommitTurn) -> object | None:
-        """Append the turn and delete its checkpoints in one statement (one transaction) when
-        ``checkpoints`` is this store's, freeing the lease ``release`` in it too (and waking
-        a waiter) when it is this store's lease on ``id`` with fence ``fence``: its renewals
-        stop first; a refused write frees nothing and they go on. Returns the new revision."""
+        """Append the turn, store its state (``request.state``) and delete its checkpoints in
+        one statement (one transaction) when ``checkpoints`` is this store's, freeing the
+        lease ``release`` in it too (and waking a waiter) when it is this store's lease on
+        ``id`` with fence ``fence``: its renewals stop first; a refused write frees nothing
+        and they go on. Returns the new revision."""
         id, checkpoints, fence, lease = (
             request.id, request.checkpoints, request.fence, request.release,
         )  # fmt: skip
@@ -123,6 +130,10 @@ class PostgresSessionStore(PgPart, BaseSessionStore):
         ):
             return super().commit_turn(request)
         messages, expected, delete = request.messages, request.expected_length, request.delete
+        state = None
+        if request.state is not None:
+            owner = f"session {validate_session_id(id)!r}"
+            state = state_text(self.store.sealing, id, check_state(owner, request.state))
         if not (
             isinstance(lease, PostgresLease)
             and lease.owner is self.store
@@ -131,9 +142,9 @@ class PostgresSessionStore(PgPart, BaseSessionStore):
             and lease.fence == fence
             and not lease.lost
         ):
-            return self._append(id, messages, expected, fence, delete)
+            return self._append(id, messages, expected, fence, delete, state=state)
         return lease.freed_by(
-            lambda: self._append(id, messages, expected, fence, delete, release=True)
+            lambda: self._append(id, messages, expected, fence, delete, release=True, state=state)
         )
 
     def _append(
@@ -145,29 +156,31 @@ class PostgresSessionStore(PgPart, BaseSessionStore):
         delete: Sequence[str],
         *,
         release: bool = False,
+        state: str | None = None,
     ) -> int:
-        """The fenced, length-checked append, deleting the checkpoints ``delete`` if it lands."""
+        """The fenced, length-checked append, deleting the checkpoints ``delete`` and writing
+        the state record ``state`` (a ``state_text``: ``commit_turn`` of schema v5) if it lands."""
         validate_session_id(id)
         bodies = "[" + ",".join(_bodies(self.store.sealing, id, messages)) + "]"
         # turn ids are [A-Za-z0-9_.-]: an array literal needs no quoting of them
         keys = "{" + ",".join(validate_turn_id(key) for key in delete) + "}"
         revision = secrets.randbits(63)
         fence = self.store.effective_fence(id, fence)
+        params = [
+            id,
+            None if fence is None else str(fence),
+            str(expected_length),
+            str(revision),
+            bodies,
+            keys,
+            # the store's NOTIFY channel: also free the lease of ``fence``
+            self.store._channel if release else None,
+        ]
         try:
-            row = self.store.call(
-                "SELECT * FROM {s}.append_turn($1, $2::bigint, $3::integer, $4::bigint, "
-                "$5::json, $6::text[], $7)",
-                [
-                    id,
-                    None if fence is None else str(fence),
-                    str(expected_length),
-                    str(revision),
-                    bodies,
-                    keys,
-                    # the store's NOTIFY channel: also free the lease of ``fence``
-                    self.store._channel if release else None,
-                ],
-            )
+            if state is None:
+                row = self.store.call(_APPEND_TURN, params)
+            else:
+                row = self.store.call(_COMMIT_TURN, [*params, state])
         except StoreError as exc:
             if not _reply_lost(exc) or not self._landed(id, messages, expected_length, exc):
                 raise
@@ -252,7 +265,8 @@ class PostgresSessionStore(PgPart, BaseSessionStore):
         return postgres_rewind(self, request)
 
     def fork(self, request: ForkRequest) -> Forked:
-        """The new session's row and one ``INSERT ... SELECT`` of the kept rows: one transaction."""
+        """The new session's row, one ``INSERT ... SELECT`` of the kept rows and (asked for,
+        and kept in this store) the state record: one transaction."""
         return postgres_fork(self, request)
 
     def usage(self, id: str) -> Usage | None:
@@ -321,8 +335,21 @@ class PostgresSessionStore(PgPart, BaseSessionStore):
         return {row[0] for row in rows}
 
     def prune(self, older_than: timedelta | float) -> PruneResult:
-        """Delete the sessions not updated within ``older_than`` (seconds or a ``timedelta``)."""
+        """Delete the sessions not updated within ``older_than`` (seconds or a ``timedelta``)
+        and their state."""
         return self.store.prune_parts(older_than, checkpoints=False, approvals=False)
+
+
+#: a turn's commit (schema v3)
+_APPEND_TURN = (
+    "SELECT * FROM {s}.append_turn($1, $2::bigint, $3::integer, $4::bigint, $5::json, "
+    "$6::text[], $7)"
+)
+#: a turn's commit with the state it changed (schema v5)
+_COMMIT_TURN = (
+    "SELECT * FROM {s}.commit_turn($1, $2::bigint, $3::integer, $4::bigint, $5::json, "
+    "$6::text[], $7, $8::json)"
+)
 
 
 def _reply_lost(error: StoreError) -> bool:

@@ -276,6 +276,11 @@ class RedisConnection:
 
 def _history_scripts() -> list[tuple[str, str]]:
     """The scripts of ``rewind`` and ``fork`` (``_redis_history``), registered with the rest."""
-    from ._redis_history_scripts import FORK, REWIND
+    from ._redis_history_scripts import FORK, FORK_READ, FORK_SEALED, REWIND
 
-    return [("REWIND", REWIND), ("FORK", FORK)]
+    return [
+        ("REWIND", REWIND),
+        ("FORK", FORK),
+        ("FORK_READ", FORK_READ),
+        ("FORK_SEALED", FORK_SEALED),
+    ]

@@ -3,9 +3,11 @@
 ``REWIND`` checks the fence and the length, trims the messages list to the kept ones
 (``LTRIM``) and writes the new length and revision, in one script on the session's slot.
 ``FORK`` runs on the keys of both sessions: it refuses an existing new id, copies the kept
-messages server-side and writes the new session's ``meta`` naming its ``parent`` and
-``fork_point``. On Redis Cluster two sessions may live in two slots, which no script may
-span: there ``fork`` takes the contract's default (read, then a create-only write).
+messages (and, asked to, the state record) server-side and writes the new session's
+``meta`` naming its ``parent`` and ``fork_point``. An encrypting store seals the copies
+again for the new session first (``FORK_READ``, then ``FORK_SEALED``: still one write).
+On Redis Cluster two sessions may live in two slots, which no script may span: there
+``fork`` takes the contract's default (read, then a create-only write).
 """
 
 from __future__ import annotations
@@ -20,15 +22,18 @@ from ._history_requests import (
     RewindRequest,
     Rewound,
     check_keep,
+    copy_state,
     exists_error,
     missing_error,
 )
 from ._redis_base import text
 from ._redis_history_scripts import FORK, REWIND
+from ._redis_records import RedisCheckpointStore
+from ._state_requests import state_record, state_text
 from ._summaries import SessionInfo
 from .base import validate_session_id
 
-__all__ = ["FORK", "REWIND", "redis_fork", "redis_info", "redis_rewind"]
+__all__ = ["FORK", "FORK_TRIES", "REWIND", "redis_fork", "redis_info", "redis_rewind"]
 
 
 def redis_rewind(part: Any, request: RewindRequest) -> Rewound:
@@ -66,43 +71,93 @@ def redis_rewind(part: Any, request: RewindRequest) -> Rewound:
 
 def redis_fork(part: Any, request: ForkRequest) -> Forked:
     store, source, new_id = part.store, request.source, request.new_id
-    revision = secrets.token_hex(8)
-    reply = store.run_on(
-        "FORK",
-        [*store.session_keys(source), *store.session_keys(new_id)],
-        "" if request.keep is None else str(request.keep),
-        revision,
-        source,
-        store.ttl_arg(new_id),
-        what=f"fork {source!r} into {new_id!r}",
+    here = isinstance(request.checkpoints, RedisCheckpointStore) and (
+        request.checkpoints.store is store
     )
+    if store.sealing.enabled:
+        kept = _fork_sealed(part, request, request.state and here)
+    else:
+        revision = secrets.token_hex(8)
+        reply = store.run_on(
+            "FORK",
+            [*store.session_keys(source), *store.session_keys(new_id)],
+            "" if request.keep is None else str(request.keep),
+            revision,
+            source,
+            store.ttl_arg(new_id),
+            new_id,
+            "1" if request.state and here else "",
+            what=f"fork {source!r} into {new_id!r}",
+        )
+        kept = Forked(int(_fork_outcome(store, request, reply)), revision)
+    if request.state and not here:
+        copy_state(part, request)
+    return kept
+
+
+def _fork_outcome(store: Any, request: ForkRequest, reply: Any) -> Any:
+    """The second item of a fork script's reply when it is ``'ok'``; else its error."""
     outcome = text(reply[0], source="fork")
     if outcome == "exists":
-        raise exists_error(new_id, store.where)
+        raise exists_error(request.new_id, store.where)
     if outcome == "missing":
-        raise missing_error(source, store.where)
+        raise missing_error(request.source, store.where)
     if outcome == "short":
-        check_keep(source, request.keep, int(reply[1]), store.where)
-    if store.sealing.enabled:
-        _reseal_fork(part, source, new_id)
-    return Forked(int(reply[1]), revision)
+        check_keep(request.source, request.keep, int(reply[1]), store.where)
+    if outcome != "ok":
+        raise StoreCorruptError(f"{store.where}: fork: unexpected reply {outcome!r}")
+    return reply[1]
 
 
-def _reseal_fork(part: Any, source: str, new_id: str) -> None:
-    """The forked messages sealed again for ``new_id`` (a record is bound to its session):
-    each swapped by a compare-and-set right after the fork script, before anyone else
-    knows the new id."""
-    from ._rotation import _REDIS_SWAP
+#: How often an encrypting store's fork reads its source again when it changed meanwhile.
+FORK_TRIES = 5
 
-    store = part.store
-    key = store.key(new_id, "messages")
-    with store.call(f"seal the fork {new_id!r}") as client:
-        items = [text(v, source=key) for v in client.lrange(key, 0, -1)]
-        texts = store.sealing.forked_texts(source, new_id, items, where=store.where)
-        swap = client.register_script(_REDIS_SWAP)
-        for i, (old, new) in enumerate(zip(items, texts, strict=True)):
-            if new != old:
-                swap(keys=[key], args=["list", old, new, str(i)], client=client)
+
+def _fork_sealed(part: Any, request: ForkRequest, state: bool) -> Forked:
+    """The fork of an encrypting store: its records are bound to their session, so the client
+    reads the source (``FORK_READ``), seals each copy again for the new session and writes
+    them all with one script (``FORK_SEALED``), which refuses an existing new id and a source
+    written since the read (then read again): the new session is whole or absent."""
+    store, source, new_id = part.store, request.source, request.new_id
+    keys = [*store.session_keys(source), *store.session_keys(new_id)]
+    what = f"fork {source!r} into {new_id!r}"
+    keep = "" if request.keep is None else str(request.keep)
+    for _ in range(FORK_TRIES):
+        reply = store.run_on("FORK_READ", keys, keep, "1" if state else "", what=what)
+        _fork_outcome(store, request, reply)
+        revision_read, items, record = reply[1], reply[2], reply[3]
+        where = f"{store.where}: session {source!r}"
+        texts = store.sealing.forked_texts(
+            source, new_id, [text(v, source=where) for v in items], where=store.where
+        )
+        version, new_state = "", ""
+        if record is not None:
+            opened, version_read = state_record(
+                source, store.sealing.record("checkpoint", source, record, source=where)
+            )
+            version, new_state = str(version_read), state_text(store.sealing, new_id, opened)
+        elif state:
+            version = "0"  # none stored: still none at the write
+        revision = secrets.token_hex(8)
+        reply = store.run_on(
+            "FORK_SEALED",
+            keys,
+            "" if revision_read is None else text(revision_read, source=where),
+            version,
+            revision,
+            source,
+            store.ttl_arg(new_id),
+            new_id,
+            new_state,
+            *texts,
+            what=what,
+        )
+        if text(reply[0], source="fork") != "changed":
+            return Forked(int(_fork_outcome(store, request, reply)), revision)
+    raise StoreConflictError(
+        f"cannot fork session {source!r} ({store.where}): it changed {FORK_TRIES} times "
+        "while its records were sealed again for the new session"
+    )
 
 
 def redis_info(part: Any, id: str) -> SessionInfo | None:

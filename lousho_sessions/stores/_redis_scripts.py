@@ -11,6 +11,11 @@ sets the TTL on the session's keys only when no lease is live, no checkpoint
 (an unfinished durable turn) and no pending approval is kept; otherwise it
 removes any TTL. So expiry is decided in the same script as the write, never
 afterwards, and a session whose turn is running never expires.
+
+A session's state is the ``<id>.state`` field of its ``checkpoints`` hash (``STATE``, the
+store contract's default place): ``{"state": ..., "version": n}``, the version last and
+in clear. It is no checkpoint: it neither makes a turn pending nor keeps the session
+from expiring (it expires with the session).
 """
 
 from __future__ import annotations
@@ -76,6 +81,35 @@ local function take(now)
     'until', fmt(now + tonumber(ARGV[2]) * 1000))
   return fence
 end
+-- the session's state field of CPS: its id (the key's hash tag) and '.state'
+local STATE = string.match(KEYS[1], '{([^}]*)}') .. '.state'
+-- how many checkpoints the session has: its state record is none
+local function checkpoint_count()
+  local n = redis.call('HLEN', CPS)
+  if n > 0 and redis.call('HEXISTS', CPS, STATE) == 1 then n = n - 1 end
+  return n
+end
+-- the version of a state record (false: none stored): its last field, as stores write it
+local function state_version(record)
+  if not record then return 0 end
+  local version = string.match(record, ',"version":(%d+)}$')
+  if version then return tonumber(version) end
+  local ok, data = pcall(cjson.decode, record)
+  if ok and type(data) == 'table' then return tonumber(data['version']) or 0 end
+  return 0
+end
+-- the state record text ``record`` (with or without its version) at ``version``
+local function versioned(record, version)
+  local head = string.match(record, '^(.*),"version":%d+}$') or string.sub(record, 1, -2)
+  return head .. ',"version":' .. fmt(version) .. '}'
+end
+-- write the state record ``record`` as the state of CPS's field ``field`` (times in
+-- ``times``), at the version after the stored one
+local function save_state(cps, times, field, record, now)
+  local version = state_version(redis.call('HGET', cps, field)) + 1
+  redis.call('HSET', cps, field, versioned(record, version))
+  redis.call('HSET', times, field, fmt(now))
+end
 local function fence_ok(fence)
   if fence == '' then return true end
   local latest = redis.call('HGET', LEASE, 'fence')
@@ -83,7 +117,7 @@ local function fence_ok(fence)
 end
 local function settle(now, ttl_ms)
   if ttl_ms == '' then return end
-  local busy = live(now) or redis.call('HLEN', CPS) > 0
+  local busy = live(now) or checkpoint_count() > 0
   if not busy then
     for _, state in ipairs(redis.call('HVALS', AP_STATES)) do
       if state == 'pending' then busy = true break end
@@ -112,7 +146,7 @@ local now = now_us()
 local fence, left = take(now)
 if not fence then return {0, fmt(left)} end
 settle(now, ARGV[3])
-return {1, fmt(fence), redis.call('HGET', META, 'revision'), redis.call('HLEN', CPS)}
+return {1, fmt(fence), redis.call('HGET', META, 'revision'), checkpoint_count()}
 """)
 
 #: ``ACQUIRE``, also saving a new turn's first checkpoint with the lease when the session
@@ -125,7 +159,7 @@ local now = now_us()
 local fence, left = take(now)
 if not fence then return {0, fmt(left)} end
 local revision = redis.call('HGET', META, 'revision')
-local checkpoints = redis.call('HLEN', CPS)
+local checkpoints = checkpoint_count()
 local saved = 0
 if checkpoints == 0 and (revision or '') == ARGV[5] then
   redis.call('HSET', CPS, ARGV[4], '{"fence":' .. fmt(fence) .. ',' .. string.sub(ARGV[6], 2))
@@ -163,9 +197,10 @@ return 0
 """)
 
 #: ARGV: expected length, fence or '', revision, session ttl, holder token of the lease to
-#: release with this write or '', n, n checkpoint turn ids to delete (a turn's commit),
-#: messages... -> {'ok', released 1|0} | {'lease-lost', latest} | {'conflict', length}
-#: | {'corrupt', list length}
+#: release with this write or '', the session's new state record without its version (a
+#: turn's commit that changed it) or '', n, n checkpoint turn ids to delete (a turn's
+#: commit), messages... -> {'ok', released 1|0} | {'lease-lost', latest}
+#: | {'conflict', length} | {'corrupt', list length}
 APPEND = _script("""
 local now = now_us()
 if not fence_ok(ARGV[2]) then return {'lease-lost', redis.call('HGET', LEASE, 'fence')} end
@@ -173,13 +208,14 @@ local length = tonumber(redis.call('HGET', META, 'length') or '0')
 if length ~= tonumber(ARGV[1]) then return {'conflict', length} end
 local stored = redis.call('LLEN', MESSAGES)
 if stored ~= length then return {'corrupt', stored} end
-local deletes = tonumber(ARGV[6])
-for i = 7, 6 + deletes do
+if ARGV[6] ~= '' then save_state(CPS, CP_TIMES, STATE, ARGV[6], now) end
+local deletes = tonumber(ARGV[7])
+for i = 8, 7 + deletes do
   redis.call('HDEL', CPS, ARGV[i])
   redis.call('HDEL', CP_TIMES, ARGV[i])
 end
-push_all(MESSAGES, 7 + deletes)
-redis.call('HSET', META, 'length', length + #ARGV - 6 - deletes, 'revision', ARGV[3],
+push_all(MESSAGES, 8 + deletes)
+redis.call('HSET', META, 'length', length + #ARGV - 7 - deletes, 'revision', ARGV[3],
   'updated', fmt(now))
 local released = 0
 if ARGV[5] ~= '' then
@@ -218,13 +254,16 @@ settle(now_us(), ARGV[1])
 return 'ok'
 """)
 
-#: ARGV: cutoff (µs). Deletes transcript and lease of a session written before it, unless held.
+#: ARGV: cutoff (µs). Deletes transcript, state and lease of a session written before it,
+#: unless held.
 SESSION_PRUNE = _script("""
 local now = now_us()
 if live(now) then return 0 end
 local updated = redis.call('HGET', META, 'updated')
 if not updated or tonumber(updated) >= tonumber(ARGV[1]) then return 0 end
 redis.call('DEL', META, MESSAGES, LEASE)
+redis.call('HDEL', CPS, STATE)
+redis.call('HDEL', CP_TIMES, STATE)
 return 1
 """)
 

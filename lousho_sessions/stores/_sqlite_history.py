@@ -3,11 +3,14 @@
 A rewind deletes the tail rows (``seq >= keep``) and writes the session row with a new
 revision *generation*, so ``load_since`` from a revision read before it answers ``None``;
 a fork copies the kept rows with one ``INSERT ... SELECT`` and writes the new session's
-row naming its ``parent`` and ``fork_point`` (schema version 4). Neither reads a message.
+row naming its ``parent`` and ``fork_point`` (schema version 4), and, asked to, copies the
+source's state record (``<id>.state`` in the checkpoints table) as the new session's, in
+the same transaction. Neither reads a message (but to seal it again for the new session).
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -18,9 +21,12 @@ from ._history_requests import (
     RewindRequest,
     Rewound,
     check_keep,
+    copy_state,
     exists_error,
     missing_error,
 )
+from ._sqlite_records import SAVE_CHECKPOINT, SqliteCheckpointStore
+from ._state_requests import state_key, state_record, state_text, with_version
 
 #: the store's revision rule: ``touch(conn, id, length) -> revision`` (``sqlite._touch``)
 Touch = Callable[..., int]
@@ -50,8 +56,13 @@ def sqlite_rewind(part: Any, request: RewindRequest, _touch: Touch) -> Rewound:
 
 
 def sqlite_fork(part: Any, request: ForkRequest, _touch: Touch) -> Forked:
-    """Copy the kept rows of ``source`` to ``new_id`` and write its row, in one transaction."""
+    """Copy the kept rows of ``source`` to ``new_id`` and write its row, in one transaction;
+    with ``request.state``, the state too (in that transaction when it is kept in this
+    database's checkpoints, else after it: ``copy_state``)."""
     source, new_id, where = request.source, request.new_id, part.store.path
+    here = isinstance(request.checkpoints, SqliteCheckpointStore) and (
+        request.checkpoints.store is part.store
+    )
     with part.store.transaction() as conn:
         rows = conn.execute(
             "SELECT id, length FROM sessions WHERE id IN (?, ?)", (source, new_id)
@@ -84,7 +95,33 @@ def sqlite_fork(part: Any, request: ForkRequest, _touch: Touch) -> Forked:
         conn.execute(
             "UPDATE sessions SET parent = ?, fork_point = ? WHERE id = ?", (source, keep, new_id)
         )
+        if request.state and here:
+            _fork_state(part, conn, source, new_id)
+    if request.state and not here:
+        copy_state(part, request)
     return Forked(keep, revision)
+
+
+def _fork_state(part: Any, conn: Any, source: str, new_id: str) -> None:
+    """In the fork's transaction: the source's state record as the new session's, at the
+    version after the one ``new_id`` had (sealed again for it: a record is bound to its
+    session); a source without one copies none."""
+    row = conn.execute(
+        "SELECT json FROM checkpoints WHERE turn_id = ?", (state_key(source),)
+    ).fetchone()
+    if row is None:
+        return
+    sealing = part.store.sealing
+    what = f"{part.store.path}: the state of session {source!r}"
+    state, _ = state_record(source, sealing.record("checkpoint", source, row[0], source=what))
+    text = state_text(sealing, new_id, state)
+    key = state_key(new_id)
+    (version,) = conn.execute(
+        "SELECT coalesce((SELECT json_extract(json, '$.version') FROM checkpoints "
+        "WHERE turn_id = ?), 0)",
+        (key,),
+    ).fetchone()
+    conn.execute(SAVE_CHECKPOINT, (key, with_version(text, int(version) + 1), time.time()))
 
 
 def _expect(id: str, where: str, expected: int | None, length: int) -> None:

@@ -12,7 +12,7 @@ from typing import Any
 from ..errors import ApprovalNotFoundError, StoreCorruptError
 from ._approval_records import check_new_approval
 from ._sqlite_db import SqliteDatabase
-from ._state_requests import is_state_key
+from ._state_requests import is_state_key, state_key
 from .base import (
     BaseApprovalStore,
     BaseCheckpointStore,
@@ -274,12 +274,15 @@ def _upsert(conn: sqlite3.Connection, turn_id: str, text: str) -> None:
 
 
 def prune_sessions(conn: sqlite3.Connection, cutoff: float, held: Callable[[str], bool]) -> int:
-    """In a transaction: delete the sessions (and their messages) written before ``cutoff``,
-    but those a turn holds right now (``held``)."""
+    """In a transaction: delete the sessions (their messages and state records) written before
+    ``cutoff``, but those a turn holds right now (``held``)."""
     rows = conn.execute("SELECT id FROM sessions WHERE updated_at < ?", (cutoff,)).fetchall()
     old = [(id,) for (id,) in rows if not held(id)]
     conn.executemany("DELETE FROM messages WHERE session_id = ?", old)
     conn.executemany("DELETE FROM sessions WHERE id = ?", old)
+    conn.executemany(
+        "DELETE FROM checkpoints WHERE turn_id = ?", [(state_key(id),) for (id,) in old]
+    )
     return len(old)
 
 

@@ -22,6 +22,7 @@ from typing import Any
 import attrs
 
 from ..errors import StateTooLargeError, StoreConflictError, StoreCorruptError
+from ._sealing import Sealing
 
 __all__ = [
     "STATE_LIMIT",
@@ -32,7 +33,10 @@ __all__ = [
     "fingerprint",
     "is_state_key",
     "state_key",
+    "state_record",
+    "state_text",
     "turn_state",
+    "with_version",
 ]
 
 #: The largest state a session or scope keeps, in bytes of its JSON text.
@@ -48,6 +52,19 @@ def is_state_key(key: str) -> bool:
     """Whether the checkpoint-store key ``key`` is a state record (which a checkpoint
     ``prune`` keeps: it goes with its session)."""
     return key.endswith(".state")
+
+
+def state_text(sealing: Sealing, id: str, state: Mapping[str, Any]) -> str:
+    """The state record of ``id`` without its version, as JSON text (sealed as a checkpoint of
+    ``id`` when ``sealing`` has keys): what a store writing the record in its own statement or
+    script completes with the version it reads there (``with_version``)."""
+    return sealing.record_text("checkpoint", id, {"state": state}, what=f"state of {id!r}")
+
+
+def with_version(text: str, version: int) -> str:
+    """The state record ``text`` (a ``state_text``) with ``"version"`` added last, in clear:
+    what the default writes too (``"version"`` is a clear field of a sealed checkpoint)."""
+    return f'{text[:-1]},"version":{int(version)}}}'
 
 
 def fingerprint(state: Mapping[str, Any]) -> str:
@@ -111,7 +128,9 @@ class SaveState:
     checkpoints: Any = None
 
 
-def _version(id: str, record: Mapping[str, Any] | None) -> tuple[dict[str, Any], int]:
+def state_record(id: str, record: Mapping[str, Any] | None) -> tuple[dict[str, Any], int]:
+    """``(state, version)`` of a stored state record (``None``: ``({}, 0)``);
+    ``StoreCorruptError`` for one that is malformed."""
     if record is None:
         return {}, 0
     state, version = record.get("state"), record.get("version")
@@ -127,9 +146,9 @@ class StateVerbs:
     def load_state(self, id: str, checkpoints: Any = None) -> tuple[dict[str, Any], int]:
         """``(state, version)`` of ``id``: ``({}, 0)`` when none is stored."""
         if checkpoints is not None:
-            return _version(id, checkpoints.load(state_key(id)))
+            return state_record(id, checkpoints.load(state_key(id)))
         with self._local_leases().write_lock:  # type: ignore[attr-defined]
-            return _version(id, self.__dict__.get("_states", {}).get(id))
+            return state_record(id, self.__dict__.get("_states", {}).get(id))
 
     def save_state(self, request: SaveState) -> int:
         """Store ``request.state`` as the state of ``request.id``; its new version.

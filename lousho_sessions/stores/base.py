@@ -212,6 +212,12 @@ class BaseSessionStore(_Closeable, TurnVerbs, HistoryVerbs, StateVerbs, ABC):
     #: Whether an overridden ``commit_turn`` writes ``CommitTurn.state`` in its write (the
     #: default ``commit_turn`` does; else a session saves the state just before it).
     commits_state: bool = False
+    #: Whether an overridden ``fork`` copies the state when asked (``ForkRequest.state``; the
+    #: default ``fork`` does; else a session copies it just after the fork).
+    forks_state: bool = False
+    #: Whether ``prune`` removes the state of the sessions it removes (where this store, or
+    #: a checkpoint store it shares its records with, keeps it); the kit tests it when true.
+    prunes_state: bool = False
 
     @abstractmethod
     def load(self, id: str) -> list[Message] | None:
@@ -305,7 +311,8 @@ class BaseSessionStore(_Closeable, TurnVerbs, HistoryVerbs, StateVerbs, ABC):
         return None if None in answers.values() else {id for id, a in answers.items() if a}
 
     def prune(self, older_than: timedelta | float) -> PruneResult:
-        """Delete the sessions not updated within ``older_than`` (seconds or a ``timedelta``)."""
+        """Delete the sessions not updated within ``older_than`` (seconds or a ``timedelta``),
+        with their state where the store declares it (``prunes_state``)."""
         raise _not_implemented(self, "prune")
 
     def list_ids(self) -> list[str]:

@@ -66,6 +66,7 @@ from ._file_records import FileApprovalStore, FileCheckpointStore
 from ._history_requests import Forked, ForkRequest, RewindRequest, Rewound
 from ._rotation import BATCH, RotationResult, rotate_files
 from ._sealing import Sealing
+from ._state_requests import state_key
 from .base import (
     AgentStore,
     BaseSessionStore,
@@ -172,10 +173,13 @@ class FileSessionStore(BaseSessionStore):
     ``append`` rewrites the file (atomically) but does not serialize the old
     messages again: the JSON of the transcripts this object last wrote or read is
     cached, checked against the file's revision. ``turn_lock`` is an OS file lock
-    (``lock_scope`` ``"machine"``); its fence is kept in ``<dir>/<id>.fence``.
+    (``lock_scope`` ``"machine"``); its fence is kept in ``<dir>/<id>.fence``. ``prune``
+    also removes the state record a checkpoint store of ``dir`` keeps of a pruned session.
     """
 
     lock_scope: LockScope = "machine"
+    forks_state = True
+    prunes_state = True
 
     def __init__(self, dir: str | os.PathLike[str], *, encryption: EncryptionOption = None) -> None:
         self._dir = Directory(dir)
@@ -289,6 +293,7 @@ class FileSessionStore(BaseSessionStore):
                 continue  # recent, or its turn runs right now
             if self._remove(id, path, seconds):
                 sessions += 1
+                self._dir.remove(self._dir.path / f"{state_key(id)}.checkpoint.json")
         lock_files = 0
         for name in self._dir.names(".lock"):
             id = name[: -len(".json.lock")] if name.endswith(".json.lock") else name[:-5]

@@ -20,11 +20,12 @@ from ._history_requests import (
     RewindRequest,
     Rewound,
     check_keep,
+    copy_state,
     exists_error,
     missing_error,
 )
 from ._rotation import BATCH, RotationResult
-from ._state_requests import is_state_key
+from ._state_requests import is_state_key, state_key
 from .base import (
     AgentStore,
     BaseApprovalStore,
@@ -68,11 +69,22 @@ class MemorySessionStore(BaseSessionStore):
 
     ``turn_lock`` excludes the threads of this process (``lock_scope`` ``"process"``);
     its fences live in ``leases``, which ``memory_store()`` shares with the
-    checkpoint and approval stores so that their writes check them too.
+    checkpoint and approval stores so that their writes check them too. ``checkpoints``:
+    the checkpoint store keeping its sessions' state records (``memory_store()`` gives
+    its own), which ``prune`` removes with the sessions.
     """
 
-    def __init__(self, *, leases: LocalLeases | None = None) -> None:
+    forks_state = True
+
+    def __init__(
+        self,
+        *,
+        leases: LocalLeases | None = None,
+        checkpoints: MemoryCheckpointStore | None = None,
+    ) -> None:
         self._leases = leases or LocalLeases()
+        self._checkpoints = checkpoints
+        self.prunes_state = checkpoints is not None
         self._lock = threading.Lock()
         self._data: dict[str, list[Message]] = {}
         self._revisions: dict[str, int] = {}
@@ -135,7 +147,10 @@ class MemorySessionStore(BaseSessionStore):
             for id in old:
                 del self._data[id], self._revisions[id], self._updated[id]
                 self._origins.pop(id, None)
+                self.__dict__.get("_states", {}).pop(id, None)  # kept here without checkpoints
             leases = self._leases.forget_unheld(lambda id: id in self._data)
+        if self._checkpoints is not None:
+            self._checkpoints.forget([state_key(id) for id in old])
         return PruneResult(len(old), 0, 0, leases=leases)
 
     def revision(self, id: str) -> int | None:
@@ -174,7 +189,8 @@ class MemorySessionStore(BaseSessionStore):
             return Rewound(len(current) - keep, self._revisions[id])
 
     def fork(self, request: ForkRequest) -> Forked:
-        """Copy the first ``keep`` messages of ``source`` to the new ``new_id``, under the lock."""
+        """Copy the first ``keep`` messages of ``source`` to the new ``new_id``, under the lock,
+        then its state (``copy_state``)."""
         with self._lock:
             if request.new_id in self._data:
                 raise exists_error(request.new_id, "memory store")
@@ -185,7 +201,9 @@ class MemorySessionStore(BaseSessionStore):
             self._data[request.new_id] = source[:keep]
             self._origins[request.new_id] = (request.source, keep)
             self._bump(request.new_id)
-            return Forked(keep, self._revisions[request.new_id])
+            revision = self._revisions[request.new_id]
+        copy_state(self, request)  # after: nothing of this process runs between
+        return Forked(keep, revision)
 
     def _bump(self, id: str) -> None:
         self._counter += 1
@@ -230,6 +248,12 @@ class MemoryCheckpointStore(BaseCheckpointStore):
     def list(self, prefix: str = "") -> list[str]:
         with self._lock:
             return sorted(k for k in self._data if k.startswith(prefix))
+
+    def forget(self, turn_ids: Sequence[str]) -> None:
+        """Delete the records ``turn_ids`` unfenced (a session prune's state records)."""
+        with self._lock:
+            for turn_id in turn_ids:
+                self._data.pop(turn_id, None)
 
     def prune(self, older_than: timedelta | float) -> PruneResult:
         """Delete checkpoints not written within ``older_than`` (seconds or a ``timedelta``)."""
@@ -366,8 +390,9 @@ def memory_store(*, encryption: EncryptionOption = None) -> MemoryStore:
     between stores without changing its arguments."""
     Encryption.of(encryption)
     leases = LocalLeases()
+    checkpoints = MemoryCheckpointStore(leases=leases)
     return MemoryStore(
-        MemorySessionStore(leases=leases),
-        MemoryCheckpointStore(leases=leases),
+        MemorySessionStore(leases=leases, checkpoints=checkpoints),
+        checkpoints,
         MemoryApprovalStore(leases=leases),
     )

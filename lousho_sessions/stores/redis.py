@@ -46,6 +46,7 @@ from ._redis_lease import RedisLease
 from ._redis_records import RedisApprovalStore, RedisCheckpointStore
 from ._rotation import BATCH, RotationResult, rotate_redis
 from ._sealing import Sealing
+from ._state_requests import check_state, state_text
 from ._turn_requests import CommitTurn, ReadAhead, TakenTurn, TakeTurn, start_body
 from ._waiting import call_signal, lease_wait_stopped, until_text, waiting_for_lease
 from .base import (
@@ -242,6 +243,9 @@ class RedisSessionStore(BaseSessionStore):
     lock_scope: LockScope = "cluster"
     fenced_writes = True
     saves_start_checkpoint = True
+    commits_state = True
+    forks_state = True
+    prunes_state = True
 
     def __init__(self, store: RedisStore) -> None:
         self.store = store
@@ -290,7 +294,8 @@ class RedisSessionStore(BaseSessionStore):
         self._append(id, messages, expected_length, fence, ())
 
     def commit_turn(self, request: CommitTurn) -> object | None:
-        """Append the turn and delete its checkpoints in one script when ``checkpoints`` is this
+        """Append the turn, store its state (``request.state``, the session's ``<id>.state``
+        checkpoint field) and delete its checkpoints in one script when ``checkpoints`` is this
         store's and they are this session's, releasing ``release`` in that script too: a
         lease of this store on ``id`` with fence ``fence`` has its heartbeat stopped, is
         freed by the append script (waking a waiter) and marked released. A refused write
@@ -306,6 +311,10 @@ class RedisSessionStore(BaseSessionStore):
         ):
             return super().commit_turn(request)
         messages, expected = request.messages, request.expected_length
+        state = ""
+        if request.state is not None:
+            owner = f"session {validate_session_id(id)!r}"
+            state = state_text(self.store.sealing, id, check_state(owner, request.state))
         if not (
             isinstance(lease, RedisLease)
             and lease._store is self.store
@@ -314,9 +323,11 @@ class RedisSessionStore(BaseSessionStore):
             and lease.fence == fence
             and not lease.lost
         ):
-            return self._append(id, messages, expected, fence, keys)
+            return self._append(id, messages, expected, fence, keys, state=state)
         token = lease._token
-        return lease.freed_by(lambda: self._append(id, messages, expected, fence, keys, token))
+        return lease.freed_by(
+            lambda: self._append(id, messages, expected, fence, keys, token, state=state)
+        )
 
     def _append(
         self,
@@ -326,9 +337,12 @@ class RedisSessionStore(BaseSessionStore):
         fence: int | None,
         delete: Sequence[str],
         release: str = "",
+        *,
+        state: str = "",
     ) -> str:
-        """The fenced, length-checked append script, deleting the checkpoints ``delete`` and
-        releasing the lease whose holder token is ``release`` (if it still holds it)."""
+        """The fenced, length-checked append script, deleting the checkpoints ``delete``,
+        writing the state record ``state`` (a ``state_text``; ``""``: unchanged) and releasing
+        the lease whose holder token is ``release`` (if it still holds it)."""
         validate_session_id(id)
         rows = _rows(self.store.sealing, id, messages)
         revision = secrets.token_hex(8)
@@ -341,6 +355,7 @@ class RedisSessionStore(BaseSessionStore):
                 revision,
                 self.store.ttl_arg(id),
                 release,
+                state,
                 str(len(delete)),
                 *delete,
                 *rows,
@@ -402,7 +417,8 @@ class RedisSessionStore(BaseSessionStore):
         return redis_rewind(self, request)
 
     def fork(self, request: ForkRequest) -> Forked:
-        """One script over both sessions' keys; on Redis Cluster the contract's default."""
+        """One script over both sessions' keys, writing the messages and (asked for, and kept
+        in this store) the state; on Redis Cluster the contract's default."""
         if isinstance(self.store.client, redis.cluster.RedisCluster):
             return super().fork(request)
         return redis_fork(self, request)
@@ -457,7 +473,8 @@ class RedisSessionStore(BaseSessionStore):
         }
 
     def prune(self, older_than: timedelta | float) -> PruneResult:
-        """Delete the sessions not written within ``older_than``, unless a turn holds them."""
+        """Delete the sessions not written within ``older_than`` and their state, unless a
+        turn holds them."""
         cutoff = self.store.server_time_us() - round(older_than_seconds(older_than) * 1e6)
         return self.prune_before(cutoff)
 

@@ -33,6 +33,7 @@ from ._sealing import Sealing
 from ._sqlite_db import MIGRATIONS, SCHEMA_VERSION, SqliteDatabase
 from ._sqlite_history import sqlite_fork, sqlite_rewind
 from ._sqlite_records import (
+    SAVE_CHECKPOINT,
     Part,
     SqliteApprovalStore,
     SqliteCheckpointStore,
@@ -42,6 +43,7 @@ from ._sqlite_records import (
     prune_sessions,
 )
 from ._sqlite_turns import RECORD_FENCE
+from ._state_requests import check_state, state_key, state_text, with_version
 from ._turn_requests import CommitTurn, ReadAhead, TakenTurn, TakeTurn
 from .base import (
     BaseSessionStore,
@@ -148,8 +150,14 @@ class SqliteSessionStore(Part, BaseSessionStore):
 
     ``append`` writes only the new rows, ``revision`` is one indexed SELECT, and
     ``turn_lock`` spans processes (``lock_scope`` ``"machine"``) except for
-    ``":memory:"`` (``"process"``).
+    ``":memory:"`` (``"process"``). A session's state is its ``<id>.state`` row of the
+    checkpoints table (the contract's default place), written by a turn's commit, copied by
+    a fork and deleted by a prune in their own transactions.
     """
+
+    commits_state = True
+    forks_state = True
+    prunes_state = True
 
     def __init__(self, store: SqliteStore) -> None:
         super().__init__(store)
@@ -195,16 +203,23 @@ class SqliteSessionStore(Part, BaseSessionStore):
             self._append(conn, id, rows, expected_length, fence)
 
     def commit_turn(self, request: CommitTurn) -> object | None:
-        """Append the turn and delete its checkpoints ``delete``: one transaction when
-        ``checkpoints`` is this database's; returns the new revision."""
+        """Append the turn, store its state (``request.state``) and delete its checkpoints
+        ``delete``: one transaction when ``checkpoints`` is this database's; returns the new
+        revision."""
         id, expected = request.id, request.expected_length
         rows = _rows(self.store.sealing, validate_session_id(id), request.messages, expected)
         checkpoints = request.checkpoints
         if not (isinstance(checkpoints, SqliteCheckpointStore) and checkpoints.store is self.store):
             return super().commit_turn(request)
         keys = [(validate_turn_id(key),) for key in request.delete]
+        state = request.state
+        text = None
+        if state is not None:
+            text = state_text(self.store.sealing, id, check_state(f"session {id!r}", state))
         with self.store.transaction() as conn:
             revision = self._append(conn, id, rows, expected, request.fence)
+            if text is not None:
+                _save_state(conn, id, text)
             conn.executemany("DELETE FROM checkpoints WHERE turn_id = ?", keys)
         return revision
 
@@ -290,7 +305,8 @@ class SqliteSessionStore(Part, BaseSessionStore):
         return sqlite_rewind(self, request, _touch)
 
     def fork(self, request: ForkRequest) -> Forked:
-        """One ``INSERT ... SELECT`` of the kept rows and the new session's row: one transaction."""
+        """One ``INSERT ... SELECT`` of the kept rows, the new session's row and (asked for, and
+        kept in this database) its state: one transaction."""
         return sqlite_fork(self, request, _touch)
 
     def usage(self, id: str) -> Usage | None:
@@ -319,7 +335,9 @@ class SqliteSessionStore(Part, BaseSessionStore):
         lease = self.store.turn_lock(id, timeout=request.timeout, while_waiting=while_waiting)
         try:
             with self.store.connection() as conn:
-                revision, pending = conn.execute(_AT_START, (id, f"{id}.", f"{id}/")).fetchone()
+                revision, pending = conn.execute(
+                    _AT_START, (id, f"{id}.", f"{id}/", state_key(id))
+                ).fetchone()
         except BaseException:
             lease.release()
             raise
@@ -347,13 +365,27 @@ class SqliteSessionStore(Part, BaseSessionStore):
         return self.store._turns.held(validate_session_id(id))
 
     def prune(self, older_than: timedelta | float) -> PruneResult:
-        """Delete the sessions not updated within ``older_than`` (seconds or a ``timedelta``)."""
+        """Delete the sessions not updated within ``older_than`` (seconds or a ``timedelta``)
+        and their state."""
         cutoff = time.time() - older_than_seconds(older_than)
         held = self.store._turns.held
         with self.store.transaction() as conn:
             sessions = prune_sessions(conn, cutoff, held)
             leases = prune_leases(conn, held)
         return PruneResult(sessions=sessions, checkpoints=0, approvals=0, leases=leases)
+
+
+def _save_state(conn: sqlite3.Connection, id: str, text: str) -> None:
+    """In a write transaction: the state record ``text`` (a ``state_text``) as the state of
+    ``id``, at the version after the stored one."""
+    key = state_key(id)
+    row = conn.execute(_STATE_VERSION, (key,)).fetchone()
+    version = 0 if row is None or row[0] is None else int(row[0])
+    conn.execute(SAVE_CHECKPOINT, (key, with_version(text, version + 1), time.time()))
+
+
+#: the version of a state record (a clear field, sealed or not)
+_STATE_VERSION = "SELECT json_extract(json, '$.version') FROM checkpoints WHERE turn_id = ?"
 
 
 def _rows(
@@ -373,10 +405,11 @@ _COUNTER_MASK = (1 << _COUNTER_BITS) - 1
 
 
 #: what a turn first looks at, read once its lock is held: the revision, and whether a
-#: checkpoint of the session is stored (turn ids ``<id>.<...>``: from ``<id>.`` to ``<id>/``)
+#: checkpoint of the session is stored (turn ids ``<id>.<...>``: from ``<id>.`` to ``<id>/``;
+#: its state record ``?4``, ``<id>.state``, is none)
 _AT_START = (
     "SELECT (SELECT revision FROM sessions WHERE id = ?1), "
-    "EXISTS (SELECT 1 FROM checkpoints WHERE turn_id >= ?2 AND turn_id < ?3)"
+    "EXISTS (SELECT 1 FROM checkpoints WHERE turn_id >= ?2 AND turn_id < ?3 AND turn_id <> ?4)"
 )
 
 #: a fenced append's reads: the ``leases`` row's fence and the session's length and revision

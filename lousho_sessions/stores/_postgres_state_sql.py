@@ -1,0 +1,77 @@
+"""Version 5 of the PostgreSQL schema (``_postgres_schema.MIGRATIONS``): a session's state
+written, copied and left out where a turn looks for checkpoints, each in one statement.
+
+A session's state is its ``<id>.state`` row of the ``checkpoints`` table (the store
+contract's default place): ``{"state": {...}, "version": n}``, sealed like a checkpoint
+when the store encrypts (``"version"`` stays in clear). Apart from ``_postgres_schema`` to
+keep that module short; ``{s}`` is the quoted schema name (``str.format``: braces doubled).
+"""
+
+from __future__ import annotations
+
+__all__ = ["STATE_MIGRATION"]
+
+#: ``(summary, statements)`` of schema version 5.
+STATE_MIGRATION: tuple[str, tuple[str, ...]] = (
+    "5: a turn's state committed with its messages; a state record is no pending turn",
+    (
+        # A state record (a JSON object) with its "version" set to p_version, written last;
+        # its other fields kept in order and as they are (a sealed token, the state).
+        """CREATE FUNCTION {s}.state_versioned(p_body json, p_version bigint) RETURNS json
+LANGUAGE sql IMMUTABLE AS $$
+SELECT ('{{' || coalesce(string_agg(to_json(e.k)::text || ':' || e.v::text, ',' ORDER BY e.n)
+    || ',', '') || '"version":' || p_version || '}}')::json
+FROM json_each(p_body) WITH ORDINALITY AS e(k, v, n) WHERE e.k <> 'version'
+$$""",
+        # acquire_saving (v3), but a session's state record is not a checkpoint: a session
+        # with state and no unfinished turn still has its first checkpoint saved with the lease.
+        """CREATE OR REPLACE FUNCTION {s}.acquire_saving(p_id text, p_holder text, p_ttl float8,
+    p_revision bigint, p_turn_id text, p_body text,
+    OUT o_fence bigint, OUT o_holder text, OUT o_remaining float8,
+    OUT o_revision bigint, OUT o_checkpoints boolean, OUT o_saved boolean)
+LANGUAGE plpgsql AS $$
+BEGIN
+    o_saved := false;
+    INSERT INTO {s}.leases AS l (session_id, fence, holder, expires_at)
+    VALUES (p_id, nextval('{s}.fences'), p_holder, now() + make_interval(secs => p_ttl))
+    ON CONFLICT (session_id) DO UPDATE SET fence = excluded.fence,
+        holder = excluded.holder, expires_at = excluded.expires_at
+    WHERE l.expires_at IS NULL OR l.expires_at <= now()
+    RETURNING l.fence INTO o_fence;
+    IF o_fence IS NULL THEN
+        SELECT l.holder, extract(epoch FROM l.expires_at - now())::float8
+        INTO o_holder, o_remaining FROM {s}.leases l WHERE l.session_id = p_id;
+        RETURN;
+    END IF;
+    SELECT s.revision INTO o_revision FROM {s}.sessions s WHERE s.id = p_id;
+    o_checkpoints := EXISTS (SELECT 1 FROM {s}.checkpoints c
+        WHERE split_part(c.turn_id, '.', 1) = p_id AND c.turn_id <> p_id || '.state');
+    IF p_turn_id IS NOT NULL AND NOT o_checkpoints
+            AND o_revision IS NOT DISTINCT FROM p_revision THEN
+        INSERT INTO {s}.checkpoints (turn_id, body, updated_at)
+        VALUES (p_turn_id, ('{{"fence":' || o_fence || ',' || substr(p_body, 2))::json, now())
+        ON CONFLICT (turn_id) DO NOTHING;
+        o_saved := FOUND;
+    END IF;
+END
+$$""",
+        # append_turn (v3), then, if it wrote and p_state is given (the state record without
+        # its version), the session's state at the version after the stored one: a turn's
+        # messages and state land together, or neither does.
+        """CREATE FUNCTION {s}.commit_turn(p_sid text, p_fence bigint, p_expected integer,
+    p_rev bigint, p_bodies json, p_delete text[], p_release text, p_state json,
+    OUT o_written boolean, OUT o_fenced boolean, OUT o_length integer)
+LANGUAGE plpgsql AS $$
+BEGIN
+    SELECT a.o_written, a.o_fenced, a.o_length INTO o_written, o_fenced, o_length
+    FROM {s}.append_turn(p_sid, p_fence, p_expected, p_rev, p_bodies, p_delete, p_release) a;
+    IF o_written AND p_state IS NOT NULL THEN
+        INSERT INTO {s}.checkpoints AS c (turn_id, body, updated_at)
+        VALUES (p_sid || '.state', {s}.state_versioned(p_state, 1), now())
+        ON CONFLICT (turn_id) DO UPDATE SET updated_at = now(), body = {s}.state_versioned(
+            p_state, coalesce((c.body->>'version')::bigint, 0) + 1);
+    END IF;
+END
+$$""",
+    ),
+)
