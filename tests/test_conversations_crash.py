@@ -1,4 +1,5 @@
-"""SIGKILL during rewind and fork: the session is whole before or after, never between."""
+"""SIGKILL during rewind and fork: the session is whole before or after, never between; a
+fork made in one write (SQLite, PostgreSQL, Redis) has its state from the start."""
 
 from __future__ import annotations
 
@@ -11,11 +12,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from history_child import ORIGINAL
+from history_child import ORIGINAL, STATE
 from history_stores import SHARED, cleanup, open_store, require
 
 from lousho_sessions.stores.adapters import store_parts
-from lousho_sessions.stores.base import RewindRequest
+from lousho_sessions.stores.base import RewindRequest, SaveState
 
 TESTS = Path(__file__).parent
 
@@ -33,7 +34,9 @@ def test_killed_mid_rewind_or_fork_leaves_whole_sessions(
 ) -> None:
     made = open_store(kind, tmp_path)
     sessions: Any = store_parts(made).sessions
+    checkpoints = store_parts(made).checkpoints
     sessions.save("src", ORIGINAL)
+    sessions.save_state(SaveState("src", STATE, 0, None, checkpoints))
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]),
@@ -63,6 +66,9 @@ def test_killed_mid_rewind_or_fork_leaves_whole_sessions(
             assert n > after, f"fork f{n} of a finished round is missing"
             continue
         assert fork == ORIGINAL[: n % len(ORIGINAL)], f"f{n} is not whole"
+        state = sessions.load_state(f"f{n}", checkpoints)[0]
+        # copied in the fork's write, or (files: a file of its own) just after it
+        assert state == STATE or (kind == "files" and n > after and state == {}), (n, state)
         info = sessions.info(f"f{n}")
         assert info is not None and info.messages == len(fork)
         if info.parent is not None:

@@ -3,7 +3,8 @@
 A mutant is a shipped store with one method made wrong (a stale revision, a read that
 misses appended messages, a write skipped, a fence ignored, a conflict swallowed,
 checkpoints not deleted; a rewind or fork off by one, keeping the revision, overwriting,
-forgetting the parent: ``history_mutants``). It is built by swapping the instance's part class for a
+forgetting the parent: ``history_mutants``; a turn's state dropped or saved apart from its
+commit, a fork's state not copied, a prune leaving the state: ``state_mutants``). It is built by swapping the instance's part class for a
 subclass holding the one faulty method, so the same faults apply to every store. The
 kit tests that exercise that method (``testing._coverage.EXERCISED``), then the
 end-to-end ones, run on it until one fails: the mutant is killed. Every mutant must be
@@ -32,6 +33,7 @@ import test_store_kit as kits
 from history_mutants import HISTORY_FAULTS
 from services_pg import drop_schema, postgres_url, require_postgres
 from services_redis import drop_prefix, prefix_for, require_redis
+from state_mutants import STATE_FAULTS
 
 from lousho_sessions.errors import StoreConflictError
 from lousho_sessions.postgres import PostgresStore
@@ -232,7 +234,7 @@ def _mutants() -> list[Mutant]:
     )
     found += [
         Mutant(fault, "sessions", method, make, hint)
-        for fault, method, make, hint in HISTORY_FAULTS
+        for fault, method, make, hint in [*HISTORY_FAULTS, *STATE_FAULTS]
     ]
     return found
 
@@ -309,6 +311,10 @@ STORES = {
     "sqlite": Store("sqlite", kits.TestSqliteStore),
     "postgres": Store("postgres", PostgresKit, empty_schema),
     "redis": Store("redis", kits.TestRedisStore, lambda p: drop_prefix(prefix_for(p))),
+    # an encrypting Redis store forks in scripts of its own (FORK_READ, then FORK_SEALED)
+    "redis-encrypted": Store(
+        "redis-encrypted", kits.TestEncryptedRedisStore, lambda p: drop_prefix(prefix_for(p))
+    ),
 }
 
 
@@ -382,9 +388,10 @@ def test_every_harmful_postgres_mutant_is_killed(fresh: Callable[[], Path]) -> N
         drop_schema(SCHEMA)
 
 
-def test_every_harmful_redis_mutant_is_killed(fresh: Callable[[], Path]) -> None:
+@pytest.mark.parametrize("name", ["redis", "redis-encrypted"])
+def test_every_harmful_redis_mutant_is_killed(name: str, fresh: Callable[[], Path]) -> None:
     require_redis()
-    check_store("redis", fresh)
+    check_store(name, fresh)
 
 
 def test_a_mutant_is_the_store_with_one_method_swapped(tmp_path: Path) -> None:

@@ -28,7 +28,7 @@ from ._postgres_history import postgres_fork, postgres_rewind
 from ._postgres_lease import PostgresLease
 from ._postgres_records import PostgresCheckpointStore
 from ._sealing import Sealing
-from ._state_requests import check_state, state_text
+from ._state_requests import commit_text
 from ._turn_requests import CommitTurn, ReadAhead, TakenTurn, TakeTurn
 from ._waiting import waiting_for_lease
 from .base import (
@@ -130,10 +130,7 @@ class PostgresSessionStore(PgPart, BaseSessionStore):
         ):
             return super().commit_turn(request)
         messages, expected, delete = request.messages, request.expected_length, request.delete
-        state = None
-        if request.state is not None:
-            owner = f"session {validate_session_id(id)!r}"
-            state = state_text(self.store.sealing, id, check_state(owner, request.state))
+        state = commit_text(self.store.sealing, validate_session_id(id), request.state)
         if not (
             isinstance(lease, PostgresLease)
             and lease.owner is self.store

@@ -30,6 +30,7 @@ __all__ = [
     "StateVerbs",
     "changed_state",
     "check_state",
+    "commit_text",
     "fingerprint",
     "is_state_key",
     "state_key",
@@ -59,6 +60,14 @@ def state_text(sealing: Sealing, id: str, state: Mapping[str, Any]) -> str:
     ``id`` when ``sealing`` has keys): what a store writing the record in its own statement or
     script completes with the version it reads there (``with_version``)."""
     return sealing.record_text("checkpoint", id, {"state": state}, what=f"state of {id!r}")
+
+
+def commit_text(sealing: Sealing, id: str, state: Mapping[str, Any] | None) -> str | None:
+    """A commit's state (``CommitTurn.state``) checked (``check_state``) as ``state_text``;
+    ``None`` for none."""
+    if state is None:
+        return None
+    return state_text(sealing, id, check_state(f"session {id!r}", state))
 
 
 def with_version(text: str, version: int) -> str:

@@ -178,6 +178,7 @@ class FileSessionStore(BaseSessionStore):
     """
 
     lock_scope: LockScope = "machine"
+    commits_state = True  # the default commit_turn's
     forks_state = True
     prunes_state = True
 

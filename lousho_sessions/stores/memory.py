@@ -74,6 +74,7 @@ class MemorySessionStore(BaseSessionStore):
     its own), which ``prune`` removes with the sessions.
     """
 
+    commits_state = True  # the default commit_turn's
     forks_state = True
 
     def __init__(

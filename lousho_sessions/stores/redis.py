@@ -46,7 +46,7 @@ from ._redis_lease import RedisLease
 from ._redis_records import RedisApprovalStore, RedisCheckpointStore
 from ._rotation import BATCH, RotationResult, rotate_redis
 from ._sealing import Sealing
-from ._state_requests import check_state, state_text
+from ._state_requests import commit_text
 from ._turn_requests import CommitTurn, ReadAhead, TakenTurn, TakeTurn, start_body
 from ._waiting import call_signal, lease_wait_stopped, until_text, waiting_for_lease
 from .base import (
@@ -311,10 +311,7 @@ class RedisSessionStore(BaseSessionStore):
         ):
             return super().commit_turn(request)
         messages, expected = request.messages, request.expected_length
-        state = ""
-        if request.state is not None:
-            owner = f"session {validate_session_id(id)!r}"
-            state = state_text(self.store.sealing, id, check_state(owner, request.state))
+        state = commit_text(self.store.sealing, validate_session_id(id), request.state) or ""
         if not (
             isinstance(lease, RedisLease)
             and lease._store is self.store

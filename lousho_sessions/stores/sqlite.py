@@ -43,7 +43,7 @@ from ._sqlite_records import (
     prune_sessions,
 )
 from ._sqlite_turns import RECORD_FENCE
-from ._state_requests import check_state, state_key, state_text, with_version
+from ._state_requests import commit_text, state_key, with_version
 from ._turn_requests import CommitTurn, ReadAhead, TakenTurn, TakeTurn
 from .base import (
     BaseSessionStore,
@@ -212,10 +212,7 @@ class SqliteSessionStore(Part, BaseSessionStore):
         if not (isinstance(checkpoints, SqliteCheckpointStore) and checkpoints.store is self.store):
             return super().commit_turn(request)
         keys = [(validate_turn_id(key),) for key in request.delete]
-        state = request.state
-        text = None
-        if state is not None:
-            text = state_text(self.store.sealing, id, check_state(f"session {id!r}", state))
+        text = commit_text(self.store.sealing, id, request.state)
         with self.store.transaction() as conn:
             revision = self._append(conn, id, rows, expected, request.fence)
             if text is not None:

@@ -59,6 +59,7 @@ EXERCISED: dict[str, tuple[str, ...]] = {
         "test_commit_turn_refuses_a_conflict",
         "test_commit_turn_refuses_a_stale_fence",
         "test_commit_turn_with_release_frees_the_lease",
+        "test_commit_turn_stores_the_turn_state",
         "test_end_to_end_durable_turn_with_a_tool",
         "test_end_to_end_two_sessions_take_turns",
     ),
@@ -78,7 +79,11 @@ EXERCISED: dict[str, tuple[str, ...]] = {
     f"{_S}.claim_stale": ("test_turn_held_and_claim_stale_leave_a_held_session_alone",),
     f"{_S}.turn_held": ("test_turn_held_and_claim_stale_leave_a_held_session_alone",),
     f"{_S}.held_sessions": ("test_turn_held_and_claim_stale_leave_a_held_session_alone",),
-    f"{_S}.prune": ("test_prune_sessions", "test_prune_keeps_a_session_whose_turn_holds_its_lease"),
+    f"{_S}.prune": (
+        "test_prune_sessions",
+        "test_prune_keeps_a_session_whose_turn_holds_its_lease",
+        "test_prune_removes_the_state_of_the_sessions_it_removes",
+    ),
     f"{_S}.take_over": ("test_take_over_refuses_the_holders_writes",),
     f"{_S}.usage": (
         "test_usage_is_the_sum_over_the_transcript",
@@ -93,14 +98,17 @@ EXERCISED: dict[str, tuple[str, ...]] = {
     f"{_S}.fork": (
         "test_fork_copies_a_prefix_and_names_its_parent",
         "test_fork_refuses_an_existing_id_or_a_missing_source",
+        "test_fork_copies_the_state",
     ),
     f"{_S}.load_state": (
         "test_state_round_trip_and_compare_and_set",
         "test_commit_turn_stores_the_turn_state",
+        "test_fork_copies_the_state",
     ),
     f"{_S}.save_state": (
         "test_state_round_trip_and_compare_and_set",
         "test_state_with_a_stale_fence_changes_nothing",
+        "test_fork_copies_the_state",
     ),
     f"{_S}.list_ids": ("test_list_ids_and_info",),
     f"{_S}.info": ("test_list_ids_and_info", "test_fork_copies_a_prefix_and_names_its_parent"),

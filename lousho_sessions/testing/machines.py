@@ -26,8 +26,10 @@ from ..errors import (
     StoreConflictError,
 )
 from ..messages import Message
+from ..stores._history_requests import forks_state
+from ..stores._turn_requests import commits_state
 from ..stores.adapters import takes_arguments
-from ..stores.base import ForkRequest, RewindRequest, SaveState
+from ..stores.base import CommitTurn, ForkRequest, RewindRequest, SaveState
 from ._fastpaths import check_since
 from ._history import keeps_origins
 from ._support import WAIT, Parts, opened, raises, skip, tracks_revisions
@@ -96,8 +98,10 @@ class _SessionMachine(_StoreMachine):
         self.fences: dict[str, list[int]] = {}
         #: id -> what a reader loaded and the revision it read first (``load_since`` checks)
         self.held: dict[str, tuple[list[Message], object]] = {}
-        #: id -> (state, version) as ``save_state`` left it (kept by rewinds, deletes, forks)
+        #: id -> (state, version) as ``save_state``, ``commit_turn`` and ``fork`` left it (kept
+        #: by rewinds and deletes); kept where ``self.home`` is (the checkpoints part)
         self.states: dict[str, tuple[dict[str, Any], int]] = {}
+        self.home = self.parts.checkpoints
 
     def _wrote(self, id: str) -> None:
         if not self.revisions_known:
@@ -244,7 +248,8 @@ class _SessionMachine(_StoreMachine):
             except SessionExistsError:
                 return
             raise AssertionError(f"a fork of {source!r} into itself was accepted")
-        request = ForkRequest(source, new_id, keep)
+        with_state = data.draw(st.booleans(), label="state") and forks_state(self.sessions)
+        request = ForkRequest(source, new_id, keep, state=with_state, checkpoints=self.home)
         stored = self.model.get(source)
         before = self.revisions.get(source)
         if new_id in self.model or stored is None or (keep or 0) > len(stored):
@@ -263,6 +268,7 @@ class _SessionMachine(_StoreMachine):
             self._wrote(new_id)
             if self.revisions_known:
                 assert done.revision == self.revisions[new_id], (done, self.revisions[new_id])
+            self._forked_state(source, new_id, with_state)
             info = self.sessions.info(new_id)
             assert info is not None and info.messages == kept
             if info.parent is not None or keeps_origins(self.sessions):
@@ -270,6 +276,49 @@ class _SessionMachine(_StoreMachine):
         assert self.sessions.load(source) == stored, f"{request} changed its source"
         if self.revisions_known and stored is not None:
             assert self.sessions.revision(source) == before, f"{request} moved its source"
+
+    def _forked_state(self, source: str, new_id: str, copied: bool) -> None:
+        """The state ``fork`` left ``new_id``: the source's at a new version when copied and
+        there is one, else what the new id had."""
+        held = self.states.get(new_id, ({}, 0))
+        state, version = self.sessions.load_state(new_id, self.home)
+        if copied and source in self.states:
+            assert (state, version != held[1]) == (self.states[source][0], True), new_id
+            self.states[new_id] = (state, version)
+        else:
+            assert (state, version) == held, f"a fork changed the state of {new_id!r}"
+
+    @rule(
+        data=st.data(),
+        id=SESSION_IDS,
+        messages=MESSAGES,
+        state=st.none() | st.dictionaries(TEXTS, JSON, max_size=3),
+        right=st.booleans(),
+    )
+    def commit_state(
+        self, data: st.DataObject, id: str, messages: list[Message], state: Any, right: bool
+    ) -> None:
+        """A turn's commit with (or without) its state: both land, or neither does."""
+        if not commits_state(self.sessions):
+            return
+        length = len(self.model.get(id, [])) + (0 if right else 1)
+        with self.sessions.turn_lock(id, timeout=WAIT) as lease:
+            self.fences.setdefault(id, []).append(lease.fence)
+            request = CommitTurn(id, messages, length, self.home, (), lease.fence, state=state)
+            if not right:
+                with raises(StoreConflictError):
+                    self.sessions.commit_turn(request)
+            else:
+                self.sessions.commit_turn(request)
+                self.model[id] = self.model.get(id, []) + messages
+                self._wrote(id)
+        held = self.states.get(id, ({}, 0))
+        found = self.sessions.load_state(id, self.home)
+        if right and state is not None:
+            assert found[0] == state and found[1] != held[1], (found, held)
+            self.states[id] = found
+        else:
+            assert found == held, f"a commit that wrote no state changed it: {request}"
 
     @rule(id=SESSION_IDS)
     def read(self, id: str) -> None:
@@ -300,7 +349,7 @@ class _SessionMachine(_StoreMachine):
     @rule(id=SESSION_IDS, state=st.dictionaries(TEXTS, JSON, max_size=3), stale=st.booleans())
     def save_state(self, id: str, state: dict[str, Any], stale: bool) -> None:
         """A compare-and-set on the version: a wrong ``expected_version`` changes nothing."""
-        checkpoints = self.parts.checkpoints
+        checkpoints = self.home
         _, version = self.states.get(id, ({}, 0))
         if stale:
             with raises(StoreConflictError):
@@ -424,9 +473,10 @@ class _ApprovalMachine(_StoreMachine):
 def session_machine(factory: Callable[[Path], Any]) -> type[RuleBasedStateMachine]:
     """The sessions part of ``factory(tmp_dir)`` against a dict: saves, appends, deletes,
     leases and stale fences, ``rewind`` (valid and refused: beyond the end, a wrong
-    ``expected_length``, a stale fence, a missing session) and ``fork`` (into a new id, an
-    existing one, from a missing source); every write changes the revision, and
-    ``load_since`` from what a reader held before never answers a wrong list."""
+    ``expected_length``, a stale fence, a missing session), ``fork`` (into a new id, an
+    existing one, from a missing source; with its state or not), ``save_state`` and
+    ``commit_turn`` with a state (both land or neither); every write changes the revision,
+    and ``load_since`` from what a reader held before never answers a wrong list."""
     return _machine(_SessionMachine, factory)
 
 
