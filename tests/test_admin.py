@@ -30,6 +30,7 @@ from services_redis import drop_prefix, redis_url, require_redis
 
 from lousho_sessions import open_store
 from lousho_sessions.recovery import stale_turns
+from lousho_sessions.stores.base import SaveState
 
 TESTS = Path(__file__).parent
 #: tests/ importable in the subprocesses, before what PYTHONPATH held (a checkout's own code)
@@ -476,6 +477,9 @@ def test_sessions_rm(store: str) -> None:
 
 
 def test_prune(fresh_store: str) -> None:
+    with open_store(fresh_store) as opened:  # state of a session pruned, and of a scope
+        for id in ("alpha", "_scope-u1"):
+            opened.sessions.save_state(SaveState(id, {"of": id}, None, None, opened.checkpoints))
     kept, bad, everything, listed = batch(
         fresh_store,
         ["prune", "--older-than", "7d", "--json"],
@@ -492,7 +496,13 @@ def test_prune(fresh_store: str) -> None:
     # the checkpoints of the three crashed turns and of the two awaiting approval
     assert (pruned["sessions"], pruned["checkpoints"]) == (2, 5)
     assert pruned["approvals"] == 0  # pending approvals are kept, and so listed
-    assert [(r["id"], r["pending_approvals"]) for r in listed.json()] == [("eta", 1), ("gamma", 1)]
+    assert [(r["id"], r["pending_approvals"]) for r in listed.json()][-2:] == [
+        ("eta", 1),
+        ("gamma", 1),
+    ]
+    with open_store(fresh_store) as opened:  # alpha's state went with it; the scope's stays
+        assert opened.sessions.load_state("alpha", opened.checkpoints) == ({}, 0)
+        assert opened.sessions.load_state("_scope-u1", opened.checkpoints)[0] == {"of": "_scope-u1"}
 
 
 # -- migrate -----------------------------------------------------------------------------

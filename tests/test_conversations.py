@@ -237,6 +237,7 @@ def test_lousho_sessions_fork(tmp_path: Path) -> None:
     session = agent.session("s1")
     session.send("one")
     session.send("two")
+    session.update_state(lambda s: s.update(plan="pro"))
     agent.close()
     store.close()
     url = f"sqlite:///{tmp_path / 'agent.db'}"
@@ -257,3 +258,4 @@ def test_lousho_sessions_fork(tmp_path: Path) -> None:
         assert texts(reopened.sessions.load("s2")) == ["one", "1:one"]
         info = reopened.sessions.info("s2")
         assert (info.parent, info.fork_point) == ("s1", 2)
+        assert reopened.sessions.load_state("s2", reopened.checkpoints) == ({"plan": "pro"}, 1)

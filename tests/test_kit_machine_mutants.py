@@ -1,8 +1,9 @@
-"""The kit's session state machine catches every rewind and fork mutant of the memory store.
+"""The kit's session state machine catches every rewind, fork and state mutant of the memory store.
 
-The machine's rules for ``rewind`` and ``fork`` (``testing.machines``) are checked like the
-kit's tests in ``test_kit_mutants.py``: the memory store with one faulty history method
-(``history_mutants``) must fail a run of the machine, and the right store must pass it.
+The machine's rules for ``rewind``, ``fork`` and a commit with state (``testing.machines``)
+are checked like the kit's tests in ``test_kit_mutants.py``: the memory store with one faulty
+method (``history_mutants``, ``state_mutants`` but the prune's: the machine prunes nothing)
+must fail a run of the machine, and the right store must pass it.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import pytest
 from history_mutants import HISTORY_FAULTS
 from hypothesis import Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
+from state_mutants import STATE_FAULTS
 from test_kit_mutants import Mutant, mutate
 
 from lousho_sessions import memory_store
@@ -40,7 +42,11 @@ def test_the_machine_passes_the_right_store() -> None:
 
 @pytest.mark.parametrize(
     "mutant",
-    [Mutant(fault, "sessions", method, make) for fault, method, make, _ in HISTORY_FAULTS],
+    [
+        Mutant(fault, "sessions", method, make)
+        for fault, method, make, _ in [*HISTORY_FAULTS, *STATE_FAULTS]
+        if method != "prune"
+    ],
     ids=lambda m: m.name,
 )
 def test_the_machine_catches_a_faulty_history_verb(mutant: Mutant) -> None:

@@ -33,6 +33,7 @@ from lousho_sessions.postgres import SCHEMA_VERSION, PostgresStore, migration_sq
 FIXTURE = Path(__file__).parent / "fixtures" / "postgres-v1.sql"
 FIXTURE_V2 = Path(__file__).parent / "fixtures" / "postgres-v2.sql"
 FIXTURE_V3 = Path(__file__).parent / "fixtures" / "postgres-v3.sql"
+FIXTURE_V4 = Path(__file__).parent / "fixtures" / "postgres-v4.sql"
 WAIT = 30.0
 
 
@@ -98,6 +99,57 @@ def test_the_v3_fixture_pins_the_third_migration() -> None:
     assert text.startswith(version_3)
     assert 'CREATE FUNCTION "lousho_v3".acquire_saving(' in text
     assert 'CREATE FUNCTION "lousho_v3".append_turn(' in text
+
+
+def test_the_v4_fixture_pins_the_fourth_migration() -> None:
+    """Migration 4 (a fork's parent and fork point) is released: add a version 5 instead."""
+    text = FIXTURE_V4.read_text(encoding="utf-8").split("\n", 1)[1]
+    version_4 = migration_sql("lousho_v4", since=3).split("\n", 1)[1].split("\n-- version 5")[0]
+    assert text.startswith(version_4)
+    assert "ADD COLUMN parent text" in text
+
+
+def test_a_v4_database_with_state_migrates_to_v5_and_keeps_it(pg_schema: str) -> None:
+    """A session's state as version 4 kept it (its ``<id>.state`` checkpoint row, written by
+    ``save_state``) reads the same after migration 5; it is no pending turn any more (the
+    lease comes with the turn's first checkpoint), and a commit writes the next version."""
+    from lousho_sessions.serde import message_json
+    from lousho_sessions.stores.base import CommitTurn, StartCheckpoint, TakeTurn
+
+    sql(migration_sql(pg_schema).split("\n-- version 5")[0])
+    hello = message_json(Message.user("hello from v4"))
+    sql(
+        f"INSERT INTO \"{pg_schema}\".sessions (id, length, revision) VALUES ('s1', 1, 7);"
+        f"INSERT INTO \"{pg_schema}\".messages VALUES ('s1', 0, '{hello}');"
+        f'INSERT INTO "{pg_schema}".checkpoints (turn_id, body) VALUES '
+        f'(\'s1.state\', \'{{"state":{{"plan":"pro"}},"version":3}}\')'
+    )
+    with open_store(pg_schema) as store:
+        assert store.applied_migrations == 1
+        sessions, checkpoints = store.sessions, store.checkpoints
+        assert sessions.load_state("s1", checkpoints) == ({"plan": "pro"}, 3)
+        start = StartCheckpoint("s1.turn-1", lambda: {"format": "test"})
+        request = TakeTurn(
+            "s1", checkpoints=checkpoints, held_length=1, held_revision=7, checkpoint=start
+        )
+        taken = sessions.take_turn(request)
+        with taken.lease:
+            assert taken.no_checkpoints and taken.saved_checkpoint
+            sessions.commit_turn(
+                CommitTurn(
+                    "s1",
+                    turn(1),
+                    1,
+                    checkpoints,
+                    ["s1.turn-1"],
+                    taken.lease.fence,
+                    state={"plan": "max"},
+                )
+            )
+        assert sessions.load_state("s1", checkpoints) == ({"plan": "max"}, 4)
+        assert checkpoints.list() == ["s1.state"]
+        assert [m.text for m in sessions.load("s1") or []] == ["hello from v4", "q1", "a1"]
+    assert sql(f'SELECT max(version) FROM "{pg_schema}".schema_version') == [(SCHEMA_VERSION,)]
 
 
 def test_a_v2_database_migrates_to_v3_and_keeps_working(pg_schema: str) -> None:

@@ -27,27 +27,19 @@ from ..errors import (
 )
 from ..messages import Message
 from ..stores._history_requests import forks_state
-from ..stores._turn_requests import commits_state
 from ..stores.adapters import takes_arguments
-from ..stores.base import CommitTurn, ForkRequest, RewindRequest, SaveState
+from ..stores.base import ForkRequest, RewindRequest
 from ._fastpaths import check_since
 from ._history import keeps_origins
-from ._support import WAIT, Parts, opened, raises, skip, tracks_revisions
+from ._state_rules import IDS, JSON, SESSION_IDS, TEXTS, StateRules
+from ._support import WAIT, Parts, opened, skip, tracks_revisions
 
 __all__ = ["SETTINGS", "approval_machine", "checkpoint_machine", "session_machine"]
 
-IDS = ("s1", "s2", "s-3")
-SESSION_IDS = st.sampled_from(IDS)
 TURN_IDS = st.sampled_from(["s1.turn-0", "s1.turn-2", "s2.turn-0", "s2.send"])
 APPROVAL_IDS = st.sampled_from(["a1", "a2", "a.3"])
-TEXTS = st.text(st.characters(codec="utf-8"), max_size=8)
 MESSAGES = st.lists(
     st.builds(Message.user, TEXTS) | st.builds(Message.assistant, TEXTS), max_size=3
-)
-JSON = st.recursive(
-    st.none() | st.booleans() | st.integers(-(2**40), 2**40) | TEXTS,
-    lambda inner: st.lists(inner, max_size=2) | st.dictionaries(TEXTS, inner, max_size=2),
-    max_leaves=5,
 )
 #: The settings the machines' ``TestCase`` runs with.
 SETTINGS = settings(
@@ -84,7 +76,7 @@ def _machine(base: type[_StoreMachine], factory: Callable[[Path], Any]) -> type[
     return machine
 
 
-class _SessionMachine(_StoreMachine):
+class _SessionMachine(StateRules, _StoreMachine):
     def __init__(self) -> None:
         super().__init__()
         sessions = self.parts.sessions
@@ -232,14 +224,11 @@ class _SessionMachine(_StoreMachine):
 
     @rule(data=st.data())
     def fork(self, data: st.DataObject) -> None:
-        # mostly a stored source into a free id (the forks that succeed), else any two ids
+        # mostly a stored source (with state) into a free id (with state of its own): the
+        # forks that succeed and copy state over state; else any two ids
         known, free = sorted(self.model), sorted(set(IDS) - set(self.model))
-        source = data.draw(
-            st.sampled_from(known) | SESSION_IDS if known else SESSION_IDS, label="source"
-        )
-        new_id = data.draw(
-            st.sampled_from(free) | SESSION_IDS if free else SESSION_IDS, label="new_id"
-        )
+        source = data.draw(_prefer(known, self.states), label="source")
+        new_id = data.draw(_prefer(free, self.states), label="new_id")
         length = len(self.model.get(source, []))
         keep = data.draw(st.none() | st.integers(0, length + 1), label="keep")  # one past the end
         if source == new_id:
@@ -277,49 +266,6 @@ class _SessionMachine(_StoreMachine):
         if self.revisions_known and stored is not None:
             assert self.sessions.revision(source) == before, f"{request} moved its source"
 
-    def _forked_state(self, source: str, new_id: str, copied: bool) -> None:
-        """The state ``fork`` left ``new_id``: the source's at a new version when copied and
-        there is one, else what the new id had."""
-        held = self.states.get(new_id, ({}, 0))
-        state, version = self.sessions.load_state(new_id, self.home)
-        if copied and source in self.states:
-            assert (state, version != held[1]) == (self.states[source][0], True), new_id
-            self.states[new_id] = (state, version)
-        else:
-            assert (state, version) == held, f"a fork changed the state of {new_id!r}"
-
-    @rule(
-        data=st.data(),
-        id=SESSION_IDS,
-        messages=MESSAGES,
-        state=st.none() | st.dictionaries(TEXTS, JSON, max_size=3),
-        right=st.booleans(),
-    )
-    def commit_state(
-        self, data: st.DataObject, id: str, messages: list[Message], state: Any, right: bool
-    ) -> None:
-        """A turn's commit with (or without) its state: both land, or neither does."""
-        if not commits_state(self.sessions):
-            return
-        length = len(self.model.get(id, [])) + (0 if right else 1)
-        with self.sessions.turn_lock(id, timeout=WAIT) as lease:
-            self.fences.setdefault(id, []).append(lease.fence)
-            request = CommitTurn(id, messages, length, self.home, (), lease.fence, state=state)
-            if not right:
-                with raises(StoreConflictError):
-                    self.sessions.commit_turn(request)
-            else:
-                self.sessions.commit_turn(request)
-                self.model[id] = self.model.get(id, []) + messages
-                self._wrote(id)
-        held = self.states.get(id, ({}, 0))
-        found = self.sessions.load_state(id, self.home)
-        if right and state is not None:
-            assert found[0] == state and found[1] != held[1], (found, held)
-            self.states[id] = found
-        else:
-            assert found == held, f"a commit that wrote no state changed it: {request}"
-
     @rule(id=SESSION_IDS)
     def read(self, id: str) -> None:
         """A reader loads ``id`` (the revision first, as a turn does) and keeps what it read."""
@@ -346,25 +292,17 @@ class _SessionMachine(_StoreMachine):
     def load(self, id: str) -> None:
         assert self.sessions.load(id) == self.model.get(id)
 
-    @rule(id=SESSION_IDS, state=st.dictionaries(TEXTS, JSON, max_size=3), stale=st.booleans())
-    def save_state(self, id: str, state: dict[str, Any], stale: bool) -> None:
-        """A compare-and-set on the version: a wrong ``expected_version`` changes nothing."""
-        checkpoints = self.home
-        _, version = self.states.get(id, ({}, 0))
-        if stale:
-            with raises(StoreConflictError):
-                self.sessions.save_state(SaveState(id, state, version + 1, None, checkpoints))
-        else:
-            new = self.sessions.save_state(SaveState(id, state, version, None, checkpoints))
-            assert new != version
-            self.states[id] = (state, new)
-        assert self.sessions.load_state(id, checkpoints) == self.states.get(id, ({}, 0))
-
     @invariant()
     def known_ids_have_revisions(self) -> None:
         if self.revisions_known:
             for id in ("s1", "s2", "s-3"):
                 assert (self.sessions.revision(id) is None) == (id not in self.model)
+
+
+def _prefer(ids: list[str], states: dict[str, Any]) -> st.SearchStrategy[str]:
+    """One of ``ids`` holding state, one of ``ids``, or any id, in that order of likelihood."""
+    choices = [st.sampled_from(p) for p in ([i for i in ids if i in states], ids) if p]
+    return st.one_of(*choices, SESSION_IDS)
 
 
 class _CheckpointMachine(_StoreMachine):
