@@ -478,8 +478,9 @@ def test_sessions_rm(store: str) -> None:
 
 def test_prune(fresh_store: str) -> None:
     with open_store(fresh_store) as opened:  # state of a session pruned, and of a scope
+        sessions: Any = opened.sessions
         for id in ("alpha", "_scope-u1"):
-            opened.sessions.save_state(SaveState(id, {"of": id}, None, None, opened.checkpoints))
+            sessions.save_state(SaveState(id, {"of": id}, None, None, opened.checkpoints))
     kept, bad, everything, listed = batch(
         fresh_store,
         ["prune", "--older-than", "7d", "--json"],
@@ -501,8 +502,9 @@ def test_prune(fresh_store: str) -> None:
         ("gamma", 1),
     ]
     with open_store(fresh_store) as opened:  # alpha's state went with it; the scope's stays
-        assert opened.sessions.load_state("alpha", opened.checkpoints) == ({}, 0)
-        assert opened.sessions.load_state("_scope-u1", opened.checkpoints)[0] == {"of": "_scope-u1"}
+        sessions = opened.sessions
+        assert sessions.load_state("alpha", opened.checkpoints) == ({}, 0)
+        assert sessions.load_state("_scope-u1", opened.checkpoints)[0] == {"of": "_scope-u1"}
 
 
 # -- migrate -----------------------------------------------------------------------------
