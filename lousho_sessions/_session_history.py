@@ -18,7 +18,6 @@ from concurrent.futures import Future
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ._calls import Stop, linked
 from .abort import AbortSignal
 from .errors import MessageNotFoundError, StoreCorruptError
 from .events import Event
@@ -26,12 +25,13 @@ from .inputs import Input, to_messages
 from .messages import Message
 from .results import ExecutionResult
 from .run import AgentRun
+from .runtime._calls import Stop, linked
 from .stores._summaries import SessionInfo
 from .stores.base import ForkRequest, RewindRequest, SaveState, validate_session_id
 
 if TYPE_CHECKING:
-    from ._durable import SessionTurns
-    from ._worker import Job
+    from .engine._durable import SessionTurns
+    from .runtime._worker import Job
 
 __all__ = ["HistoryMixin", "again", "cancel_approval", "point_of"]
 
