@@ -37,10 +37,12 @@ a3c5461`` for the package before the memo covered the two loops). Times are CPU 
 from __future__ import annotations
 
 import argparse
+import atexit
 import importlib
 import io
 import itertools
 import json
+import shutil
 import statistics
 import subprocess
 import sys
@@ -191,6 +193,7 @@ def load(rev: str) -> ModuleType:
         check=True,
     ).stdout
     where = Path(tempfile.mkdtemp(prefix="lousho-before-"))
+    atexit.register(shutil.rmtree, where, ignore_errors=True)
     with tarfile.open(fileobj=io.BytesIO(tar)) as archive:
         if hasattr(tarfile, "data_filter"):
             archive.extractall(where, filter="data")
