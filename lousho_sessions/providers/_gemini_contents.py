@@ -91,6 +91,23 @@ class Names:
     answered: frozenset[str | None]
     plain: Mapping[int, bytes] = attrs.field(factory=dict)
 
+    def reuse(
+        self, head: list[bytes], new: Sequence[Message]
+    ) -> tuple[list[bytes], dict[int, bytes]]:
+        """The memo's ``head`` turns as this call sends them, and the form without the
+        placeholder of those that keep it: a new message with user content ends the
+        current turn, so the turns that had it go back to their form without it.
+
+        ``head`` is every memo turn but the last (built again), or none."""
+        plain = dict(self.plain) if head else {}
+        plain.pop(len(head), None)
+        if plain and any(opens_turn(m) for m in new):
+            head = list(head)
+            for n, turn in plain.items():
+                head[n] = turn
+            plain = {}
+        return head, plain
+
     def names_with(self, new: Iterable[Message]) -> dict[str, str] | None:
         """The call names with the calls of ``new`` messages; ``None`` when one of them
         changes the name of a call a result sent before answers."""

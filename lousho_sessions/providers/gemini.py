@@ -20,7 +20,6 @@ from ._gemini_contents import (
     Names,
     call_names,
     contents,
-    opens_turn,
     sign_foreign_calls,
     turns,
 )
@@ -200,15 +199,7 @@ class GeminiProvider(HttpProvider):
         out, firsts = turns(tail, names)
         plain = [encode(turn) for turn in out]
         sent = list(plain)
-        reused = head.turns
-        # (the head is every memo turn but the last, or none: the last is built again)
-        placeholders = dict(state.plain) if reused else {}
-        placeholders.pop(len(reused), None)
-        if placeholders and any(opens_turn(m) for m in new):  # the current turn ended
-            reused = list(reused)
-            for n, turn in placeholders.items():
-                reused[n] = turn
-            placeholders = {}
+        reused, placeholders = state.reuse(head.turns, new)
         if self._checks_signatures:
             for n in sign_foreign_calls(out):
                 sent[n] = encode(out[n])
@@ -219,7 +210,7 @@ class GeminiProvider(HttpProvider):
         if "contents" in body:  # an ``extra_body`` gave them: they win
             return encode(self.build_body(request))
         turns_sent = reused + sent
-        data = splice(encode, body, "contents", list(turns_sent), gaps=True)
+        data = splice(encode, body, "contents", turns_sent, gaps=True)  # (gaps: a copy)
         answered = state.answered | {m.tool_call_id for m in new if m.role == "tool"}
         kept = memo.firsts[: len(reused)] if memo is not None else []
         firsts = kept + [start + first for first in firsts]
