@@ -4,12 +4,12 @@ Synchronous first: every call blocks and returns a value; ``lousho_sessions.aio`
 awaits the same work. ``import lousho_sessions`` never imports sqlite3.
 """
 
-from ._turn import CHECKPOINT_VERSION
 from .abort import AbortController, AbortSignal
 from .agent import Agent, AgentExecutor, create_agent
 from .approvals import ApprovalRequest, Approvals
 from .compaction import Compaction
 from .encryption import Encryption
+from .engine._turn import CHECKPOINT_VERSION
 from .errors import (
     ApprovalAlreadyResolvedError,
     ApprovalDecisionError,

@@ -24,16 +24,16 @@ from typing import Any
 
 import attrs
 
-from ._checkpoints import TurnCheckpoints
-from ._durable import TurnPlan
-from ._runner import TurnRequest
-from ._single import SingleTurns, lane_of
-from ._turn_state import TurnState
-from ._worker import Job
 from .abort import AbortController
 from .approvals import TurnKey
+from .engine._checkpoints import TurnCheckpoints
+from .engine._durable import TurnPlan
+from .engine._runner import TurnRequest
+from .engine._single import SingleTurns, lane_of
+from .engine._turn_state import TurnState
 from .errors import LeaseLostError
 from .results import ExecutionResult
+from .runtime._worker import Job
 from .session import Session
 from .stores.lease import Lease
 

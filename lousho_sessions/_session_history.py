@@ -18,7 +18,6 @@ from concurrent.futures import Future
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ._calls import Stop, linked
 from .abort import AbortSignal
 from .errors import MessageNotFoundError, StoreCorruptError
 from .events import Event
@@ -26,13 +25,14 @@ from .inputs import Input, to_messages
 from .messages import Message
 from .results import ExecutionResult
 from .run import AgentRun
+from .runtime._calls import Stop, linked
 from .stores._history_requests import fork_with_state
 from .stores._summaries import SessionInfo
 from .stores.base import RewindRequest, validate_session_id
 
 if TYPE_CHECKING:
-    from ._durable import SessionTurns
-    from ._worker import Job
+    from .engine._durable import SessionTurns
+    from .runtime._worker import Job
 
 __all__ = ["HistoryMixin", "again", "cancel_approval", "point_of"]
 

@@ -22,7 +22,7 @@ from .stores.adapters import adapt_checkpoints, adapt_sessions
 from .stores.base import BaseCheckpointStore, BaseSessionStore, validate_session_id
 
 if TYPE_CHECKING:
-    from ._worker import Job
+    from .runtime._worker import Job
 
 __all__ = ["StateMixin", "StateScope", "scope_key"]
 

@@ -14,22 +14,22 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from typing import Any, overload
 
-from ._calls import Stop, Stoppable, linked
-from ._config import AgentConfig, AgentOptions
-from ._runner import TurnRunner
-from ._runtime import Runtime
 from ._session_state import StateScope
-from ._single import AgentExecutor, SingleTurns
-from ._worker import Steps, drive
 from .abort import AbortSignal
 from .approvals import ApprovalRequest, Approvals, TurnKey
 from .compaction import Compaction
+from .engine._config import AgentConfig, AgentOptions
+from .engine._runner import TurnRunner
+from .engine._single import AgentExecutor, SingleTurns
 from .inputs import Input, to_messages
 from .pricing import Pricing
 from .providers.base import Provider, ProviderBase
 from .results import ExecutionResult, Limits
 from .results import OutputT as _T
 from .run import AgentRun
+from .runtime._calls import Stop, Stoppable, linked
+from .runtime._runtime import Runtime
+from .runtime._worker import Steps, drive
 from .session import Session, TurnPolicy
 from .stores.adapters import store_parts
 from .stores.base import CheckpointStore, validate_session_id

@@ -21,8 +21,6 @@ from concurrent.futures import Future
 from types import TracebackType
 from typing import Any, Generic, ParamSpec, TypeVar, overload
 
-from . import _worker
-from ._calls import Stoppable
 from ._session_history import point_of
 from .abort import AbortSignal
 from .agent import Agent
@@ -33,6 +31,8 @@ from .inputs import Input
 from .messages import Message, Usage
 from .results import CompactionResult, ExecutionResult, OutputT, PendingTurn
 from .run import AgentRun
+from .runtime import _worker
+from .runtime._calls import Stoppable
 from .session import Session
 from .stores._summaries import SessionInfo
 

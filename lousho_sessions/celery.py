@@ -29,7 +29,7 @@ from typing import Any
 import attrs
 from celery import signals
 
-from ._sweeper import AgentSpec, StoreSpec, resolve_agent, resolve_store
+from .admin._sweeper import AgentSpec, StoreSpec, resolve_agent, resolve_store
 from .agent import Agent
 from .errors import LoushoError
 from .recovery import SweptTurn, resume_turn, stale_turns, sweep

@@ -24,7 +24,7 @@ from .results import CompactionResult
 from .usage_totals import SUMMARY_KEY
 
 if TYPE_CHECKING:
-    from ._telemetry import Telemetry
+    from .telemetry._spans import Telemetry
 
 __all__ = [
     "SUMMARY_KEY",

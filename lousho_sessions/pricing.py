@@ -1,10 +1,11 @@
 """Prices per million tokens, to turn usage into ``cost_usd``.
 
-The built-in table :data:`DEFAULT_PRICING` holds list prices as they were
-published on :data:`DEFAULT_PRICING_DATE`; prices change, so give the ones you
-pay with ``pricing=`` (on ``create_agent`` or a provider), which is looked up
-first, or once per process with :func:`register_pricing`. A model in none of
-the tables costs ``0.0``.
+The built-in table :data:`DEFAULT_PRICING` holds list prices, last checked on
+:data:`DEFAULT_PRICING_DATE` against the vendors' pages (``docs/costs.md`` says,
+model by model, which page confirmed each figure and which could not be
+confirmed); prices change, so give the ones you pay with ``pricing=`` (on
+``create_agent`` or a provider), which is looked up first, or once per process
+with :func:`register_pricing`. A model in none of the tables costs ``0.0``.
 """
 
 from __future__ import annotations
@@ -34,8 +35,9 @@ class Pricing:
     The others default to ``None``, meaning "no separate price": cache reads and
     5-minute cache writes then cost the input price, 1-hour cache writes the 5-minute
     write price, and reasoning tokens the output price. (Anthropic bills cache reads
-    at 0.1x input, 5-minute writes at 1.25x and 1-hour writes at 2x; OpenAI and
-    Gemini bill cached input at a discount and charge nothing extra for writing it.)
+    at 0.1x input, 5-minute writes at 1.25x and 1-hour writes at 2x, Claude Haiku 3
+    excepted; OpenAI and Gemini bill cached input at a discount and charge nothing
+    extra for writing it.)
     """
 
     input_per_million: float
@@ -109,27 +111,46 @@ def _cached(input: float, cached: float, output: float) -> Pricing:
     return Pricing(input, output, cache_read_per_million=cached)
 
 
-#: When the prices of :data:`DEFAULT_PRICING` were copied from the providers' price pages.
-DEFAULT_PRICING_DATE = "2025-11-25"
+#: When :data:`DEFAULT_PRICING` was last checked against the vendors' pages (stored
+#: copies, which carry no date of their own; ``docs/costs.md`` lists them).
+DEFAULT_PRICING_DATE = "2026-12-04"
 
-#: Public list prices (USD per million tokens) of common models as of
-#: :data:`DEFAULT_PRICING_DATE`: standard tier, no batch discount, prompts under the
-#: long-context thresholds (Gemini Pro and Claude Sonnet charge more above 200k input
-#: tokens). They go stale: check them against the providers' pages, and override with
+#: Public list prices (USD per million tokens) of common models: standard tier, no
+#: batch discount, prompts under the long-context thresholds (Claude Sonnet 4 and 4.5,
+#: Gemini Pro charge more above 200k input tokens). Reasoning (thinking) tokens are
+#: billed as output tokens by all three vendors, so no row has a reasoning price.
+#: They go stale: check them against the providers' pages, and override with
 #: ``create_agent(pricing=...)``, ``Provider(pricing=...)`` or :func:`register_pricing`.
 DEFAULT_PRICING: Mapping[str, Pricing] = {
-    # Anthropic (cache reads 0.1x input; writes 1.25x for 5 minutes, 2x for 1 hour)
+    # Anthropic: every figure (input, 5m / 1h cache writes, cache hits, output) as on
+    # https://platform.claude.com/docs/en/docs/about-claude/pricing ("Model pricing",
+    # a copy listing Claude Opus 4.6 as the newest Opus); Opus 4.7 and 4.8 from a later
+    # copy of the same page (https://platform.claude.com/docs/en/about-claude/pricing);
+    # claude-3-5-sonnet from https://docs.anthropic.com/en/docs/about-claude/pricing.
+    # Opus 4.6 to 4.8 have rows of their own: by prefix they would get Opus 4's price.
+    "claude-opus-4-8": _anthropic(5.00, 25.00),
+    "claude-opus-4-7": _anthropic(5.00, 25.00),
+    "claude-opus-4-6": _anthropic(5.00, 25.00),
     "claude-opus-4-5": _anthropic(5.00, 25.00),
     "claude-opus-4-1": _anthropic(15.00, 75.00),
     "claude-opus-4": _anthropic(15.00, 75.00),
+    "claude-sonnet-4-6": _anthropic(3.00, 15.00),
     "claude-sonnet-4-5": _anthropic(3.00, 15.00),
     "claude-sonnet-4": _anthropic(3.00, 15.00),
     "claude-3-7-sonnet": _anthropic(3.00, 15.00),
     "claude-3-5-sonnet": _anthropic(3.00, 15.00),
     "claude-haiku-4-5": _anthropic(1.00, 5.00),
     "claude-3-5-haiku": _anthropic(0.80, 4.00),
-    "claude-3-haiku": _anthropic(0.25, 1.25),
-    # OpenAI (cached input at its own price; reasoning tokens are output tokens)
+    # not the usual multiples: 5m writes $0.30 (1.2x), hits $0.03 (0.12x)
+    "claude-3-haiku": Pricing(
+        0.25,
+        1.25,
+        cache_read_per_million=0.03,
+        cache_write_per_million=0.30,
+        cache_write_1h_per_million=0.50,
+    ),
+    # OpenAI (cached input at its own price; reasoning tokens are output tokens). Not
+    # confirmed: no copy of an OpenAI price page is stored (see docs/costs.md).
     "gpt-5.1": _cached(1.25, 0.125, 10.00),
     "gpt-5": _cached(1.25, 0.125, 10.00),
     "gpt-5-mini": _cached(0.25, 0.025, 2.00),
@@ -147,7 +168,8 @@ DEFAULT_PRICING: Mapping[str, Pricing] = {
     "o3-pro": Pricing(20.00, 80.00),
     "o3-mini": _cached(1.10, 0.55, 4.40),
     "o4-mini": _cached(1.10, 0.275, 4.40),
-    # Google Gemini (implicit caching; thinking tokens are billed as output)
+    # Google Gemini (implicit caching; thinking tokens are billed as output). Not
+    # confirmed: no copy of Google's price page is stored (see docs/costs.md).
     "gemini-3-pro": _cached(2.00, 0.20, 12.00),
     "gemini-2.5-pro": _cached(1.25, 0.125, 10.00),
     "gemini-2.5-flash": _cached(0.30, 0.03, 2.50),

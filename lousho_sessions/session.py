@@ -18,18 +18,16 @@ from concurrent.futures import Future
 from functools import partial
 from typing import Any, Literal, overload
 
-from ._calls import Stop, Stoppable, announced, chain, emit_to, joined_run, linked, stoppable
-from ._config import Approve
-from ._durable import SessionTurns, TurnJob
-from ._inbox import Ticket
-from ._output import OutputSpec
-from ._runner import TurnRunner, settle
 from ._session_history import HistoryMixin
 from ._session_state import StateMixin
-from ._transcript import Transcript
-from ._worker import Job, inside
 from .abort import AbortController, AbortSignal
 from .compaction import compact_transcript, estimate_tokens
+from .engine._config import Approve
+from .engine._durable import SessionTurns, TurnJob
+from .engine._inbox import Ticket
+from .engine._output import OutputSpec
+from .engine._runner import TurnRunner, settle
+from .engine._transcript import Transcript
 from .errors import SessionBusyError
 from .events import (
     ContextCleared,
@@ -43,6 +41,17 @@ from .messages import Message, Usage
 from .results import CompactionResult, ExecutionResult, Limits, PendingTurn
 from .results import OutputT as _T
 from .run import AgentRun
+from .runtime._calls import (
+    Stop,
+    Stoppable,
+    announced,
+    chain,
+    emit_to,
+    joined_run,
+    linked,
+    stoppable,
+)
+from .runtime._worker import Job, inside
 from .stores.base import CheckpointStore, SessionStore, validate_session_id
 
 __all__ = ["Session", "TurnPolicy"]
@@ -60,16 +69,9 @@ class Session(HistoryMixin, StateMixin):
     transcript after a failed or aborted turn, with a checkpoint store turns that survive a crash.
     """
 
-    def __init__(
-        self,
-        runner: TurnRunner,
-        id: str,
-        *,
-        store: SessionStore,
-        checkpoint_store: CheckpointStore | None,
-        turn_policy: TurnPolicy = "wait",
-        limits: Limits | None = None,
-    ) -> None:
+    def __init__(self, runner: TurnRunner, id: str, *, store: SessionStore,
+                 checkpoint_store: CheckpointStore | None, turn_policy: TurnPolicy = "wait",
+                 limits: Limits | None = None) -> None:  # fmt: skip
         if turn_policy not in _POLICIES:
             raise ValueError(f"turn_policy must be one of {_POLICIES}, got {turn_policy!r}")
         self.id = validate_session_id(id)
@@ -353,7 +355,6 @@ class Session(HistoryMixin, StateMixin):
         return result
 
     def _pending_future(self) -> Future[PendingTurn | None]:
-
         def work(job: Job) -> PendingTurn | None:
             self._transcript.sync()
             state = self._turns.pending()
@@ -371,7 +372,6 @@ class Session(HistoryMixin, StateMixin):
         self._discard_pending_future().result()
 
     def _discard_pending_future(self) -> Future[None]:
-
         def work(job: Job) -> None:
             with self._transcript.turn_lock():
                 self._transcript.sync()
@@ -392,7 +392,6 @@ class Session(HistoryMixin, StateMixin):
         return result
 
     def _load_future(self) -> Future[tuple[Message, ...]]:
-
         def work(job: Job) -> tuple[Message, ...]:
             self._transcript.reload()
             return tuple(self._transcript.messages)

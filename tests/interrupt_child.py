@@ -30,7 +30,7 @@ from lousho_sessions import (
     memory_store,
     tool,
 )
-from lousho_sessions._worker import Workers
+from lousho_sessions.runtime._worker import Workers
 from lousho_sessions.stores.memory import MemorySessionStore
 
 #: set by the SIGINT handler before KeyboardInterrupt is raised

@@ -12,7 +12,7 @@ import sys
 import attrs
 from celery_agents import make_agent, make_store
 
-from lousho_sessions._sweeper import run_sweeper
+from lousho_sessions.admin._sweeper import run_sweeper
 from lousho_sessions.recovery import SweptTurn
 
 

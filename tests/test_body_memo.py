@@ -4,9 +4,11 @@ Each provider encodes only the tail of the transcript when the session's previou
 sent the rest (``_body_memo``). These tests replay random sessions — messages appended
 a few at a time, reasoning of every family, tool calls with and without signatures,
 images, system messages, empty messages, rewinds, edits, several sessions interleaved on
-one provider — and check every call's encoded body against ``build_body``'s, so a cached
-turn can never carry a stale Anthropic ``cache_control`` mark (they move every call), a
-stale Gemini signature placeholder or a stale function name.
+one provider, answers stored at OpenAI (``store=True``) that later calls continue —
+and check every call's encoded body against ``build_body``'s, so a cached turn can never
+carry a stale Anthropic ``cache_control`` mark (they move every call), a stale Gemini
+signature placeholder or a stale function name, and a ``store=True`` call continues
+exactly the response a full check of the transcript would.
 """
 
 from __future__ import annotations
@@ -20,12 +22,14 @@ from hypothesis import strategies as st
 
 from lousho_sessions import CachePolicy, ImagePart, Message, ReasoningPart, TextPart, ToolCall
 from lousho_sessions.providers._body_memo import LIMIT, BodyMemos, splice
+from lousho_sessions.providers._gemini_contents import SKIP_SIGNATURE
 from lousho_sessions.providers._http_provider import HttpProvider
+from lousho_sessions.providers._responses_items import ContextHash
 from lousho_sessions.providers.anthropic import AnthropicProvider
 from lousho_sessions.providers.base import ModelRequest, OutputSchema, ToolSpec
 from lousho_sessions.providers.gemini import GeminiProvider
 from lousho_sessions.providers.openai import OpenAIProvider
-from lousho_sessions.providers.openai_responses import OpenAIResponsesProvider
+from lousho_sessions.providers.openai_responses import OpenAIResponsesProvider, stamp
 
 URL = "http://127.0.0.1:9"
 TOOLS = (ToolSpec("get_weather", "Weather for a city."),)
@@ -100,9 +104,11 @@ def messages(draw: st.DrawFn) -> Message:
     return Message.system(draw(texts))
 
 
-#: one step of a session: append messages, rewind, edit one, or switch sessions
+#: one step of a session: append messages, a stored answer (its digest true or stale),
+#: rewind, edit one, or switch sessions
 steps = st.one_of(
     st.tuples(st.just("append"), st.lists(messages(), min_size=1, max_size=4)),
+    st.tuples(st.just("answer"), st.tuples(messages(), st.booleans())),
     st.tuples(st.just("rewind"), st.integers(1, 4)),
     st.tuples(st.just("edit"), messages()),
     st.tuples(st.just("switch"), st.sampled_from(["s-1", "s-2", None])),
@@ -112,6 +118,26 @@ steps = st.one_of(
 def same(provider: HttpProvider, request: ModelRequest) -> None:
     encoded = json.loads(provider.encode_body(request))
     assert encoded == provider.build_body(request), type(provider).__name__
+    if isinstance(provider, OpenAIResponsesProvider):  # the body sent after a stale id
+        whole = provider._body(request, continuation=False)
+        assert json.loads(provider._encode(request, continuation=False).data) == whole
+
+
+def answered(
+    wires: list[HttpProvider], request: ModelRequest, reply: Message, true: bool
+) -> Message:
+    """``reply`` as a ``store=True`` provider records a stored answer to ``request``: its
+    digest from the body's memo equals one over the whole transcript (``true``: of what
+    the answer saw; else of the transcript before the request's last message)."""
+    reply = Message.assistant(reply.content, tool_calls=reply.tool_calls)
+    whole = stamp(reply, "resp_1", request.messages, None)
+    for provider in wires:
+        if isinstance(provider, OpenAIResponsesProvider) and provider.store:
+            seen = provider._encode(request, continuation=True).seen
+            assert stamp(reply, "resp_1", request.messages, seen) == whole
+    if true:
+        return whole
+    return stamp(reply, "resp_1", request.messages[:-1], None)
 
 
 @settings(max_examples=150, deadline=None)
@@ -138,6 +164,9 @@ def test_a_body_from_the_previous_call_is_the_body_built_afresh(
         transcript = sessions.setdefault(current, list(start))
         if kind == "append":
             transcript += value
+        elif kind == "answer":
+            asked = ModelRequest(system, tuple(transcript), session_id=current)
+            transcript.append(answered(wires, asked, *value))
         elif kind == "rewind":
             del transcript[-value:]
         elif kind == "edit" and transcript:
@@ -173,6 +202,79 @@ def test_the_tail_is_all_that_is_encoded_again() -> None:
         assert max(sizes) < len(body) / 20, type(provider).__name__
         provider._http.encode = real  # type: ignore[method-assign]
         same(provider, request)
+
+
+def counted(provider: HttpProvider, request: ModelRequest) -> tuple[bytes, list[int]]:
+    """The body for ``request`` and the size of each value encoded to make it."""
+    sizes: list[int] = []
+    real = provider._http.encode
+
+    def counting(value: Any) -> bytes:
+        data: bytes = real(value)
+        sizes.append(len(data))
+        return data
+
+    provider._http.encode = counting  # type: ignore[method-assign]
+    try:
+        return provider.encode_body(request), sizes
+    finally:
+        provider._http.encode = real  # type: ignore[method-assign]
+
+
+def test_a_long_tool_loop_of_unsigned_gemini_calls_encodes_only_its_tail() -> None:
+    """Each unsigned call of the current turn carries the placeholder: the memo keeps
+    those turns as sent, so a loop's call encodes only its new turns; once a user turn
+    ends the loop, the turns go back to their form without it."""
+    provider = GeminiProvider("gemini-3-pro", api_key="k", base_url=URL)
+    transcript = [Message.user("q")]
+    for n in range(200):
+        call = ToolCall(f"c{n}", "get_weather", {"city": "Paris"})
+        transcript += [Message.assistant(tool_calls=[call]), Message.tool(f"c{n}", "sunny")]
+        request = ModelRequest("sys", tuple(transcript), TOOLS, session_id="s")
+        body, sizes = counted(provider, request)
+        assert json.loads(body) == provider.build_body(request)
+        assert sum(sizes) < 800, n  # the new turns, the last one again, what goes around them
+    assert len(body) > 200 * 250
+    assert json.dumps(provider.build_body(request)).count(SKIP_SIGNATURE) == 200
+    transcript.append(Message.user("and now?"))
+    request = ModelRequest("sys", tuple(transcript), TOOLS, session_id="s")
+    same(provider, request)
+    assert SKIP_SIGNATURE not in provider.encode_body(request).decode()
+
+
+def test_a_long_tool_loop_continuing_stored_responses_hashes_only_its_tail(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With ``store=True`` each call continues the answer before it: checking that
+    answer's digest and recording the next one hash only the new messages' items."""
+    provider = OpenAIResponsesProvider("gpt-x", api_key="k", base_url=URL, store=True)
+    hashed: list[int] = []
+    real = ContextHash.add
+
+    def counting(self: ContextHash, items: Any) -> None:
+        items = list(items)
+        hashed.append(len(items))
+        real(self, items)
+
+    monkeypatch.setattr(ContextHash, "add", counting)
+    transcript = [Message.user("q")]
+    for n in range(200):
+        request = ModelRequest("sys", tuple(transcript), TOOLS, session_id="s")
+        hashed.clear()
+        encoded = provider._encode(request, continuation=True)
+        call = ToolCall(f"c{n}", "get_weather", {"city": "Paris"})
+        reply = stamp(
+            Message.assistant(tool_calls=[call]), f"resp_{n}", request.messages, encoded.seen
+        )
+        assert json.loads(encoded.data) == provider.build_body(request)
+        assert reply == stamp(reply, f"resp_{n}", request.messages, None)
+        if n > 0:
+            assert json.loads(encoded.data)["previous_response_id"] == f"resp_{n - 1}"
+            assert sum(hashed) <= 3, (n, hashed)
+        transcript += [reply, Message.tool(f"c{n}", "sunny")]
+    request = ModelRequest("sys", tuple(transcript), TOOLS, session_id="s")
+    _, sizes = counted(provider, request)
+    assert len(sizes) < 10
 
 
 def test_extra_body_fields_win_on_the_fast_path_too() -> None:

@@ -27,8 +27,8 @@ from lousho_sessions import (
     memory_store,
     tool,
 )
-from lousho_sessions._checkpoint_codec import turn_checkpoint, turn_state_from_checkpoint
-from lousho_sessions._turn import TurnState
+from lousho_sessions.engine._checkpoint_codec import turn_checkpoint, turn_state_from_checkpoint
+from lousho_sessions.engine._turn import TurnState
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

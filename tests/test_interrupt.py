@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from lousho_sessions._worker import Job, Workers
+from lousho_sessions.runtime._worker import Job, Workers
 
 CHILD = str(Path(__file__).with_name("interrupt_child.py"))
 READ_TIMEOUT = 20.0  # seconds; less than the 30 s an un-aborted model call holds the worker

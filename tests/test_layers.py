@@ -16,27 +16,30 @@ PACKAGE = Path(__file__).resolve().parent.parent / "lousho_sessions"
 
 #: The model: plain data, importing nothing but itself.
 MODEL = {"errors", "messages", "events", "results", "run", "inputs", "abort", "pricing"}
-#: The engine: one turn and how it is settled.
-ENGINE = {
-    "_turn",
-    "_turn_state",
-    "_turn_config",
-    "_runner",
-    "_durable",
-    "_single",
-    "_transcript",
-    "_checkpoints",
-    "_effects",
-    "_edits",
-    "_limits",
-    "_tool_calls",
-    "_inbox",
-    "_checkpoint_codec",
+#: The engine: one turn and how it is settled (the sub-package ``engine/``).
+ENGINE = {"engine"}
+#: The threads an agent owns (``runtime/``).
+RUNTIME = {"runtime"}
+#: ``@tool``, schemas and argument checks (``tools/``).
+TOOLS = {"tools"}
+#: Spans, metrics and the trace context (``telemetry/``).
+TELEMETRY = {"telemetry"}
+#: The face users call, with its private helpers.
+FACE = {
+    "agent",
+    "session",
+    "aio",
+    "approvals",
+    "recovery",
+    "celery",
+    "admin",
+    "demo",
+    "_recover",
+    "_session_history",
+    "_session_state",
 }
-#: The threads an agent owns.
-RUNTIME = {"_runtime", "_worker", "_tool_loop", "_calls"}
-#: The face users call.
-FACE = {"agent", "session", "aio", "recovery", "_recover", "celery", "admin", "demo"}
+#: Every flat private module sits in a layer; the rest of the engine is in ``engine/``.
+FLAT_PRIVATE = {"_message_codec", "_recover", "_session_history", "_session_state"}
 
 
 def module_name(path: Path) -> str:
@@ -96,16 +99,32 @@ def broken(group: set[str], forbidden: set[str]) -> list[str]:
 @pytest.mark.parametrize(
     ("group", "forbidden", "rule"),
     [
-        ({"stores"}, ENGINE | FACE | {"providers", "tools"}, "stores never import the engine"),
+        (
+            {"stores"},
+            ENGINE | RUNTIME | TOOLS | TELEMETRY | FACE | {"providers"},
+            "stores never import the engine",
+        ),
         (ENGINE, FACE, "the engine never imports the face"),
-        (RUNTIME, ENGINE | FACE, "the runtime never imports the engine or the face"),
-        ({"providers"}, ENGINE | FACE | {"stores"}, "providers never import engine or stores"),
+        (RUNTIME, ENGINE | TOOLS | FACE, "the runtime never imports the engine"),
+        (TOOLS, ENGINE | FACE | {"stores"}, "tools never import the engine or stores"),
+        (TELEMETRY, ENGINE | RUNTIME | FACE | {"stores"}, "telemetry imports no engine"),
+        (
+            {"providers"},
+            ENGINE | RUNTIME | FACE | {"stores"},
+            "providers never import engine or stores",
+        ),
         (MODEL, ENGINE | FACE | {"stores", "providers", "serde"}, "the model imports no layer"),
     ],
     ids=lambda value: value if isinstance(value, str) else "",
 )
 def test_layering(group: set[str], forbidden: set[str], rule: str) -> None:
     assert broken(group, forbidden) == [], rule
+
+
+def test_the_private_modules_live_in_their_layers() -> None:
+    """A new private module goes into the sub-package of its layer, not beside the face."""
+    flat = {name for name in MODULES if "." not in name and name.startswith("_")}
+    assert flat - {"__init__", "__main__"} == FLAT_PRIVATE
 
 
 def test_the_reader_sees_every_form_of_import() -> None:

@@ -21,7 +21,7 @@ from provider_server import JSONReply, ProviderServer, SSEReply
 from provider_wires import KEY, TEXT_ARGUMENT_WIRES, HttpProvider, Wire, fail, run
 
 from lousho_sessions import create_agent, tool
-from lousho_sessions._turn import MAX_MALFORMED_TOOL_CALLS
+from lousho_sessions.engine._turn import MAX_MALFORMED_TOOL_CALLS
 from lousho_sessions.errors import ProviderConfigError, ProviderError
 from lousho_sessions.providers._redact import Redactor, Secret, secret_from
 from lousho_sessions.serde import messages_to_json

@@ -29,8 +29,8 @@ from lousho_sessions import (
     memory_store,
     tool,
 )
-from lousho_sessions._effects import rerun_approval_id
 from lousho_sessions.approvals import new_record
+from lousho_sessions.engine._effects import rerun_approval_id
 from lousho_sessions.recovery import abandoned_turns, resume_turn, stale_turns, sweep
 from lousho_sessions.sqlite import SqliteStore
 from lousho_sessions.stores.base import AgentStore

@@ -371,6 +371,24 @@ def test_ttl_is_set_when_the_turn_ends_and_never_while_it_runs(
     assert all(0 < t <= 600_000 for t in pttls(store, "s"))
 
 
+def test_a_session_with_state_expires_with_it(open_store: Callable[..., RedisStore]) -> None:
+    """A session's state record (the ``<id>.state`` field of its checkpoints hash) is no
+    unfinished turn: it keeps no session from expiring, and expires with it (a fork's too)."""
+    from lousho_sessions.stores.base import CommitTurn, ForkRequest
+
+    store = open_store(ttl=600)
+    store.sessions.commit_turn(
+        CommitTurn("s", [Message.user("q")], 0, store.checkpoints, state={"plan": "pro"})
+    )
+    assert store.client.hexists(store.key("s", "checkpoints"), "s.state")
+    assert all(0 < t <= 600_000 for t in pttls(store, "s"))
+    store.sessions.fork(ForkRequest("s", "f", state=True, checkpoints=store.checkpoints))
+    assert store.client.hexists(store.key("f", "checkpoints"), "f.state")
+    assert all(0 < t <= 600_000 for t in pttls(store, "f"))
+    store.checkpoints.save("s.turn-1", {"step": 1})
+    assert pttls(store, "s") == {-1}  # an unfinished durable turn: no expiry
+
+
 def test_a_finished_session_expires(open_store: Callable[..., RedisStore]) -> None:
     store = open_store(ttl=0.2)
     store.sessions.save("s", [Message.user("gone soon")])

@@ -19,14 +19,14 @@ from storekit import KINDS, open_kit
 
 from lousho_sessions import (
     FunctionProvider,
-    _checkpoint_codec,
     create_agent,
     memory_store,
     tool,
 )
-from lousho_sessions._checkpoint_codec import turn_checkpoint, turn_state_from_checkpoint
 from lousho_sessions._message_codec import message_dict, message_from_canonical
-from lousho_sessions._turn_state import TurnState
+from lousho_sessions.engine import _checkpoint_codec
+from lousho_sessions.engine._checkpoint_codec import turn_checkpoint, turn_state_from_checkpoint
+from lousho_sessions.engine._turn_state import TurnState
 from lousho_sessions.errors import SchemaVersionError, StoreCorruptError
 from lousho_sessions.messages import (
     FrozenMapping,

@@ -19,10 +19,10 @@ from lousho_sessions import (
     PropagatingToolError,
     ProviderError,
     SessionBusyError,
-    _worker,
     create_agent,
     tool,
 )
+from lousho_sessions.runtime import _worker
 
 
 def strict_pairs(messages: tuple[Message, ...]) -> bool:

@@ -17,7 +17,7 @@ from celery_agents import log_lines, make_agent, open_store
 from recovery_procs import WAIT, kill_mid_turn, sweeper, until
 
 from lousho_sessions import LoushoError, create_agent, memory_store
-from lousho_sessions._sweeper import (
+from lousho_sessions.admin._sweeper import (
     SweeperTotals,
     load_object,
     resolve_agent,

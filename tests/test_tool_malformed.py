@@ -27,7 +27,7 @@ from lousho_sessions import (
     create_agent,
     tool,
 )
-from lousho_sessions._turn import MAX_MALFORMED_TOOL_CALLS
+from lousho_sessions.engine._turn import MAX_MALFORMED_TOOL_CALLS
 from lousho_sessions.events import ToolResultEvent
 from lousho_sessions.sqlite import SqliteStore
 

@@ -543,7 +543,7 @@ def test_a_golden_v1_checkpoint_resumes_with_or_without_a_trace_field(
 def _otel_helper() -> Any:
     from opentelemetry import context, trace
 
-    from lousho_sessions._trace_context import Otel as _Otel
+    from lousho_sessions.telemetry._context import Otel as _Otel
 
     return _Otel(context, trace)
 
@@ -558,8 +558,8 @@ def test_a_span_context_round_trips_through_the_checkpoint_field(
 ) -> None:
     from opentelemetry.trace import SpanContext, TraceFlags
 
-    from lousho_sessions._trace_context import restore as _restore
-    from lousho_sessions._trace_context import traceparent as _traceparent
+    from lousho_sessions.telemetry._context import restore as _restore
+    from lousho_sessions.telemetry._context import traceparent as _traceparent
 
     context = SpanContext(trace_id, span_id, False, TraceFlags(flags))
     saved = json.loads(json.dumps(_traceparent(context, 3)))
@@ -582,7 +582,7 @@ def test_a_span_context_round_trips_through_the_checkpoint_field(
 )
 def test_a_damaged_trace_field_never_stops_a_resume(saved: dict[str, Any]) -> None:
     """Whatever a checkpoint's ``trace`` holds, reading it gives a span context or None."""
-    from lousho_sessions._trace_context import restore as _restore
+    from lousho_sessions.telemetry._context import restore as _restore
 
     found = _restore(_otel_helper(), saved)
     assert found is None or (found.is_valid and 0 < found.trace_id < 2**128 and found.span_id > 0)

@@ -163,7 +163,7 @@ def test_a_store_that_saves_no_start_gets_no_turn_built_before_its_lease(
 ) -> None:
     """Only a store that declares ``saves_start_checkpoint`` is offered the turn's first
     checkpoint; on SQLite (it saves none with the lease) a turn builds its state once."""
-    from lousho_sessions._turn import TurnState
+    from lousho_sessions.engine._turn import TurnState
     from lousho_sessions.sqlite import SqliteStore
 
     built = 0

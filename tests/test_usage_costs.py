@@ -99,6 +99,19 @@ def test_the_built_in_table_prices_cache_reads_below_input() -> None:
     assert sonnet is not None and sonnet.cache_read_per_million == pytest.approx(0.3)
     assert sonnet.cache_write_per_million == pytest.approx(3.75)
     assert lookup_pricing("o3-pro-2025-06-10") == Pricing(20.0, 80.0)  # not o3's price
+    # Claude Haiku 3's cache prices are not the usual multiples of its input price
+    haiku = lookup_pricing("claude-3-haiku-20240307")
+    assert haiku == Pricing(
+        0.25,
+        1.25,
+        cache_read_per_million=0.03,
+        cache_write_per_million=0.30,
+        cache_write_1h_per_million=0.50,
+    )
+    # a newer Opus has a row of its own: by prefix it would get Opus 4's three-times price
+    opus = lookup_pricing("anthropic/claude-opus-4-6")
+    assert opus is not None and (opus.input_per_million, opus.output_per_million) == (5.0, 25.0)
+    assert opus.cache_write_1h_per_million == pytest.approx(10.0)
 
 
 @pytest.fixture

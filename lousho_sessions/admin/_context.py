@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from .. import _sweeper
 from ..agent import Agent, create_agent
 from ..errors import LoushoError
 from ..stores.urls import STORE_ENV, StoreURLError, URLStore, open_store, redacted_url
+from . import _sweeper
 from ._data import Parts
 from ._output import EXIT_STORE, EXIT_USAGE, CommandError, Output, say
 

@@ -13,7 +13,7 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from .._turn_state import CHECKPOINT_FORMAT
+from ..engine._turn_state import CHECKPOINT_FORMAT
 from ..errors import StoreCorruptError, StoreError
 from ..serde import message_to_dict
 from ..stores.adapters import adapt_approvals, adapt_checkpoints, adapt_sessions

@@ -13,11 +13,12 @@ from typing import Any
 
 import attrs
 
-from .. import _sweeper, recovery
+from .. import recovery
 from ..agent import Agent
 from ..recovery import SweptTurn
 from ..stores.base import is_session_id
 from ..stores.urls import URLStore
+from . import _sweeper
 from ._context import Context, open_url
 from ._data import Parts, checksum, dump_session, session_ids
 from ._output import EXIT_FOUND, EXIT_OK, CommandError, Progress, parse_age, say

@@ -12,14 +12,18 @@ The head is reused only while it is exactly what a fresh build would give:
   messages are frozen, so equal messages have the same wire form);
 - the head ends before the turn the last memo turn is (the next message may join it)
   and before the first message whose wire form depends on where it stands in this
-  call (Anthropic's ``cache_control`` marks, which move every call; Gemini's signature
-  placeholder in the current turn): the wire format names that message (``boundary``);
+  call (Anthropic's ``cache_control`` marks, which move every call): the wire format
+  names that message (``boundary``);
 - what a message's wire form depends on beyond itself is kept with the memo and
-  checked (Gemini's function names, looked up by call id).
+  checked (Gemini's function names, looked up by call id), or kept in both forms
+  (Gemini's signature placeholder, on the unsigned calls of the current turn only: the
+  turns as sent and, beside them, those it marked as they are without it);
+- what a call computes over the whole transcript is kept as far as the memo goes and
+  extended over the new messages (the digest of what a stored OpenAI response saw).
 
-Turns are stored without any per-call mark; the tail is built by the same code that
-builds a whole body, so a body from the memo and one built afresh are equal (a
-property test checks it). Memos are bounded (``LIMIT`` sessions, the oldest dropped
+Turns are stored without any per-call mark, or with both forms; the tail is built by
+the same code that builds a whole body, so a body from the memo and one built afresh
+are equal (a property test checks it). Memos are bounded (``LIMIT`` sessions, the oldest dropped
 first) and replaced, never changed in place, so sessions sharing a provider on
 several threads never see one another's.
 """

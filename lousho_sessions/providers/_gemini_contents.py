@@ -36,7 +36,7 @@ __all__ = [
     "Names",
     "call_names",
     "contents",
-    "current_turn",
+    "opens_turn",
     "sign_foreign_calls",
     "turns",
 ]
@@ -81,12 +81,32 @@ def call_names(messages: Iterable[Message]) -> dict[str, str]:
 @attrs.frozen
 class Names:
     """What a memo of Gemini turns keeps beyond them (see ``_body_memo``): the system
-    texts of its messages (by message index), the name of each call by id, and the call
-    ids its tool results answer (their function names were looked up by those ids)."""
+    texts of its messages (by message index), the name of each call by id, the call
+    ids its tool results answer (their function names were looked up by those ids), and
+    the turns it sent with the signature placeholder, by turn index, as they are without
+    it (what they become once a new user turn ends the current turn)."""
 
     system: list[tuple[int, str]]
     names: dict[str, str]
     answered: frozenset[str | None]
+    plain: Mapping[int, bytes] = attrs.field(factory=dict)
+
+    def reuse(
+        self, head: list[bytes], new: Sequence[Message]
+    ) -> tuple[list[bytes], dict[int, bytes]]:
+        """The memo's ``head`` turns as this call sends them, and the form without the
+        placeholder of those that keep it: a new message with user content ends the
+        current turn, so the turns that had it go back to their form without it.
+
+        ``head`` is every memo turn but the last (built again), or none."""
+        plain = dict(self.plain) if head else {}
+        plain.pop(len(head), None)
+        if plain and any(opens_turn(m) for m in new):
+            head = list(head)
+            for n, turn in plain.items():
+                head[n] = turn
+            plain = {}
+        return head, plain
 
     def names_with(self, new: Iterable[Message]) -> dict[str, str] | None:
         """The call names with the calls of ``new`` messages; ``None`` when one of them
@@ -126,19 +146,12 @@ def turns(
     return out, firsts
 
 
-def current_turn(messages: Sequence[Message]) -> int:
-    """The first message whose turn may get the placeholder: the last one with user
-    content (text or images) when a model message after it has calls none of which is
-    signed, else ``len(messages)`` (no placeholder needed)."""
-    unsigned = False
-    for index in range(len(messages) - 1, -1, -1):
-        message = messages[index]
-        if message.role not in ("system", "assistant", "tool") and _user_parts(message.content):
-            return index if unsigned else len(messages)
-        if message.role == "assistant" and message.tool_calls:
-            signatures = (call.extra.get(SIGNATURE_KEY) for call in message.tool_calls)
-            unsigned = unsigned or not any(isinstance(s, str) and s for s in signatures)
-    return 0 if unsigned else len(messages)
+def opens_turn(message: Message) -> bool:
+    """Whether ``message`` has user content (text or images): its user turn ends the
+    current turn, whose unsigned calls get the placeholder (:func:`sign_foreign_calls`)."""
+    return message.role not in ("system", "assistant", "tool") and bool(
+        _user_parts(message.content)
+    )
 
 
 def model_parts(message: Message) -> list[dict[str, Any]]:
@@ -206,8 +219,9 @@ def _function_response(message: Message, names: Mapping[str, str]) -> dict[str, 
     return {"functionResponse": response}
 
 
-def sign_foreign_calls(out: list[dict[str, Any]]) -> None:
-    """Give each model turn of the current turn without any signed call the placeholder.
+def sign_foreign_calls(out: list[dict[str, Any]]) -> list[int]:
+    """Give each model turn of the current turn without any signed call the placeholder;
+    the indexes of the turns given it.
 
     The current turn starts after the last user turn with something other than
     function responses: the API checks the signatures of the calls after it.
@@ -216,9 +230,13 @@ def sign_foreign_calls(out: list[dict[str, Any]]) -> None:
     for index, content in enumerate(out):
         if content["role"] == "user" and any("functionResponse" not in p for p in content["parts"]):
             start = index + 1
-    for content in out[start:]:
+    signed: list[int] = []
+    for index in range(start, len(out)):
+        content = out[index]
         if content["role"] != "model":
             continue
         calls = [p for p in content["parts"] if "functionCall" in p]
         if calls and not any("thoughtSignature" in p for p in calls):
             calls[0]["thoughtSignature"] = SKIP_SIGNATURE
+            signed.append(index)
+    return signed

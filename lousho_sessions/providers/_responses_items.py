@@ -24,6 +24,7 @@ __all__ = [
     "CONTENT",
     "FAMILY",
     "SUMMARY",
+    "ContextHash",
     "context_digest",
     "input_items",
     "message_items",
@@ -170,6 +171,45 @@ def reasoning_extra(item: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
 
 
 def context_digest(items: Sequence[Mapping[str, Any]]) -> str:
-    """A digest of ``items``: what a stored response saw, to tell a transcript still matches it."""
+    """A digest of ``items``: what a stored response saw, to tell a transcript still matches it.
+
+    Stored in transcripts (``extra["openai_context"]``): changing what it hashes makes
+    every stored continuation send the whole transcript again.
+    """
     text = json.dumps(thaw(list(items)), sort_keys=True, ensure_ascii=False, separators=(",", ":"))
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+class ContextHash:
+    """:func:`context_digest` item by item: the digest of a transcript's items so far,
+    extended by the items that follow without hashing the earlier ones again.
+
+    The JSON text of a list is its items' texts between brackets, joined by commas, so
+    the hash is fed ``[``, then each item's text (a comma before all but the first), and
+    :meth:`digest` finishes a copy with ``]``. One kept in a memo is never added to:
+    :meth:`copy` it first.
+    """
+
+    __slots__ = ("_empty", "_hash")
+
+    def __init__(self) -> None:
+        self._hash = hashlib.sha256(b"[")
+        self._empty = True
+
+    def copy(self) -> ContextHash:
+        other = ContextHash.__new__(ContextHash)
+        other._hash, other._empty = self._hash.copy(), self._empty
+        return other
+
+    def add(self, items: Iterable[Mapping[str, Any]]) -> None:
+        """Hash ``items`` after those added before."""
+        for item in items:
+            text = json.dumps(thaw(item), sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+            self._hash.update((text if self._empty else "," + text).encode("utf-8"))
+            self._empty = False
+
+    def digest(self) -> str:
+        """:func:`context_digest` of every item added."""
+        final = self._hash.copy()
+        final.update(b"]")
+        return final.hexdigest()

@@ -20,7 +20,6 @@ from ._gemini_contents import (
     Names,
     call_names,
     contents,
-    current_turn,
     sign_foreign_calls,
     turns,
 )
@@ -180,15 +179,15 @@ class GeminiProvider(HttpProvider):
         return self._frame(request, body, system)
 
     def encode_body(self, request: ModelRequest) -> bytes:
-        """:meth:`build_body`'s body as JSON text, encoding only the turns from the current
-        one on (when a call in it may need the signature placeholder) or the last one
-        (otherwise) when the session's previous call sent the turns before (see
-        ``_body_memo``)."""
+        """:meth:`build_body`'s body as JSON text, encoding only the last turn the
+        session's previous call sent and the turns after it (see ``_body_memo``).
+
+        The turns reused are kept as they were sent: with the signature placeholder on
+        the unsigned calls of the current turn, and their form without it beside them
+        (``Names.plain``) for the call whose new messages start a user turn.
+        """
         messages, encode = request.messages, self._http.encode
-        sign = self._checks_signatures
-        head = self._memos.head(
-            request.session_id, messages, current_turn(messages) if sign else len(messages)
-        )
+        head = self._memos.head(request.session_id, messages, len(messages))
         memo = head.memo
         state: Names = memo.state if memo is not None else Names([], {}, frozenset())
         new = messages[len(memo.messages) :] if memo is not None else messages
@@ -198,20 +197,24 @@ class GeminiProvider(HttpProvider):
         start = head.start
         tail = messages[start:]
         out, firsts = turns(tail, names)
-        plain = [encode(turn) for turn in out]  # kept without placeholders
-        if sign:
-            sign_foreign_calls(out)
+        plain = [encode(turn) for turn in out]
+        sent = list(plain)
+        reused, placeholders = state.reuse(head.turns, new)
+        if self._checks_signatures:
+            for n in sign_foreign_calls(out):
+                sent[n] = encode(out[n])
+                placeholders[len(reused) + n] = plain[n]
         system = [(i, text) for i, text in state.system if i < start]
         system += [(start + n, m.text) for n, m in enumerate(tail) if m.role == "system" and m.text]
         body = self._frame(request, {}, [text for _, text in system])
         if "contents" in body:  # an ``extra_body`` gave them: they win
             return encode(self.build_body(request))
-        sent = encode(out)[1:-1]
-        data = splice(encode, body, "contents", [*head.turns, sent], gaps=True)
+        turns_sent = reused + sent
+        data = splice(encode, body, "contents", turns_sent, gaps=True)  # (gaps: a copy)
         answered = state.answered | {m.tool_call_id for m in new if m.role == "tool"}
-        kept = memo.firsts[: len(head.turns)] if memo is not None else []
+        kept = memo.firsts[: len(reused)] if memo is not None else []
         firsts = kept + [start + first for first in firsts]
-        memo = Memo(messages, head.turns + plain, firsts, Names(system, names, answered))
+        memo = Memo(messages, turns_sent, firsts, Names(system, names, answered, placeholders))
         self._memos.keep(request.session_id, memo)
         return data
 

@@ -22,7 +22,14 @@ from ..messages import Message
 from ._body_memo import Memo, splice
 from ._http_provider import HttpOptions, HttpProvider, Reply
 from ._redact import Secret
-from ._responses_items import FAMILY, context_digest, input_items, message_items, reasoning_extra
+from ._responses_items import (
+    FAMILY,
+    ContextHash,
+    context_digest,
+    input_items,
+    message_items,
+    reasoning_extra,
+)
 from ._sse import ServerSentEvent
 from ._structured import json_schema_format
 from ._wire import pick_settings, plain_json
@@ -142,25 +149,43 @@ class OpenAIResponsesProvider(HttpProvider):
         return self._frame(request, body)
 
     def encode_body(self, request: ModelRequest) -> bytes:
-        """The body sent for ``request`` as JSON text. With ``store=False`` only the
-        messages the session's previous call did not send are encoded (see ``_body_memo``)."""
+        """The body sent for ``request`` as JSON text: :meth:`build_body`'s, encoding only
+        the messages the session's previous call did not send (see ``_body_memo``)."""
+        return self._encode(request, continuation=True).data
+
+    def _encode(self, request: ModelRequest, *, continuation: bool) -> _Encoded:
+        """The body for ``request`` as JSON text, from the session's memo.
+
+        With ``store=True`` the memo also keeps the context hash of its messages (what
+        a stored response saw is checked, and a new one's recorded, by hashing only the
+        new messages' items) and what that check found for its last assistant message.
+        """
         encode = self._http.encode
         body: dict[str, Any] = {"model": self.model}
         if request.system:
             body["instructions"] = request.system
         body = self._frame(request, body)
-        if self.store or "input" in body:  # (an ``extra_body`` input wins, as in build_body)
-            return encode(self.build_body(request))
+        if "input" in body:  # (an ``extra_body`` input wins, as in build_body)
+            whole = self._body(request, continuation=continuation)
+            return _Encoded(encode(whole), None, "previous_response_id" in whole)
         messages = request.messages
         head = self._memos.head(request.session_id, messages, len(messages))
-        items = [  # b"" for a message that sends no item
-            b",".join([encode(item) for item in message_items(m, store=False)])
-            for m in messages[head.start :]
-        ]
-        data = splice(encode, body, "input", [*head.turns, *items], gaps=True)
-        memo = Memo(messages, head.turns + items, list(range(len(messages))))
+        memo = head.memo
+        new = [message_items(m, store=self.store) for m in messages[head.start :]]
+        items = [b",".join([encode(item) for item in m]) for m in new]  # b"": no item
+        turns = head.turns + items
+        seen: _Seen | None = None
+        if self.store:
+            kept = (len(memo.messages), memo.state) if memo is not None else None
+            seen = _seen(messages, new, head.start, kept)
+            previous = seen.previous
+            if continuation and previous is not None and seen.last < len(messages) - 1:
+                body.setdefault("previous_response_id", previous)
+                turns = turns[seen.last + 1 :]
+        data = splice(encode, body, "input", turns, gaps=True)
+        memo = Memo(messages, head.turns + items, list(range(len(messages))), seen)
         self._memos.keep(request.session_id, memo)
-        return data
+        return _Encoded(data, seen.hash if seen else None, "previous_response_id" in body)
 
     def _frame(self, request: ModelRequest, body: dict[str, Any]) -> dict[str, Any]:
         """``body`` with what follows the input: stream, store, tools, reasoning, settings."""
@@ -230,23 +255,20 @@ class OpenAIResponsesProvider(HttpProvider):
                 f"{self.name}: no API key; pass api_key= or set {self.KEY_ENV}",
                 retryable=False,
             )
-        if not self.store:  # nothing stored to continue
-            yield from self._call(request, self.encode_body(request), signal)
-            return
-        body = self._body(request, continuation=True)
+        first = self._encode(request, continuation=True)
         try:
-            yield from self._call(request, body, signal)
+            yield from self._call(request, first, signal)
         except ProviderError as exc:
-            if "previous_response_id" not in body or not _not_found(exc):
+            if not first.continues or not _not_found(exc):
                 raise
             # the stored response is gone (expired, deleted, another project): send it all
-            yield from self._call(request, self._body(request, continuation=False), signal)
+            yield from self._call(request, self._encode(request, continuation=False), signal)
 
     def _call(
-        self, request: ModelRequest, body: dict[str, Any] | bytes, signal: AbortSignal
+        self, request: ModelRequest, body: _Encoded, signal: AbortSignal
     ) -> Iterator[ModelEvent]:
         output = _Output()
-        with self._http.stream(self.PATH, body, signal) as stream:
+        with self._http.stream(self.PATH, body.data, signal) as stream:
             reply = Reply(self.name, stream.request_id)
             yield from _read(stream.events(), reply, output)
             if reply.done:
@@ -258,20 +280,76 @@ class OpenAIResponsesProvider(HttpProvider):
                 retryable=True,
                 request_id=reply.request_id,
             )
-        yield self._finish(request, reply, output)
+        yield self._finish(request, reply, output, body.seen)
 
-    def _finish(self, request: ModelRequest, reply: Reply, output: _Output) -> ModelResponse:
+    def _finish(
+        self, request: ModelRequest, reply: Reply, output: _Output, seen: ContextHash | None
+    ) -> ModelResponse:
         response = self._response(reply)
         message = response.message
         if self.store and output.response_id:
-            seen = input_items((*request.messages, message), store=True)
-            extra = {
-                **message.extra,
-                RESPONSE_ID: output.response_id,
-                CONTEXT: context_digest(seen),
-            }
-            message = attrs.evolve(message, extra=extra)
+            message = stamp(message, output.response_id, request.messages, seen)
         return attrs.evolve(response, message=message)
+
+
+def stamp(
+    message: Message, response_id: str, sent: tuple[Message, ...], seen: ContextHash | None
+) -> Message:
+    """``message`` (a stored response) with its id and the digest of what it saw: the
+    items of ``sent`` (``seen``: their context hash, when the body's memo had it) and its own."""
+    if seen is None:
+        digest = context_digest(input_items((*sent, message), store=True))
+    else:
+        context = seen.copy()
+        context.add(message_items(message, store=True))
+        digest = context.digest()
+    return attrs.evolve(message, extra={**message.extra, RESPONSE_ID: response_id, CONTEXT: digest})
+
+
+@attrs.frozen
+class _Encoded:
+    """A request body as JSON text; ``seen``: the context hash of the request's messages
+    (``store=True``); ``continues``: it names a ``previous_response_id``."""
+
+    data: bytes
+    seen: ContextHash | None
+    continues: bool
+
+
+@attrs.frozen
+class _Seen:
+    """What a ``store=True`` memo keeps beyond its turns: the context hash of its
+    messages' items, the index of its last assistant message (-1: none) and that
+    message's response id when the call can continue it (its digest matches)."""
+
+    hash: ContextHash
+    last: int
+    previous: str | None
+
+
+def _seen(
+    messages: tuple[Message, ...],
+    new: list[list[dict[str, Any]]],
+    start: int,
+    kept: tuple[int, _Seen] | None,
+) -> _Seen:
+    """What ``_continues`` finds for ``messages``, hashing only what the memo did not.
+
+    ``new`` holds the items of ``messages[start:]``; ``kept``: the memo's message count
+    and what it kept (``None``: no memo, so ``start`` is 0 and every message is hashed).
+    """
+    known, context, last, previous = 0, ContextHash(), -1, None
+    if kept is not None:
+        known, seen = kept
+        context, last, previous = seen.hash.copy(), seen.last, seen.previous
+    for index in range(known, len(messages)):
+        context.add(new[index - start])
+        message = messages[index]
+        if message.role == "assistant":
+            last, previous = index, message.extra.get(RESPONSE_ID)
+            if not isinstance(previous, str) or message.extra.get(CONTEXT) != context.digest():
+                previous = None
+    return _Seen(context, last, previous)
 
 
 def _not_found(exc: ProviderError) -> bool:

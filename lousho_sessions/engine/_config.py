@@ -9,17 +9,17 @@ from typing import Any
 
 import attrs
 
+from ..compaction import Compaction
+from ..pricing import Pricing
+from ..providers.base import Provider
+from ..results import Limits
+from ..stores.adapters import store_parts
+from ..stores.base import AgentStore, ApprovalStore
+from ..stores.memory import MemoryApprovalStore, MemorySessionStore
+from ..stores.urls import URLStore, open_store, store_from_environment
+from ..tools import Tool, as_tool
+from ._approvals import ApprovalRequest
 from ._output import OutputSpec, output_spec
-from .approvals import ApprovalRequest
-from .compaction import Compaction
-from .pricing import Pricing
-from .providers.base import Provider
-from .results import Limits
-from .stores.adapters import store_parts
-from .stores.base import AgentStore, ApprovalStore
-from .stores.memory import MemoryApprovalStore, MemorySessionStore
-from .stores.urls import URLStore, open_store, store_from_environment
-from .tools import Tool, as_tool
 
 __all__ = [
     "AgentConfig",
@@ -161,7 +161,7 @@ def resolve_provider(
     model: str, pricing: Mapping[str, Pricing] | None = None, *, check_key: bool = False
 ) -> Provider:
     """The provider a model string names ("demo", "openai/…", "anthropic/…", "ollama/…")."""
-    from .providers import registry
+    from ..providers import registry
 
     return registry.provider_for(model, pricing=pricing, check_key=check_key)
 

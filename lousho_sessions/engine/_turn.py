@@ -23,17 +23,9 @@ from typing import Any
 
 import attrs
 
-from ._edits import decision_of, edited, show_edits
-from ._effects import RERUN_NOTE, ledger, rerun_approval_id
-from ._inbox import Inbox, take_queued
-from ._limits import limit_reached, tool_calls_left
-from ._tool_calls import MAX_MALFORMED_TOOL_CALLS, check_malformed, malformed_text, unique_call_ids
-from ._turn_config import ToolOutcome, TurnConfig
-from ._turn_state import CHECKPOINT_VERSION, TurnState
-from .abort import AbortController, AbortedError
-from .approvals import ApprovalRequest, approval_id_for, new_record
-from .errors import LoushoError, PropagatingToolError, ProviderError, ToolArgumentsError
-from .events import (
+from ..abort import AbortController, AbortedError
+from ..errors import LoushoError, PropagatingToolError, ProviderError, ToolArgumentsError
+from ..events import (
     ApprovalRequested,
     Event,
     InputApplied,
@@ -44,19 +36,27 @@ from .events import (
     ToolCallEvent,
     ToolResultEvent,
 )
-from .inputs import check_message
-from .messages import Message, ToolCall, Usage
-from .pricing import price_usage
-from .providers.base import (
+from ..inputs import check_message
+from ..messages import Message, ToolCall, Usage
+from ..pricing import price_usage
+from ..providers.base import (
     ModelReasoningDelta,
     ModelRequest,
     ModelResponse,
     ModelTextDelta,
     ModelToolCallDelta,
 )
-from .results import ExecutionResult, FinishReason
-from .stores._state_requests import turn_state
-from .tools import Tool, ToolContext, tool_error_text
+from ..results import ExecutionResult, FinishReason
+from ..stores._state_requests import turn_state
+from ..tools import Tool, ToolContext, tool_error_text
+from ._approvals import ApprovalRequest, approval_id_for, new_record
+from ._edits import decision_of, edited, show_edits
+from ._effects import RERUN_NOTE, ledger, rerun_approval_id
+from ._inbox import Inbox, take_queued
+from ._limits import limit_reached, tool_calls_left
+from ._tool_calls import MAX_MALFORMED_TOOL_CALLS, check_malformed, malformed_text, unique_call_ids
+from ._turn_config import ToolOutcome, TurnConfig
+from ._turn_state import CHECKPOINT_VERSION, TurnState
 
 __all__ = [
     "CHECKPOINT_VERSION",

@@ -18,12 +18,12 @@ from __future__ import annotations
 
 from typing import Any, Literal, Protocol
 
+from ..messages import ToolCall
+from ..stores.base import BaseApprovalStore
+from ..tools import ToolContext
+from ._approvals import approval_id_for
 from ._turn_config import TurnConfig
 from ._turn_state import TurnState
-from .approvals import approval_id_for
-from .messages import ToolCall
-from .stores.base import BaseApprovalStore
-from .tools import ToolContext
 
 __all__ = [
     "DENIED_TEXT",

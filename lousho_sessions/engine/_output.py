@@ -23,7 +23,10 @@ from typing import Any
 
 import attrs
 
-from ._arguments import (
+from ..errors import OutputValidationError, ToolDefinitionError
+from ..messages import Message
+from ..providers.base import OutputSchema
+from ..tools._arguments import (
     NONE_TYPE,
     converter,
     is_mapping_hint,
@@ -32,10 +35,7 @@ from ._arguments import (
     type_name,
     value_problems,
 )
-from ._schema import _record_fields, json_schema, parse_doc
-from .errors import OutputValidationError, ToolDefinitionError
-from .messages import Message
-from .providers.base import OutputSchema
+from ..tools._schema import _record_fields, json_schema, parse_doc
 
 __all__ = ["REPAIR_KEY", "WRAP_KEY", "OutputSpec", "output_spec", "repairs_in"]
 

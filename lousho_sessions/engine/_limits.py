@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from ..messages import Usage
 from ._turn_config import TurnConfig
 from ._turn_state import TurnState
-from .messages import Usage
 
 __all__ = ["limit_reached", "tool_calls_left"]
 

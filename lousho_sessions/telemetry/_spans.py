@@ -24,8 +24,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ._trace_context import TRACE_FIELD, Otel, restore, traceparent
-from .messages import Message, ToolCall, Usage
+from ..messages import Message, ToolCall, Usage
+from ._context import TRACE_FIELD, Otel, restore, traceparent
 
 __all__ = ["ChatTrace", "Telemetry", "TurnTrace"]
 
@@ -112,7 +112,7 @@ class Telemetry:
             from opentelemetry import context, metrics, trace
         except ImportError:
             if tracer_provider is not None or meter_provider is not None:
-                from .errors import LoushoError
+                from ..errors import LoushoError
 
                 raise LoushoError(
                     "tracer_provider/meter_provider need opentelemetry-api: "

@@ -24,12 +24,12 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from ..errors import StoreCorruptError
+from ..serde import message_from_dict
+from ..stores.adapters import adapt_checkpoints
+from ..stores.base import BaseCheckpointStore, CheckpointStore
 from ._checkpoint_codec import turn_checkpoint, turn_result_dict
 from ._turn_state import TurnState
-from .errors import StoreCorruptError
-from .serde import message_from_dict
-from .stores.adapters import adapt_checkpoints
-from .stores.base import BaseCheckpointStore, CheckpointStore
 
 __all__ = ["RESULTS_PER_RECORD", "TurnCheckpoints"]
 

@@ -16,14 +16,14 @@ from collections.abc import Sequence
 from types import TracebackType
 from typing import Any
 
-from .abort import AbortSignal
-from .compaction import spent_by
-from .messages import Message, Usage
-from .stores._state_requests import SaveState, check_state
-from .stores._turn_requests import CommitTurn, StartCheckpoint, TakenTurn, TakeTurn, commits_state
-from .stores.adapters import adapt_sessions
-from .stores.base import BaseCheckpointStore, SessionStore
-from .stores.lease import Lease
+from ..abort import AbortSignal
+from ..compaction import spent_by
+from ..messages import Message, Usage
+from ..stores._state_requests import SaveState, check_state
+from ..stores._turn_requests import CommitTurn, StartCheckpoint, TakenTurn, TakeTurn, commits_state
+from ..stores.adapters import adapt_sessions
+from ..stores.base import BaseCheckpointStore, SessionStore
+from ..stores.lease import Lease
 
 __all__ = ["Transcript"]
 

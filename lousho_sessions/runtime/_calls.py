@@ -9,11 +9,11 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from functools import partial
 from typing import Any
 
+from ..abort import AbortController, AbortSignal
+from ..events import ErrorEvent, Event, RunDone
+from ..results import ExecutionResult
+from ..run import AgentRun
 from ._worker import Job, Workers
-from .abort import AbortController, AbortSignal
-from .events import ErrorEvent, Event, RunDone
-from .results import ExecutionResult
-from .run import AgentRun
 
 __all__ = [
     "Stop",

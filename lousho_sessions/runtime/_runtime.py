@@ -17,9 +17,9 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import TypeVar
 
+from ..stores.memory import MemoryCheckpointStore
 from ._tool_loop import ToolLoop
 from ._worker import Workers
-from .stores.memory import MemoryCheckpointStore
 
 __all__ = ["Runtime"]
 

@@ -13,19 +13,19 @@ from typing import Any
 
 import attrs
 
+from ..abort import AbortSignal
+from ..events import Event
+from ..messages import Usage
+from ..pricing import Pricing
+from ..providers.base import Provider
+from ..results import Limits
+from ..stores.base import BaseApprovalStore
+from ..telemetry._spans import TurnTrace
+from ..tools import Tool, ToolLoop
+from ._approvals import ApprovalRequest, TurnKey
 from ._checkpoints import TurnCheckpoints
 from ._inbox import Inbox
 from ._output import OutputSpec
-from ._telemetry import TurnTrace
-from .abort import AbortSignal
-from .approvals import ApprovalRequest, TurnKey
-from .events import Event
-from .messages import Usage
-from .pricing import Pricing
-from .providers.base import Provider
-from .results import Limits
-from .stores.base import BaseApprovalStore
-from .tools import Tool, ToolLoop
 
 __all__ = ["RunTools", "ToolOutcome", "TurnConfig", "run_tools_inline"]
 

@@ -13,10 +13,10 @@ from typing import Any
 import attrs
 from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
 
+from ..errors import SchemaVersionError, StoreCorruptError
+from ..messages import Message, Usage
+from ..serde import _describe, converter, message_to_dict
 from ._turn_state import CHECKPOINT_FORMAT, CHECKPOINT_VERSION, TurnState, now_iso
-from .errors import SchemaVersionError, StoreCorruptError
-from .messages import Message, Usage
-from .serde import _describe, converter, message_to_dict
 
 __all__ = ["turn_checkpoint", "turn_result_dict", "turn_state_from_checkpoint"]
 

@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from .events import Event, InputQueued
-from .messages import Message
-from .serde import message_from_dict
+from ..events import Event, InputQueued
+from ..messages import Message
+from ..serde import message_from_dict
 
 if TYPE_CHECKING:
     from ._turn_state import TurnState

@@ -22,25 +22,25 @@ from typing import Any, Protocol
 
 import attrs
 
+from ..abort import AbortController
+from ..errors import LeaseLostError, StoreCorruptError
+from ..events import Event
+from ..failures import is_permanent
+from ..messages import Message, Usage
+from ..results import ExecutionResult, Limits, PendingTurn
+from ..runtime._runtime import Runtime
+from ..serde import message_to_dict
+from ..stores._state_requests import changed_state
+from ..stores.adapters import adapt_approvals
+from ..stores.base import ApprovalStore, BaseCheckpointStore
+from ..telemetry._spans import Telemetry
+from ._approvals import TurnKey
 from ._checkpoint_codec import turn_state_from_checkpoint
 from ._checkpoints import TurnCheckpoints
 from ._config import AgentConfig, Approve
 from ._inbox import Inbox, Ticket
 from ._output import OutputSpec
-from ._runtime import Runtime
-from ._telemetry import Telemetry
 from ._turn import Turn, TurnConfig, TurnState
-from .abort import AbortController
-from .approvals import TurnKey
-from .errors import LeaseLostError, StoreCorruptError
-from .events import Event
-from .failures import is_permanent
-from .messages import Message, Usage
-from .results import ExecutionResult, Limits, PendingTurn
-from .serde import message_to_dict
-from .stores._state_requests import changed_state
-from .stores.adapters import adapt_approvals
-from .stores.base import ApprovalStore, BaseCheckpointStore
 
 __all__ = ["Commit", "TurnRequest", "TurnRunner", "settle"]
 

@@ -12,10 +12,10 @@ from collections.abc import Sequence
 
 import attrs
 
-from ._arguments import malformed_arguments_problem
+from ..errors import ProviderError
+from ..messages import ToolCall
+from ..tools._arguments import malformed_arguments_problem
 from ._turn_state import TurnState
-from .errors import ProviderError
-from .messages import ToolCall
 
 __all__ = ["MAX_MALFORMED_TOOL_CALLS", "check_malformed", "malformed_text", "unique_call_ids"]
 

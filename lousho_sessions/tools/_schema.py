@@ -22,6 +22,8 @@ from typing import Any, Literal, Union
 
 import attrs
 
+from ..errors import ToolArgumentsError, ToolDefinitionError
+from ..messages import thaw
 from ._arguments import (
     NONE_TYPE,
     argument_problems,
@@ -33,8 +35,6 @@ from ._arguments import (
     is_sequence,
     type_name,
 )
-from .errors import ToolArgumentsError, ToolDefinitionError
-from .messages import thaw
 
 __all__ = ["Parameters", "describe_parameters", "json_schema", "parse_doc"]
 

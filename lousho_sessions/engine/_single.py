@@ -18,24 +18,24 @@ from contextlib import contextmanager
 from functools import partial
 from typing import Any, Protocol
 
-from ._calls import Stop, Stoppable, announced, linked, stoppable
+from ..abort import AbortController, AbortSignal
+from ..errors import SessionAwaitingApprovalError, SessionBusyError
+from ..events import ErrorEvent, Event, RunDone
+from ..inputs import Input, to_messages
+from ..messages import Message
+from ..results import ExecutionResult
+from ..run import AgentRun
+from ..runtime._calls import Stop, Stoppable, announced, linked, stoppable
+from ..runtime._worker import Job, inside
+from ..stores.adapters import adapt_sessions
+from ..stores.base import ApprovalStore, CheckpointStore, validate_session_id
+from ..stores.lease import Lease
+from ._approvals import TurnKey
 from ._checkpoints import TurnCheckpoints
 from ._config import Approve
 from ._output import OutputSpec
 from ._runner import TurnRequest, TurnRunner
 from ._turn import TurnState
-from ._worker import Job, inside
-from .abort import AbortController, AbortSignal
-from .approvals import TurnKey
-from .errors import SessionAwaitingApprovalError, SessionBusyError
-from .events import ErrorEvent, Event, RunDone
-from .inputs import Input, to_messages
-from .messages import Message
-from .results import ExecutionResult
-from .run import AgentRun
-from .stores.adapters import adapt_sessions
-from .stores.base import ApprovalStore, CheckpointStore, validate_session_id
-from .stores.lease import Lease
 
 __all__ = ["AgentExecutor", "HasRunner", "SingleTurns"]
 

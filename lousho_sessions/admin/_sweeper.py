@@ -24,9 +24,9 @@ from typing import Any
 
 import attrs
 
-from .agent import Agent
-from .errors import LoushoError
-from .recovery import SweptTurn, sweep
+from ..agent import Agent
+from ..errors import LoushoError
+from ..recovery import SweptTurn, sweep
 
 __all__ = [
     "SweeperTotals",

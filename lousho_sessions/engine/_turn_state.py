@@ -24,7 +24,7 @@ from typing import Any
 
 import attrs
 
-from .messages import Message, Usage
+from ..messages import Message, Usage
 
 __all__ = ["CHECKPOINT_FORMAT", "CHECKPOINT_VERSION", "TurnState"]
 

@@ -16,9 +16,9 @@ from typing import Any
 
 import attrs
 
+from ..messages import Message, ToolCall, thaw
 from ._turn_config import TurnConfig
 from ._turn_state import TurnState
-from .messages import Message, ToolCall, thaw
 
 __all__ = ["ORIGINAL_ARGUMENTS", "decision_of", "edited", "show_edits"]
 

@@ -17,6 +17,15 @@ from typing import Any
 
 import attrs
 
+from ..abort import AbortController, AbortSignal
+from ..errors import SessionAwaitingApprovalError, SessionBusyError, StoreCorruptError
+from ..events import Event
+from ..messages import Message, _new_id
+from ..results import ExecutionResult, Limits
+from ..stores._turn_requests import StartCheckpoint, TakenTurn
+from ..stores.adapters import adapt_checkpoints
+from ..stores.base import BaseCheckpointStore, CheckpointStore
+from ._approvals import TurnKey
 from ._checkpoint_codec import turn_checkpoint
 from ._checkpoints import TurnCheckpoints
 from ._config import Approve
@@ -25,15 +34,6 @@ from ._output import OutputSpec
 from ._runner import TurnRequest, TurnRunner
 from ._transcript import Transcript
 from ._turn import TurnState
-from .abort import AbortController, AbortSignal
-from .approvals import TurnKey
-from .errors import SessionAwaitingApprovalError, SessionBusyError, StoreCorruptError
-from .events import Event
-from .messages import Message, _new_id
-from .results import ExecutionResult, Limits
-from .stores._turn_requests import StartCheckpoint, TakenTurn
-from .stores.adapters import adapt_checkpoints
-from .stores.base import BaseCheckpointStore, CheckpointStore
 
 __all__ = ["Offer", "SessionTurns", "TurnJob", "TurnPlan"]
 

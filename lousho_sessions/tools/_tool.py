@@ -18,12 +18,12 @@ from typing import TYPE_CHECKING, Any, Generic, Union, overload
 
 import attrs
 
+from ..abort import AbortSignal
+from ..errors import PropagatingToolError, ToolArgumentsError, ToolDefinitionError
+from ..messages import thaw
+from ..providers.base import ToolSpec
+from ..runtime._tool_loop import ToolLoop, run_awaitable
 from ._schema import Parameters, describe_parameters, json_schema, parse_doc
-from ._tool_loop import ToolLoop, run_awaitable
-from .abort import AbortSignal
-from .errors import PropagatingToolError, ToolArgumentsError, ToolDefinitionError
-from .messages import thaw
-from .providers.base import ToolSpec
 
 __all__ = [
     "Tool",

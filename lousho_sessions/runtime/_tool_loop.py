@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Coroutine
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
-from .abort import AbortedError, AbortSignal
+from ..abort import AbortedError, AbortSignal
 
 if TYPE_CHECKING:
     import asyncio
