@@ -254,8 +254,8 @@ class HistoryMixin:
 
     def fork(self: _S, new_id: str, at: int | str | None = None) -> _S:
         """A new session ``new_id`` holding the messages before ``at`` (as ``rewind``'s ``to``;
-        ``None``: all), made in one store write; its ``info()`` names this session as its
-        ``parent`` and the ``fork_point``. ``SessionExistsError`` if ``new_id`` is stored. A
+        ``None``: all) and this session's state, made in one store write where the store can;
+        its ``info()`` names this session as its ``parent`` and the ``fork_point``. ``SessionExistsError`` if ``new_id`` is stored. A
         pending turn is not copied. The new session has this one's store and settings."""
         new: _S = self._fork_future(new_id, at).result()
         return new
