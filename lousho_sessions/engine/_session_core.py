@@ -16,6 +16,7 @@ import contextlib
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
+from functools import partial
 from typing import Any, Literal
 
 from ..abort import AbortController, AbortSignal
@@ -142,7 +143,7 @@ class SessionCore:
 
     def _execute_turn(self, job: Job) -> ExecutionResult:
         tj: TurnJob = job.state
-        return ended(lambda: self._turn(tj), tj.emit, tj.run_id)
+        return ended(self._turn, tj.emit, tj.run_id, tj)  # ``emit`` as it is now: see streamed
 
     def _turn(self, tj: TurnJob) -> ExecutionResult:
         if tj.controller.signal.aborted:
@@ -249,7 +250,7 @@ class SessionCore:
                     run_id: str, output: OutputSpec | None) -> Job:  # fmt: skip
         approve = self.approve if emit is None else None
 
-        def finish() -> ExecutionResult | None:
+        def finish(job: Job) -> ExecutionResult | None:
             turns = self.turns
             with self.transcript.take(turns.pauses, signal=controller.signal) as taken:
                 return turns.finish_pending(
@@ -257,7 +258,7 @@ class SessionCore:
                     output=output,
                 )  # fmt: skip
 
-        return Job(lambda job: ended(finish, emit, run_id), "resume")
+        return Job(partial(ended, finish, emit, run_id), "resume")
 
     # -- compaction and listeners -----------------------------------------------------
 

@@ -95,7 +95,7 @@ class SingleTurns:
                 "forever. Use another session id."
             )
 
-        def work() -> ExecutionResult:
+        def work(job: Job) -> ExecutionResult:
             with self.lease(turn.key, durable) as fence:
                 if session_id is not None:
                     # finish (or refuse to overwrite) the run this id left unfinished
@@ -115,7 +115,7 @@ class SingleTurns:
                     )
                 )  # fmt: skip
 
-        job = Job(lambda job: ended(work, emit, run_id), "single")
+        job = Job(partial(ended, work, emit, run_id), "single")
         call = lane.call(job, controller.abort, partial(aborted, run_id, session_id, emit))
         if wire is not None:
             wire(job.future, call.stop)
@@ -143,7 +143,7 @@ class SingleTurns:
         controller = AbortController()
         approve = self.runner.config.approve if emit is None else None
 
-        def finish() -> ExecutionResult | None:
+        def finish(job: Job) -> ExecutionResult | None:
             turn = TurnKey("single", key)
             with self.lease(key, durable) as fence:
                 return self.finish(
@@ -151,7 +151,7 @@ class SingleTurns:
                     approve=approve, fence=fence, output=output,
                 )  # fmt: skip
 
-        job = Job(lambda j: ended(finish, emit, run_id), "single")
+        job = Job(partial(ended, finish, emit, run_id), "single")
         if wire is not None:
             wire(job.future, controller)
         call = lane.call(job, controller.abort, lambda: None)

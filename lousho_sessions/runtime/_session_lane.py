@@ -97,7 +97,7 @@ class SessionLane:
             if self.workers.withdraw(self.key, job):
                 job.future.set_result(skipped())
 
-        return Stoppable(job.future, stop, partial(self.submit, job))
+        return Stoppable(job.future, stop, partial(self.workers.submit, self.key, job, self.owner))
 
     # -- what the lane holds --------------------------------------------------------
 
@@ -137,14 +137,16 @@ def end_stream(
         emit(RunDone(run_id, result.finish_reason if result is not None else "none", result))
 
 
-def ended(work: Callable[[], R], emit: Emit | None, run_id: str) -> R:
-    """Run ``work`` (a turn, or the resume of one) on the lane and end its stream."""
+def ended(work: Callable[..., R], emit: Emit | None, run_id: str, *args: Any) -> R:
+    """``work(*args)`` (a turn, or the resume of one), its stream ended; as a job's function:
+    ``Job(partial(ended, work, emit, run_id))`` (``work`` then gets the job)."""
     try:
-        result = work()
+        result = work(*args)
     except BaseException as exc:
         end_stream(emit, run_id, error=exc)
         raise
-    end_stream(emit, run_id, result if isinstance(result, ExecutionResult) else None)
+    if emit is not None:
+        end_stream(emit, run_id, result if isinstance(result, ExecutionResult) else None)
     return result
 
 
