@@ -16,7 +16,6 @@ import contextlib
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
-from functools import partial
 from typing import Any, Literal
 
 from ..abort import AbortController, AbortSignal
@@ -27,7 +26,15 @@ from ..messages import Message
 from ..results import CompactionResult, ExecutionResult, Limits, PendingTurn
 from ..run import AgentRun
 from ..runtime._calls import Stoppable, chain, linked
-from ..runtime._session_lane import Emit, SessionLane, aborted, end_stream, ended, joined_run
+from ..runtime._session_lane import (
+    Emit,
+    SessionLane,
+    aborted,
+    end_stream,
+    ended,
+    ending,
+    joined_run,
+)
 from ..runtime._worker import Job
 from ..stores.base import CheckpointStore, SessionStore, validate_session_id
 from ._config import Approve
@@ -143,6 +150,8 @@ class SessionCore:
 
     def _execute_turn(self, job: Job) -> ExecutionResult:
         tj: TurnJob = job.state
+        if tj.emit is None:  # nobody listens: no stream to end
+            return self._turn(tj)
         return ended(self._turn, tj.emit, tj.run_id, tj)  # ``emit`` as it is now: see streamed
 
     def _turn(self, tj: TurnJob) -> ExecutionResult:
@@ -258,7 +267,7 @@ class SessionCore:
                     output=output,
                 )  # fmt: skip
 
-        return Job(partial(ended, finish, emit, run_id), "resume")
+        return Job(ending(finish, emit, run_id), "resume")
 
     # -- compaction and listeners -----------------------------------------------------
 

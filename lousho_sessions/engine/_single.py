@@ -26,7 +26,7 @@ from ..messages import Message
 from ..results import ExecutionResult
 from ..run import AgentRun
 from ..runtime._calls import Stop, Stoppable, linked
-from ..runtime._session_lane import SessionLane, aborted, ended
+from ..runtime._session_lane import SessionLane, aborted, ending
 from ..runtime._worker import Job
 from ..stores.adapters import adapt_sessions
 from ..stores.base import ApprovalStore, CheckpointStore, validate_session_id
@@ -115,7 +115,7 @@ class SingleTurns:
                     )
                 )  # fmt: skip
 
-        job = Job(partial(ended, work, emit, run_id), "single")
+        job = Job(ending(work, emit, run_id), "single")
         call = lane.call(job, controller.abort, partial(aborted, run_id, session_id, emit))
         if wire is not None:
             wire(job.future, call.stop)
@@ -151,7 +151,7 @@ class SingleTurns:
                     approve=approve, fence=fence, output=output,
                 )  # fmt: skip
 
-        job = Job(partial(ended, finish, emit, run_id), "single")
+        job = Job(ending(finish, emit, run_id), "single")
         if wire is not None:
             wire(job.future, controller)
         call = lane.call(job, controller.abort, lambda: None)

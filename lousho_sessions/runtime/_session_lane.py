@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import builtins
 import uuid
-from collections.abc import Callable, Hashable
+from collections.abc import Callable
 from concurrent.futures import Future
 from functools import partial
 from typing import Any, TypeVar
@@ -27,7 +27,7 @@ from ..run import AgentRun
 from ._calls import Stop, Stoppable
 from ._worker import Job, Workers, inside
 
-__all__ = ["Emit", "SessionLane", "aborted", "end_stream", "ended", "joined_run"]
+__all__ = ["Emit", "SessionLane", "aborted", "end_stream", "ended", "ending", "joined_run"]
 
 R = TypeVar("R")
 
@@ -43,14 +43,12 @@ class SessionLane:
     after another, never two at once.
     """
 
-    __slots__ = ("id", "key", "kind", "owner", "workers")
+    __slots__ = ("key", "owner", "workers")
 
     def __init__(self, workers: Workers, kind: str, owner: object, id: str) -> None:
         self.workers = workers
-        self.kind = kind
         self.owner = owner
-        self.id = id
-        self.key: Hashable = (kind, builtins.id(owner), id)
+        self.key: tuple[str, int, str] = (kind, builtins.id(owner), id)
 
     # -- the re-entry check ------------------------------------------------------
 
@@ -63,10 +61,11 @@ class SessionLane:
         would wait for itself forever. ``why`` replaces the usual explanation."""
         if not inside(self.key):
             return
-        noun = "session" if self.kind == "session" else "run"
+        kind, _, id = self.key
+        noun = "session" if kind == "session" else "run"
         raise SessionBusyError(
             why
-            or f"{noun} {self.id!r}: {call}() was called from inside this {noun}'s own work "
+            or f"{noun} {id!r}: {call}() was called from inside this {noun}'s own work "
             "(a tool or a listener); it would wait for itself forever. Return from the tool "
             f"or listener first, or use another {noun}."
         )
@@ -114,7 +113,7 @@ class SessionLane:
         self.workers.retire(self.key)
 
     def __repr__(self) -> str:
-        return f"<SessionLane {self.kind} {self.id!r}>"
+        return f"<SessionLane {self.key[0]} {self.key[2]!r}>"
 
 
 # -- the end of a turn's stream -------------------------------------------------------
@@ -135,6 +134,12 @@ def end_stream(
         emit(RunDone(run_id, "error", None))
     else:
         emit(RunDone(run_id, result.finish_reason if result is not None else "none", result))
+
+
+def ending(work: Callable[[Job], R], emit: Emit | None, run_id: str) -> Callable[[Job], R]:
+    """``work`` as a job's function whose stream is ended (``ended``); ``work`` itself
+    when nobody listens."""
+    return work if emit is None else partial(ended, work, emit, run_id)
 
 
 def ended(work: Callable[..., R], emit: Emit | None, run_id: str, *args: Any) -> R:
