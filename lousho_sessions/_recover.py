@@ -29,12 +29,12 @@ from .approvals import TurnKey
 from .engine._checkpoints import TurnCheckpoints
 from .engine._durable import TurnPlan
 from .engine._runner import TurnRequest
-from .engine._single import SingleTurns, lane_of
+from .engine._session_core import SessionCore
+from .engine._single import SingleTurns
 from .engine._turn_state import TurnState
 from .errors import LeaseLostError
 from .results import ExecutionResult
 from .runtime._worker import Job
-from .session import Session
 from .stores.lease import Lease
 
 __all__ = ["Recovered", "recover_send", "recover_session_turn"]
@@ -109,7 +109,7 @@ def _attempt(
 
 
 def recover_session_turn(
-    session: Session,
+    core: SessionCore,
     turn_id: str,
     lease: Lease,
     *,
@@ -117,9 +117,9 @@ def recover_session_turn(
     fence: int | None,
     context: Any = None,
 ) -> Future[Recovered]:
-    """Finish the stale turn ``turn_id`` of ``session``, claimed with ``lease``, on its lane;
-    the lease is released when it ends."""
-    transcript, turns = session._transcript, session._turns
+    """Finish the stale turn ``turn_id`` of the session of ``core`` (the live session's, if
+    any), claimed with ``lease``, on its lane; the lease is released when it ends."""
+    transcript, turns = core.transcript, core.turns
 
     def work(job: Job) -> Recovered:
         def body(lease: object) -> Recovered:
@@ -136,7 +136,7 @@ def recover_session_turn(
                     AbortController(),
                     plan=TurnPlan(),
                     emit=None,
-                    approve=session._runner.config.approve,
+                    approve=core.approve,
                     inbox=None,
                     requeue=None,
                     resumed=True,
@@ -154,7 +154,7 @@ def recover_session_turn(
 
         return _claimed(transcript.turn_lock(lease), body)
 
-    return _submitted(lambda: session._run_job(work, "recover"), lease)
+    return _submitted(lambda: core.run(work, "recover"), lease)
 
 
 def recover_send(
@@ -201,12 +201,7 @@ def recover_send(
 
         return _claimed(singles.lease(key, True, held=lease), body)
 
-    def submit() -> Future[Recovered]:
-        job = Job(work, "recover")
-        runner.runtime.workers.submit(lane_of(store, key), job, owner=store)
-        return job.future
-
-    return _submitted(submit, lease)
+    return _submitted(lambda: singles.lane(store, key).run(work, "recover"), lease)
 
 
 def _submitted(submit: Callable[[], Future[Recovered]], lease: Lease) -> Future[Recovered]:

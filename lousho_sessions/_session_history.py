@@ -20,18 +20,18 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from .abort import AbortSignal
 from .errors import MessageNotFoundError, StoreCorruptError
-from .events import Event
 from .inputs import Input, to_messages
 from .messages import Message
 from .results import ExecutionResult
 from .run import AgentRun
-from .runtime._calls import Stop, linked
+from .runtime._calls import Stop, Stoppable, linked
 from .stores._history_requests import fork_with_state
 from .stores._summaries import SessionInfo
 from .stores.base import RewindRequest, validate_session_id
 
 if TYPE_CHECKING:
     from .engine._durable import SessionTurns
+    from .engine._session_core import SessionCore
     from .runtime._worker import Job
 
 __all__ = ["HistoryMixin", "again", "cancel_approval", "point_of"]
@@ -100,10 +100,7 @@ _S = TypeVar("_S", bound="HistoryMixin")
 class HistoryMixin:
     """The history verbs of ``Session`` (see the module)."""
 
-    @property
-    def _me(self) -> Any:
-        # the Session this mixin is part of (typed loosely: session.py imports this module)
-        return self
+    _core: SessionCore  # the session's core (``Session.__init__``)
 
     def rewind(self, to: int | str) -> list[Message]:
         """Keep the messages before ``to`` and return the ones removed.
@@ -115,32 +112,32 @@ class HistoryMixin:
         does not have; nothing is changed then.
         """
         removed: list[Message] = self._rewind_future(
-            lambda msgs: point_of(self._me.id, msgs, to)
+            lambda msgs: point_of(self._core.id, msgs, to)
         ).result()
         return removed
 
     def _rewind_future(self, point: Callable[[Sequence[Message]], int]) -> Future[list[Message]]:
-        self._me._refuse_reentry("rewind")
+        self._core.lane.refuse_reentry("rewind")
 
         def work(job: Job) -> list[Message]:
-            t = self._me._transcript
+            t = self._core.transcript
             with t.turn_lock():
                 t.sync()
                 return self._rewind_held(point)
 
-        future: Future[list[Message]] = self._me._run_job(work, "rewind")
+        future: Future[list[Message]] = self._core.run(work, "rewind")
         return future
 
     def _rewind_held(self, point: Callable[[Sequence[Message]], int]) -> list[Message]:
         """The rewind itself, under the lease held and on the transcript just read: drop the
         pending turn and keep the messages before ``point(messages)``; the removed ones."""
-        t = self._me._transcript
+        t = self._core.transcript
         held = list(t.messages)
         keep = point(held)
-        drop_rewound_turn(self._me._turns, t.fence)
+        drop_rewound_turn(self._core.turns, t.fence)
         if keep == len(held):
             return []
-        request = RewindRequest(self._me.id, keep, fence=t.fence, expected_length=len(held))
+        request = RewindRequest(self._core.id, keep, fence=t.fence, expected_length=len(held))
         done = t.store.rewind(request)
         t.set(held[:keep], done.revision)
         return held[keep:]
@@ -149,14 +146,14 @@ class HistoryMixin:
         for i in range(len(messages) - 1, -1, -1):
             if messages[i].role == "user":
                 return i
-        raise MessageNotFoundError(f"session {self._me.id!r}: no user message to regenerate from")
+        raise MessageNotFoundError(f"session {self._core.id!r}: no user message to regenerate from")
 
     def _user_message(self, message_id: str) -> Callable[[Sequence[Message]], int]:
         def point(messages: Sequence[Message]) -> int:
-            i = point_of(self._me.id, messages, message_id)
+            i = point_of(self._core.id, messages, message_id)
             if messages[i].role != "user":
                 raise MessageNotFoundError(
-                    f"session {self._me.id!r}: message {message_id!r} is an {messages[i].role} "
+                    f"session {self._core.id!r}: message {message_id!r} is an {messages[i].role} "
                     "message; edit() takes the id of a user message"
                 )
             return i
@@ -166,12 +163,12 @@ class HistoryMixin:
     def _regenerating(self) -> Callable[[], list[Message]]:
         """What a regenerate does before its turn: rewind to the last user message, which is
         the turn's input again."""
-        self._me._refuse_reentry("regenerate")
+        self._core.lane.refuse_reentry("regenerate")
         return lambda: [again(self._rewind_held(self._last_user)[0])]
 
     def _editing(self, message_id: str, input: Input) -> Callable[[], list[Message]]:
         """What an edit does before its turn: rewind to ``message_id``; ``input`` is the turn's."""
-        self._me._refuse_reentry("edit")
+        self._core.lane.refuse_reentry("edit")
         messages = to_messages(input)  # checked now, before anything is queued
         point = self._user_message(message_id)
 
@@ -189,41 +186,37 @@ class HistoryMixin:
         timeout: float | None = None,
         context: Any = None,
         output_type: Any = None,
-        emit: Callable[[Event], None] | None = None,
-    ) -> tuple[Job, Stop, float | None]:
+        streamed: bool = False,
+    ) -> tuple[Job, Stoppable, float | None]:
         """A turn job (``send``'s options) whose input ``prepare`` makes under its lease, not
-        yet queued; what stops it; the ``timeout``."""
-        me = self._me
-        output = me._runner.config.output_for(output_type)
-        job: Job = me._submit_turn(
-            [], linked(signal), emit=emit, approve=None if emit else me._approve, defer=True,
+        yet queued; the call that queues and stops it; the ``timeout``."""
+        core = self._core
+        output = core.runner.config.output_for(output_type)
+        job = core.turn_job(
+            [], linked(signal), emit=None, approve=None if streamed else core.approve,
             context=context, output=output,
         )  # fmt: skip
         job.state.prepare = prepare
-        stop: Stop = me._stopper(job).stop
-        return job, stop, timeout
+        return job, core.call(job), timeout
 
     def _prepared_future(
         self, prepare: Callable[[], list[Message]], **options: Any
     ) -> tuple[Future[ExecutionResult | None], Stop, float | None]:
         """``_prepared_turn`` queued: its Future, what stops it, the ``timeout``."""
-        job, stop, timeout = self._prepared_turn(prepare, **options)
-        self._me._workers.submit(self._me._key, job, owner=self._me.store)
-        return job.future, stop, timeout
+        _, call, timeout = self._prepared_turn(prepare, **options)
+        future, stop = call.queued()
+        assert stop is not None
+        return future, stop, timeout
 
     def _prepared_call(self, prepare: Callable[[], list[Message]], **options: Any) -> Any:
         """``_prepared_turn`` queued and waited for (queued in ``wait``: Ctrl-C stops it)."""
-        job, _, timeout = self._prepared_turn(prepare, **options)
-        return self._me._stopper(job).wait(timeout)
+        _, call, timeout = self._prepared_turn(prepare, **options)
+        return call.wait(timeout)
 
     def _prepared_stream(self, prepare: Callable[[], list[Message]], **options: Any) -> AgentRun:
         """``_prepared_turn`` queued and streamed (``stream``'s options)."""
-        holder: list[AgentRun] = []
-        job, stop, _ = self._prepared_turn(prepare, emit=lambda e: holder[0]._push(e), **options)
-        tj = job.state
-        run = AgentRun(tj.run_id, job.future, tj.controller, join=self._me._joiner(job), stop=stop)
-        holder.append(run)
-        self._me._workers.submit(self._me._key, job, owner=self._me.store)
+        job, _, _ = self._prepared_turn(prepare, streamed=True, **options)
+        run: AgentRun = self._core.streamed(job)
         return run
 
     def regenerate(self, **options: Any) -> ExecutionResult:
@@ -261,36 +254,29 @@ class HistoryMixin:
         return new
 
     def _fork_future(self: _S, new_id: str, at: int | str | None) -> Future[_S]:
-        me: Any = self
-
         validate_session_id(new_id)
-        self._me._refuse_reentry("fork")
+        core = self._core
+        core.lane.refuse_reentry("fork")
 
         def work(job: Job) -> _S:
-            t = self._me._transcript
+            t = core.transcript
             with t.turn_lock():
                 t.sync()
-                keep = len(t.messages) if at is None else point_of(self._me.id, t.messages, at)
-                fork_with_state(t.store, self._me.id, new_id, keep, self._me._turns.state_store)
+                keep = len(t.messages) if at is None else point_of(core.id, t.messages, at)
+                fork_with_state(t.store, core.id, new_id, keep, core.turns.state_store)
             make: Any = type(self)
-            made: _S = make(
-                self._me._runner,
-                new_id,
-                store=self._me.store,
-                checkpoint_store=self._me.checkpoint_store,
-                turn_policy=self._me.turn_policy,
-                limits=self._me.limits,
-            )
+            made: _S = make(core.like(new_id))
             return made
 
-        future: Future[_S] = me._run_job(work, "fork")
+        future: Future[_S] = core.run(work, "fork")
         return future
 
     def info(self) -> SessionInfo | None:
         """What the store tells of this session: length, last write, and for a fork its
         ``parent`` and ``fork_point``; ``None`` when nothing is stored."""
-        result: SessionInfo | None = self._me._run_job(
-            lambda job: self._me._transcript.store.info(self._me.id), "info"
+        core = self._core
+        result: SessionInfo | None = core.run(
+            lambda job: core.transcript.store.info(core.id), "info"
         ).result()
         return result
 

@@ -22,6 +22,7 @@ from .stores.adapters import adapt_checkpoints, adapt_sessions
 from .stores.base import BaseCheckpointStore, BaseSessionStore, validate_session_id
 
 if TYPE_CHECKING:
+    from .engine._session_core import SessionCore
     from .runtime._worker import Job
 
 __all__ = ["StateMixin", "StateScope", "scope_key"]
@@ -59,25 +60,21 @@ def apply_change(
 class StateMixin:
     """``Session.state`` and ``Session.update_state`` (the session is ``self``)."""
 
-    @property
-    def _me(self) -> Any:
-        return self
+    _core: SessionCore  # the session's core (``Session.__init__``)
 
     def _state_store(self) -> BaseCheckpointStore | None:
-        store: BaseCheckpointStore | None = self._me._turns.state_store
-        return store
+        return self._core.turns.state_store
 
     @property
     def state(self) -> Mapping[str, Any]:
         """The session's state: a read-only view of a copy of the JSON object stored with it
         (``{}`` when none), read after the turns queued before it."""
-        me = self._me
 
         def work(job: Job) -> Mapping[str, Any]:
-            t = me._transcript
+            t = self._core.transcript
             return MappingProxyType(t.load_state(self._state_store()))
 
-        result: Mapping[str, Any] = me._run_job(work, "state").result()
+        result: Mapping[str, Any] = self._core.run(work, "state").result()
         return result
 
     def update_state(self, fn: StateChange) -> Mapping[str, Any]:
@@ -89,16 +86,16 @@ class StateMixin:
         return future.result()
 
     def _update_state_future(self, fn: StateChange) -> Future[Mapping[str, Any]]:
-        me = self._me
-        me._refuse_reentry("update_state")
+        core = self._core
+        core.lane.refuse_reentry("update_state")
 
         def work(job: Job) -> Mapping[str, Any]:
-            t = me._transcript
+            t = core.transcript
             with t.turn_lock():
-                owner = f"session {me.id!r}"
-                return apply_change(owner, t.store, me.id, self._state_store(), t.fence, fn)
+                owner = f"session {core.id!r}"
+                return apply_change(owner, t.store, core.id, self._state_store(), t.fence, fn)
 
-        future: Future[Mapping[str, Any]] = me._run_job(work, "update_state")
+        future: Future[Mapping[str, Any]] = core.run(work, "update_state")
         return future
 
 

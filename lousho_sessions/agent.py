@@ -20,6 +20,7 @@ from .approvals import ApprovalRequest, Approvals, TurnKey
 from .compaction import Compaction
 from .engine._config import AgentConfig, AgentOptions
 from .engine._runner import TurnRunner
+from .engine._session_core import SessionCore
 from .engine._single import AgentExecutor, SingleTurns
 from .inputs import Input, to_messages
 from .pricing import Pricing
@@ -115,7 +116,9 @@ class Agent:
             tools=self.config.tools,
         )
         self._singles = SingleTurns(self.runner)
-        self._sessions: weakref.WeakValueDictionary[str, Session] = weakref.WeakValueDictionary()
+        #: the core of each live session (the one ``session(id)`` made last): approvals and
+        #: recovery continue its turns on its lane and transcript
+        self._cores: weakref.WeakValueDictionary[str, SessionCore] = weakref.WeakValueDictionary()
         # a forgotten agent: its worker threads end when idle, its tool loop stops now
         weakref.finalize(self, self.runtime.tool_loop.close, 0)
 
@@ -155,10 +158,21 @@ class Agent:
         An agent made without a store keeps transcripts in one memory store of its own
         (``agent.store.sessions``): ``session("u1")`` called twice is one conversation.
         """
+        return Session(self._new_core(id, store, checkpoint_store, turn_policy, limits))
+
+    def _new_core(
+        self,
+        id: str | None,
+        store: Any = None,
+        checkpoint_store: CheckpointStore | None = None,
+        turn_policy: TurnPolicy = "wait",
+        limits: Limits | None = None,
+    ) -> SessionCore:
+        """The core of a new session (``session()``), kept as the live one of its id."""
         session_id = validate_session_id(id) if id is not None else str(uuid.uuid4())
         parts = store_parts(store)
         own = self.config.store
-        session = Session(
+        core = SessionCore(
             self.runner,
             session_id,
             store=parts.sessions or own.sessions or MemorySessionStore(),
@@ -166,8 +180,8 @@ class Agent:
             turn_policy=turn_policy,
             limits=limits,
         )
-        self._sessions[session_id] = session
-        return session
+        self._cores[session_id] = core
+        return core
 
     def fork(self, session_id: str, new_id: str, at: int | str | None = None) -> Session:
         """``session(session_id).fork(new_id, at)``: a new session holding the messages of
@@ -181,8 +195,13 @@ class Agent:
         return StateScope(id, own.sessions or MemorySessionStore(), own.checkpoints)
 
     def _session_for(self, session_id: str) -> Session:
-        live = self._sessions.get(session_id)
-        return live if live is not None else self.session(session_id)
+        """The live session ``session_id`` (one more face of its core), else a new one."""
+        return Session(self._core_for(session_id))
+
+    def _core_for(self, session_id: str) -> SessionCore:
+        """The core of the live session ``session_id``, else of a new one (``session(id)``)."""
+        live = self._cores.get(session_id)
+        return live if live is not None else self._new_core(session_id)
 
     # -- single turns ---------------------------------------------------------
 
@@ -268,7 +287,7 @@ class Agent:
         holder: list[AgentRun] = []
         run_id = "run-" + uuid.uuid4().hex
 
-        def wire(future: Future[Any], stop: Stop) -> None:
+        def wire(future: Future[Any], stop: Stop | None) -> None:
             holder.append(AgentRun(run_id, future, controller, stop=stop))  # before any event
 
         self._singles.submit(
@@ -302,7 +321,7 @@ class Agent:
         first: ExecutionResult | None = yield self._singles.resume(
             id, context, output=output, queue=False
         )
-        second: ExecutionResult | None = yield self._session_for(id)._resume_call(
+        second: ExecutionResult | None = yield self._core_for(id).resume_call(
             None, context, output_type
         )
         return second if second is not None else first
@@ -312,7 +331,7 @@ class Agent:
         if turn.kind == "single":
             output = self.config.output_for(output_type)
             return self._singles.resume(turn.key, context, output=output, queue=False)
-        return self._session_for(turn.key)._resume_call(None, context, output_type)
+        return self._core_for(turn.key).resume_call(None, context, output_type)
 
     def _resume_stream(
         self, turn: TurnKey, context: Any, run_id: str, output_type: Any = None
@@ -321,7 +340,7 @@ class Agent:
         if turn.kind == "single":
             output = self.config.output_for(output_type)
             return self._singles.resume_stream(turn.key, context, run_id, output)
-        return self._session_for(turn.key)._resume_stream(context, run_id, output_type)
+        return self._core_for(turn.key).resume_stream(context, run_id, output_type)
 
     # -- lifecycle ------------------------------------------------------------
 

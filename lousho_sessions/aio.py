@@ -32,7 +32,7 @@ from .messages import Message, Usage
 from .results import CompactionResult, ExecutionResult, OutputT, PendingTurn
 from .run import AgentRun
 from .runtime import _worker
-from .runtime._calls import Stoppable
+from .runtime._calls import Stoppable, saved
 from .session import Session
 from .stores._summaries import SessionInfo
 
@@ -72,10 +72,10 @@ async def _wait(
         if stop is None:
             raise
         stop("cancelled")
-        saved = await _outcome(waiting)
-        if saved is None:
+        kept = await _outcome(waiting)
+        if kept is None:
             raise
-        return saved[0]
+        return kept[0]
 
 
 async def _outcome(waiting: asyncio.Future[T]) -> tuple[T] | None:
@@ -86,9 +86,7 @@ async def _outcome(waiting: asyncio.Future[T]) -> tuple[T] | None:
     if waiting.cancelled() or waiting.exception() is not None:
         return None
     result = waiting.result()
-    if result is None or getattr(result, "finish_reason", None) == "aborted":
-        return None
-    return (result,)
+    return (result,) if saved(result) else None
 
 
 async def _drive(steps: _worker.Steps[T]) -> T:

@@ -227,10 +227,8 @@ def _submit(
     key, _, tail = turn.turn_id.partition(".")
     if tail == "send":
         return recover_send(agent._singles, key, lease, max_attempts=max_attempts, fence=fence)
-    session = agent._session_for(key)
-    return recover_session_turn(
-        session, turn.turn_id, lease, max_attempts=max_attempts, fence=fence
-    )
+    core = agent._core_for(key)  # the live session's, so its transcript sees the turn
+    return recover_session_turn(core, turn.turn_id, lease, max_attempts=max_attempts, fence=fence)
 
 
 def _swept(turn_id: str, future: Future[Recovered]) -> SweptTurn:

@@ -196,7 +196,7 @@ def test_rewind_waits_for_a_running_turn(tmp_path: Path) -> None:
     removed: list[list[Message]] = []
     rewinding = threading.Thread(target=lambda: removed.append(session.rewind(0)))
     rewinding.start()
-    until(lambda: len(list(session._workers.jobs(session._key))) == 2, "the rewind queued")
+    until(lambda: len(session._core.lane.jobs()) == 2, "the rewind queued")
     assert not removed  # it waits for the turn
     gate.open()
     running.result()

@@ -137,3 +137,58 @@ def test_the_reader_sees_every_form_of_import() -> None:
     found = {top(name) for name in imports_in(source, "stores.probe")}
     assert {"_turn", "session", "agent", "recovery", "stores"} <= found
     assert "os" not in found
+
+
+#: The modules that make a ``Session`` (``session``) or are part of it (its mixins), and the
+#: async shell that awaits its calls: the only ones that may use what a Session keeps private.
+SESSION_SHELL = {"session", "_session_history", "_session_state", "aio"}
+
+
+def session_privates() -> set[str]:
+    """The private names ``Session`` defines: its ``_methods`` and ``self._attributes``."""
+    names: set[str] = set()
+    for module in ("session", "_session_history", "_session_state"):
+        for node in ast.walk(ast.parse(MODULES[module].read_text())):
+            if isinstance(node, ast.ClassDef) and node.name in {
+                "Session",
+                "HistoryMixin",
+                "StateMixin",
+            }:
+                for item in ast.walk(node):
+                    if isinstance(item, ast.FunctionDef):
+                        names.add(item.name)
+                    elif isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name):
+                        names.add(item.target.id)
+                    elif isinstance(item, ast.Attribute) and isinstance(item.ctx, ast.Store):
+                        names.add(item.attr)
+    return {n for n in names if n.startswith("_") and not n.startswith("__")}
+
+
+def private_uses(source: str, privates: set[str]) -> list[str]:
+    """``obj._name`` in ``source`` for each ``_name`` of ``privates`` (not on ``self``)."""
+    return sorted(
+        f"line {node.lineno}: .{node.attr}"
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.Attribute)
+        and node.attr in privates
+        and not (isinstance(node.value, ast.Name) and node.value.id == "self")
+    )
+
+
+def test_no_module_outside_the_session_uses_its_privates() -> None:
+    """Recovery, the agent, approvals, admin and the engine reach a session through its
+    core (``SessionCore``), never through what ``Session`` keeps private."""
+    privates = session_privates()
+    assert {"_core", "_send_future", "_run_job"} <= privates  # the reader sees them
+    found = {
+        name: uses
+        for name, path in sorted(MODULES.items())
+        if top(name) not in SESSION_SHELL and (uses := private_uses(path.read_text(), privates))
+    }
+    assert found == {}
+
+
+def test_the_privates_reader_finds_a_use() -> None:
+    """A module reaching into a session is caught (else the rule above could pass anything)."""
+    source = "def f(session):\n    return session._core.transcript, self._core\n"
+    assert private_uses(source, {"_core"}) == ["line 2: ._core"]

@@ -295,7 +295,8 @@ def test_close_ends_the_thread_running_the_session_once_its_work_is_done() -> No
     session = create_agent(provider=gated(gate)).session()
     future, _ = session._send_future("block", None)
     assert gate.entered.wait(WAIT)
-    thread = session._workers.thread_of(session._key)
+    lane = session._core.lane
+    thread = lane.workers.thread_of(lane.key)
     assert thread is not None and thread.is_alive()
     session.close()
     gate.open()

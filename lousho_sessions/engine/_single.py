@@ -12,7 +12,7 @@ one whose process died, and a send whose lease was taken over writes nothing.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Hashable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
 from contextlib import contextmanager
 from functools import partial
@@ -20,13 +20,14 @@ from typing import Any, Protocol
 
 from ..abort import AbortController, AbortSignal
 from ..errors import SessionAwaitingApprovalError, SessionBusyError
-from ..events import ErrorEvent, Event, RunDone
+from ..events import Event
 from ..inputs import Input, to_messages
 from ..messages import Message
 from ..results import ExecutionResult
 from ..run import AgentRun
-from ..runtime._calls import Stop, Stoppable, announced, linked, stoppable
-from ..runtime._worker import Job, inside
+from ..runtime._calls import Stop, Stoppable, linked
+from ..runtime._session_lane import SessionLane, aborted, ending
+from ..runtime._worker import Job
 from ..stores.adapters import adapt_sessions
 from ..stores.base import ApprovalStore, CheckpointStore, validate_session_id
 from ..stores.lease import Lease
@@ -70,7 +71,7 @@ class SingleTurns:
         emit: Callable[[Event], None] | None,
         approve: Approve | None,
         run_id: str | None = None,
-        wire: Callable[[Future[Any], Stop], None] | None = None,
+        wire: Callable[[Future[Any], Stop | None], None] | None = None,
         context: Any = None,
         output: OutputSpec | None = None,
         queue: bool = True,
@@ -84,14 +85,10 @@ class SingleTurns:
         durable = session_id is not None and self.runner.config.store.checkpoints is not None
         turn = TurnKey("single", session_id or run_id)
         checkpoints = self._store(durable)
-        lane = lane_of(checkpoints, turn.key)
-        if inside(lane):
-            raise SessionBusyError(
-                f"agent.send(session_id={turn.key!r}) was called from inside that run's own tool; "
-                "it would wait for itself forever"
-            )
+        lane = self.lane(checkpoints, turn.key)
+        lane.refuse_reentry("agent.send")
         sessions = self.runner.config.store.sessions
-        if durable and inside(("session", id(sessions), turn.key)):
+        if durable and SessionLane(lane.workers, "session", sessions, turn.key).inside():
             raise SessionBusyError(
                 f"agent.send(session_id={turn.key!r}) was called from inside a turn of session "
                 f"{turn.key!r}, whose lease a durable send needs; it would wait for itself "
@@ -99,52 +96,30 @@ class SingleTurns:
             )
 
         def work(job: Job) -> ExecutionResult:
-            try:
-                with self.lease(turn.key, durable) as fence:
-                    if session_id is not None:
-                        # finish (or refuse to overwrite) the run this id left unfinished
-                        earlier = self.finish(
-                            turn, checkpoints, None, context=context, approve=approve, fence=fence
-                        )
-                        if earlier is not None and earlier.finish_reason == "awaiting-approval":
-                            raise _waiting(turn, earlier.approval_id)
-                    state = TurnState.start(
-                        messages, session_id=session_id, turn_id=turn.turn_id, run_id=run_id
+            with self.lease(turn.key, durable) as fence:
+                if session_id is not None:
+                    # finish (or refuse to overwrite) the run this id left unfinished
+                    earlier = self.finish(
+                        turn, checkpoints, None, context=context, approve=approve, fence=fence
                     )
-                    writer = TurnCheckpoints(checkpoints, durable=durable, fence=fence)
-                    result = self.runner.run(
-                        TurnRequest(
-                            state, controller, writer, turn=turn, emit=emit, approve=approve,
-                            context=context, output=output,
-                        )
-                    )  # fmt: skip
-            except BaseException as exc:
-                if emit is not None:
-                    emit(ErrorEvent(run_id, exc))
-                    emit(RunDone(run_id, "error", None))
-                raise
-            if emit is not None:
-                emit(RunDone(run_id, result.finish_reason, result))
-            return result
-
-        job = Job(work, "single")
-        workers = self.runner.runtime.workers
-
-        def stop(reason: object) -> None:
-            controller.abort(reason)
-            if workers.withdraw(lane, job):
-                result = ExecutionResult(
-                    "", finish_reason="aborted", run_id=run_id, session_id=session_id
+                    if earlier is not None and earlier.finish_reason == "awaiting-approval":
+                        raise _waiting(turn, earlier.approval_id)
+                state = TurnState.start(
+                    messages, session_id=session_id, turn_id=turn.turn_id, run_id=run_id
                 )
-                if emit is not None:
-                    emit(RunDone(run_id, "aborted", result))
-                job.future.set_result(result)
+                writer = TurnCheckpoints(checkpoints, durable=durable, fence=fence)
+                return self.runner.run(
+                    TurnRequest(
+                        state, controller, writer, turn=turn, emit=emit, approve=approve,
+                        context=context, output=output,
+                    )
+                )  # fmt: skip
 
+        job = Job(ending(work, emit, run_id), "single")
+        call = lane.call(job, controller.abort, partial(aborted, run_id, session_id, emit))
         if wire is not None:
-            wire(job.future, stop)
-        return _queued(
-            Stoppable(job.future, stop, partial(workers.submit, lane, job, checkpoints)), queue
-        )
+            wire(job.future, call.stop)
+        return _queued(call, queue)
 
     def resume(
         self,
@@ -163,13 +138,12 @@ class SingleTurns:
         when waited for."""
         durable = self.runner.config.store.checkpoints is not None
         checkpoints = self._store(durable)
-        lane = lane_of(checkpoints, key)
-        if inside(lane):
-            raise SessionBusyError(f"run {key!r}: resume() was called from inside its own tool")
+        lane = self.lane(checkpoints, key)
+        lane.refuse_reentry("resume")
         controller = AbortController()
         approve = self.runner.config.approve if emit is None else None
 
-        def finish() -> ExecutionResult | None:
+        def finish(job: Job) -> ExecutionResult | None:
             turn = TurnKey("single", key)
             with self.lease(key, durable) as fence:
                 return self.finish(
@@ -177,11 +151,10 @@ class SingleTurns:
                     approve=approve, fence=fence, output=output,
                 )  # fmt: skip
 
-        job = Job(lambda j: announced(finish, emit, run_id), "single")
-        workers = self.runner.runtime.workers
+        job = Job(ending(finish, emit, run_id), "single")
         if wire is not None:
             wire(job.future, controller)
-        call = stoppable(workers, lane, job, controller.abort, lambda: None, checkpoints)
+        call = lane.call(job, controller.abort, lambda: None)
         return _queued(call, queue)  # a resume that never ran ends None: it finished no turn
 
     def resume_stream(
@@ -249,15 +222,14 @@ class SingleTurns:
         with adapt_sessions(sessions).turn_lock(key) as lease:
             yield lease.fence
 
+    def lane(self, checkpoints: CheckpointStore, key: str) -> SessionLane:
+        """The lane of the single turns keyed ``key``: one at a time per key and store."""
+        return SessionLane(self.runner.runtime.workers, "single", checkpoints, key)
+
     def _store(self, durable: bool) -> CheckpointStore:
         """The agent's checkpoint store when durable; else paused turns in memory."""
         store = self.runner.config.store.checkpoints
         return store if durable and store is not None else self.runner.runtime.pauses
-
-
-def lane_of(checkpoints: CheckpointStore, key: str) -> Hashable:
-    """The lane of the single turns keyed ``key``: one at a time per key and store."""
-    return ("single", id(checkpoints), key)
 
 
 def _waiting(turn: TurnKey, approval_id: str | None) -> SessionAwaitingApprovalError:

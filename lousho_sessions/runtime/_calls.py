@@ -2,30 +2,15 @@
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
-from functools import partial
 from typing import Any
 
 from ..abort import AbortController, AbortSignal
-from ..events import ErrorEvent, Event, RunDone
 from ..results import ExecutionResult
-from ..run import AgentRun
-from ._worker import Job, Workers
 
-__all__ = [
-    "Stop",
-    "Stoppable",
-    "announced",
-    "chain",
-    "emit_to",
-    "joined_run",
-    "linked",
-    "stoppable",
-    "wait",
-]  # fmt: skip
+__all__ = ["Stop", "Stoppable", "chain", "linked", "saved", "wait"]
 
 #: Stops a queued or running turn, given the reason.
 Stop = Callable[[Any], None]
@@ -85,20 +70,10 @@ def wait(
         return future.result()
 
 
-def stoppable(
-    workers: Workers, key: Any, job: Job, abort: Stop, skipped: Callable[[], Any], owner: Any
-) -> Stoppable:
-    """``job``, not yet queued (``Stoppable.start`` queues it on ``key``'s lane for ``owner``).
-    Its stop calls ``abort(reason)`` (a running job ends at its next check); a job that never
-    ran, still queued or never queued (Ctrl-C before ``wait`` queued it), is withdrawn and its
-    future given ``skipped()``, so nothing waits for a job no thread will run."""
-
-    def stop(reason: Any) -> None:
-        abort(reason)
-        if workers.withdraw(key, job):
-            job.future.set_result(skipped())
-
-    return Stoppable(job.future, stop, partial(workers.submit, key, job, owner))
+def saved(result: object) -> bool:
+    """Whether what a stopped turn ended with was saved: a result, not "aborted" (``None``:
+    no turn ran). A caller stopped by Ctrl-C or a cancelled task is given it after all."""
+    return isinstance(result, ExecutionResult) and result.finish_reason != "aborted"
 
 
 def _saved(future: Future[Any]) -> bool:
@@ -107,7 +82,7 @@ def _saved(future: Future[Any]) -> bool:
         result = future.result()
     except Exception:
         return False
-    return isinstance(result, ExecutionResult) and result.finish_reason != "aborted"
+    return saved(result)
 
 
 class Stoppable:
@@ -115,7 +90,7 @@ class Stoppable:
 
     Called (``_worker.drive``), it queues the turn and waits as ``wait`` does, so Ctrl-C stops
     the turn; ``aio`` queues it, awaits ``future`` and stops the turn when the awaiting task is
-    cancelled. Each blocking call makes one: ``Session._send_call`` and the like.
+    cancelled. Each blocking call makes one (``SessionLane.call``).
     """
 
     __slots__ = ("future", "start", "stop")
@@ -140,28 +115,6 @@ class Stoppable:
         return self.future, self.stop
 
 
-def emit_to(emit: Callable[[Event], None] | None, event: Event) -> None:
-    if emit is not None:
-        emit(event)
-
-
-def announced(
-    work: Callable[[], ExecutionResult | None],
-    emit: Callable[[Event], None] | None,
-    run_id: str,
-) -> ExecutionResult | None:
-    """Run ``work`` (a resumed turn) and end its stream: ``error`` then ``run.done`` if it
-    raised, else ``run.done`` with its result (``finish_reason`` "none" when no turn was left)."""
-    try:
-        result = work()
-    except BaseException as exc:
-        emit_to(emit, ErrorEvent(run_id, exc))
-        emit_to(emit, RunDone(run_id, "error", None))
-        raise
-    emit_to(emit, RunDone(run_id, result.finish_reason if result is not None else "none", result))
-    return result
-
-
 def chain(source: Future[Any], target: Future[Any]) -> None:
     """Give ``target`` the outcome of ``source`` (a done callback), unless it has one."""
     if target.done():
@@ -171,20 +124,3 @@ def chain(source: Future[Any], target: Future[Any]) -> None:
         target.set_exception(error)
     else:
         target.set_result(source.result())
-
-
-def joined_run(future: Future[ExecutionResult | None]) -> AgentRun:
-    """A stream that joined another turn: it yields only that turn's ``run.done``."""
-    run = AgentRun("run-" + uuid.uuid4().hex, future, AbortController())
-
-    def done(f: Future[ExecutionResult | None]) -> None:
-        error = f.exception()
-        if error is not None:
-            run._push(ErrorEvent(run.id, error))
-            run._push(RunDone(run.id, "error", None))
-        else:
-            result = f.result()
-            run._push(RunDone(run.id, result.finish_reason if result else "error", result))
-
-    future.add_done_callback(done)
-    return run
