@@ -17,9 +17,14 @@ read from the cache:
 
 Tokens are counted as one per four characters of each block's JSON (cache fields left
 out), which is all the rules need. The model's reply is chosen by ``reply``: by default a
-call of ``tool_name`` after a user message and a final text after a tool result. Each
-request's arrival and the moment before its last byte are stamped with
-``time.perf_counter()`` (same process, same clock) so a benchmark can time the client.
+call of ``tool_name`` after a user message and a final text after a tool result.
+
+For a benchmark timing the client, each request is stamped with ``time.perf_counter()``
+(the machine's monotonic clock, the same in every process): ``received`` as soon as its
+request line has been read (its first bytes arrived: before the server parses its
+headers, reads its body or works out its reply, which is the server's time, not the
+client's), and ``last_byte`` just before the rest of the reply, its last event and the
+end of the chunked body, leaves in one write.
 """
 
 from __future__ import annotations
@@ -100,12 +105,18 @@ class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     disable_nagle_algorithm = True
     server: _HTTPServer
+    arrived = 0.0  #: when the request line of the request being handled was read
 
     def log_message(self, format: str, *args: Any) -> None:
         pass
 
+    def parse_request(self) -> bool:
+        # called as soon as the request line is read: the request's first bytes are here
+        self.arrived = time.perf_counter()
+        return super().parse_request()
+
     def do_POST(self) -> None:
-        received = time.perf_counter()
+        received = self.arrived
         owner = self.server.owner
         body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
         problem = request_problem(self.path, body)
@@ -121,9 +132,10 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         for event in events[:-1]:
             self._chunk(event)
+        last = b"%x\r\n%s\r\n0\r\n\r\n" % (len(events[-1]), events[-1])  # and the body's end
         served.last_byte = time.perf_counter()
-        self._chunk(events[-1])
-        self._chunk(b"")
+        self.wfile.write(last)
+        self.wfile.flush()
 
     def do_GET(self) -> None:
         """``/served``: what was served, as JSON (for a client in another process);

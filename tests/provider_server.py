@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import re
 import socket
+import ssl
 import threading
 import time
 import zlib
@@ -277,9 +278,10 @@ class ProviderServer:
 
     ``rules`` (e.g. ``anthropic_rules.AnthropicThinkingRules``) make it answer what the
     real API would refuse with the API's error instead of the next scripted reply.
+    ``tls``: serve HTTPS with this context (``url`` is then ``https://``).
     """
 
-    def __init__(self, rules: Rules | None = None) -> None:
+    def __init__(self, rules: Rules | None = None, tls: ssl.SSLContext | None = None) -> None:
         self.rules = rules
         #: request bodies that do not match the vendor's published request type (every
         #: wire): each is answered 400 (by ``route`` when set), and leaving the server
@@ -298,6 +300,10 @@ class ProviderServer:
         self.stopping = threading.Event()
         self._server = _Server(("127.0.0.1", 0), _Handler)
         self._server.owner = self
+        self._scheme = "http"
+        if tls is not None:
+            self._server.socket = tls.wrap_socket(self._server.socket, server_side=True)
+            self._scheme = "https"
         self._thread = threading.Thread(
             target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
         )
@@ -305,7 +311,7 @@ class ProviderServer:
     @property
     def url(self) -> str:
         host, port = self._server.server_address[:2]
-        return f"http://{host!s}:{port}"
+        return f"{self._scheme}://{host!s}:{port}"
 
     def reply(self, *replies: Reply) -> None:
         """Queue replies, one per coming request, in order."""

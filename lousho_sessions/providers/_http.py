@@ -1,8 +1,9 @@
 """The HTTP layer the HTTP providers share: retries, errors, limits, abort, redaction.
 
-One :class:`HttpClient` per provider owns one ``requests.Session`` (so
-connections are reused). :meth:`HttpClient.stream` POSTs a JSON body and
-yields the server-sent events of the reply:
+One :class:`HttpClient` per provider owns one ``_transport.Transport`` (so
+connections are reused: straight to the server, or through ``requests`` when a
+proxy applies). :meth:`HttpClient.stream` POSTs a JSON body and yields the
+server-sent events of the reply:
 
 - Retries: on 408, 409, 429, 5xx and connection errors (including a read
   timeout while waiting for the reply's headers), up to ``max_retries`` times,
@@ -33,7 +34,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import os
+import re
 import time
 from collections.abc import Iterator, Mapping
 from typing import Any, TypeVar
@@ -52,8 +53,9 @@ from ._failures import (
 )
 from ._redact import Redactor, Secret
 from ._retry import Deadline, RetryPolicy, parse_retry_after
-from ._sockets import AbortableAdapter, AbortScope, scoped
+from ._sockets import AbortScope
 from ._sse import DEFAULT_MAX_EVENT_SIZE, ServerSentEvent, SSEDecoder
+from ._transport import Response, Transport
 
 __all__ = [
     "HttpClient",
@@ -89,7 +91,7 @@ class HttpStream:
     def __init__(
         self,
         client: HttpClient,
-        response: requests.Response,
+        response: Response,
         signal: AbortSignal,
         scope: AbortScope,
         deadline: Deadline,
@@ -166,7 +168,7 @@ class HttpStream:
 
     def _chunks(self, timeout: Any) -> Iterator[bytes]:
         """The body's chunks; before each read the socket's timeout becomes ``timeout()``."""
-        body = _iter_body(self.response)
+        body = self.response.chunks()
         while True:
             sock = self._scope.current
             if sock is not None:
@@ -177,51 +179,17 @@ class HttpStream:
             yield chunk
 
 
-def _iter_body(response: requests.Response) -> Iterator[bytes]:
-    raw = response.raw
-    read1 = getattr(raw, "read1", None)
-    if read1 is None:  # urllib3 < 2.3: per HTTP chunk when chunked, else may buffer
-        yield from raw.stream(65536, decode_content=True)
-        return
-    while True:
-        chunk = read1(65536, decode_content=True)  # requests leaves raw bodies encoded
-        if not chunk:
-            return
-        yield chunk
-
-
-class _Session(requests.Session):
-    """A ``requests.Session`` that reads the environment's proxy and CA-bundle settings
-    once per change rather than on every request.
-
-    ``requests`` scans every environment variable twice a request to find proxies
-    (about 0.1 ms); this keeps what it found for each URL with a copy of the
-    environment it found it in, and asks again whenever the environment differs.
-    """
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._merged: dict[tuple[Any, ...], tuple[dict[bytes, bytes], Any]] = {}
-
-    def merge_environment_settings(
-        self, url: Any, proxies: Any, stream: Any, verify: Any, cert: Any
-    ) -> Any:
-        environ = getattr(os.environ, "_data", None)  # (the raw variables: cheap to compare)
-        if proxies or not self.trust_env or not isinstance(environ, dict):
-            return super().merge_environment_settings(url, proxies, stream, verify, cert)
-        key = (url, stream, verify, cert)
-        found = self._merged.get(key)
-        if found is None or found[0] != environ:
-            merged = super().merge_environment_settings(url, proxies, stream, verify, cert)
-            if len(self._merged) >= 64:
-                self._merged.clear()
-            found = self._merged[key] = (dict(environ), merged)
-        return {k: dict(v) if isinstance(v, dict) else v for k, v in found[1].items()}
+#: a header name (RFC 9110 ``token``)
+_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 
 
 def _check_headers(provider: str, headers: Mapping[str, str]) -> None:
-    """Refuse header values HTTP cannot carry, naming the header but never its value."""
+    """Refuse header names and values HTTP cannot carry, naming the header but never its value."""
     for name, value in headers.items():
+        if not isinstance(name, str) or not _TOKEN.fullmatch(name):
+            raise ProviderConfigError(
+                None, f"{provider}: {name!r} is not a valid HTTP header name", retryable=False
+            )
         bad = next((c for c in value if ord(c) > 0xFF or ord(c) < 0x20 or ord(c) == 0x7F), None)
         if bad is not None:
             raise ProviderConfigError(
@@ -274,17 +242,14 @@ class HttpClient:
             )
         self.max_duration = max_duration
         self.max_event_size = max_event_size
-        self._session = _Session()
-        adapter = AbortableAdapter()
-        self._session.mount("http://", adapter)
-        self._session.mount("https://", adapter)
+        self._transport = Transport(provider, self._headers)
 
     def __repr__(self) -> str:
         return f"<HttpClient {self.provider} {self.base_url} timeout={self.timeout}>"
 
     def close(self) -> None:
         """Close the pooled connections."""
-        self._session.close()
+        self._transport.close()
 
     def redact(self, text: str) -> str:
         """``text`` with the API key (and its escaped forms and fragments) replaced by ``***``."""
@@ -318,7 +283,7 @@ class HttpClient:
         deadline = Deadline.start(self.max_duration)
         scope = AbortScope()
         remove = signal.add_callback(scope.abort)
-        response: requests.Response | None = None
+        response: Response | None = None
         try:
             response = self._send(path, body, signal, scope, deadline)
             yield HttpStream(self, response, signal, scope, deadline)
@@ -356,7 +321,7 @@ class HttpClient:
         signal: AbortSignal,
         scope: AbortScope,
         deadline: Deadline,
-    ) -> requests.Response:
+    ) -> Response:
         url = f"{self.base_url}/{path.lstrip('/')}"
         data = body if isinstance(body, bytes) else self.encode(body)
         attempt = 0
@@ -364,7 +329,7 @@ class HttpClient:
             if signal.aborted:
                 raise AbortedError(signal.reason)
             outcome, delay = self._attempt(url, data, signal, scope, deadline)
-            if isinstance(outcome, requests.Response):
+            if not isinstance(outcome, ProviderError):
                 return outcome
             error = outcome
             if deadline.passed():
@@ -410,19 +375,19 @@ class HttpClient:
 
     def _attempt(
         self, url: str, data: bytes, signal: AbortSignal, scope: AbortScope, deadline: Deadline
-    ) -> tuple[ProviderError | requests.Response, float | None]:
+    ) -> tuple[ProviderError | Response, float | None]:
         """One request: the open response, or the error and the wait the server asked for."""
         started = time.monotonic()
         timeout = (deadline.cap(self.timeout[0]), deadline.cap(self.timeout[1]))
         try:
-            with scoped(scope):
-                response = self._session.post(
-                    url, data=data, headers=self._headers, stream=True, timeout=timeout
-                )
-        except requests.RequestException as exc:
+            response = self._transport.post(url, data, timeout, scope)
+        except NETWORK_ERRORS as exc:
             if signal.aborted:
                 raise AbortedError(signal.reason) from None
-            retryable = isinstance(exc, (requests.ConnectionError, requests.Timeout))
+            if isinstance(exc, requests.RequestException):
+                retryable = isinstance(exc, (requests.ConnectionError, requests.Timeout))
+            else:  # straight to the server: connecting, sending or reading the head failed
+                retryable = True
             what, _ = failure(exc)
             if what in ("connection refused", "host name not resolved"):
                 what = f"failed: {what} ({host_port(url)})"
@@ -433,11 +398,11 @@ class HttpClient:
             "%s: POST %s -> %d in %.3fs (request id %s)",
             self.provider,
             url,
-            response.status_code,
+            response.status,
             time.monotonic() - started,
             request_id(response.headers),
         )
-        if response.status_code < 300:
+        if response.status < 300:
             return response, None
         try:
             error = self._error(response, signal, parse_retry_after(response.headers))
@@ -445,12 +410,10 @@ class HttpClient:
         finally:
             response.close()
 
-    def _error(
-        self, response: requests.Response, signal: AbortSignal, delay: float | None
-    ) -> ProviderError:
-        status = response.status_code
+    def _error(self, response: Response, signal: AbortSignal, delay: float | None) -> ProviderError:
+        status = response.status
         try:
-            text = response.content.decode("utf-8", errors="replace")
+            text = response.read().decode("utf-8", errors="replace")
         except NETWORK_ERRORS as exc:
             if signal.aborted:
                 raise AbortedError(signal.reason) from None

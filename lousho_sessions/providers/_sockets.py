@@ -4,8 +4,8 @@ Closing a requests response from another thread does not reliably wake a thread
 blocked in ``recv()``; ``shutdown(SHUT_RDWR)`` on the socket does. The socket is
 made deep inside urllib3, so our connection classes hand every socket they make
 or reuse to the :class:`AbortScope` of the request running on this thread
-(:func:`scoped`), and :class:`AbortableAdapter` mounts them on a
-``requests.Session``.
+(:func:`scoped`); :class:`AbortableAdapter` mounts them on a ``requests.Session``,
+and ``_direct`` opens its connections with them.
 """
 
 from __future__ import annotations
@@ -22,7 +22,13 @@ import urllib3.connection
 
 from ..abort import AbortSignal
 
-__all__ = ["AbortScope", "AbortableAdapter", "scoped"]
+__all__ = [
+    "AbortScope",
+    "AbortableAdapter",
+    "AbortableHTTPConnection",
+    "AbortableHTTPSConnection",
+    "scoped",
+]
 
 
 class AbortScope:
@@ -93,7 +99,9 @@ def _register(sock: socket.socket | None) -> None:
         scope.add(sock)
 
 
-class _AbortableConnection(urllib3.connection.HTTPConnection):
+class AbortableHTTPConnection(urllib3.connection.HTTPConnection):
+    """An urllib3 connection whose sockets join the abort scope of this thread's request."""
+
     def _new_conn(self) -> socket.socket:
         sock = super()._new_conn()
         _register(sock)
@@ -104,7 +112,9 @@ class _AbortableConnection(urllib3.connection.HTTPConnection):
         super().request(*args, **kwargs)
 
 
-class _AbortableHTTPSConnection(urllib3.connection.HTTPSConnection):
+class AbortableHTTPSConnection(urllib3.connection.HTTPSConnection):
+    """The same over TLS (the scope gets the plain socket, before the handshake)."""
+
     def _new_conn(self) -> socket.socket:
         sock = super()._new_conn()
         _register(sock)
@@ -116,11 +126,11 @@ class _AbortableHTTPSConnection(urllib3.connection.HTTPSConnection):
 
 
 class _AbortableHTTPPool(urllib3.HTTPConnectionPool):
-    ConnectionCls = _AbortableConnection
+    ConnectionCls = AbortableHTTPConnection
 
 
 class _AbortableHTTPSPool(urllib3.HTTPSConnectionPool):
-    ConnectionCls = _AbortableHTTPSConnection
+    ConnectionCls = AbortableHTTPSConnection
 
 
 _POOLS = {"http": _AbortableHTTPPool, "https": _AbortableHTTPSPool}
