@@ -150,8 +150,10 @@ def _main(args: list[str]) -> Callable[[], object]:
 
 
 def _stream(fd: int, mode: str, unbuffered: bool, **options: Any) -> io.TextIOWrapper:
-    """The text stream a new interpreter makes on ``fd`` (not a terminal)."""
+    """The text stream a new interpreter makes on ``fd``."""
     raw = io.FileIO(fd, mode, closefd=False)
+    if mode == "w" and raw.isatty():
+        options["line_buffering"] = True
     if unbuffered and mode == "w":  # PYTHONUNBUFFERED, as ``python -u``
         return io.TextIOWrapper(raw, encoding="utf-8", write_through=True, **options)
     buffered = io.BufferedWriter(raw) if mode == "w" else io.BufferedReader(raw)
@@ -168,6 +170,8 @@ def _child(args: list[str], fds: list[Any], cwd: str | None, env: dict[str, str]
             os.close(fd)
     os.environ.clear()
     os.environ.update(env)
+    # the import path this process had, after what the child's PYTHONPATH names
+    sys.path[0:0] = [entry for entry in env.get("PYTHONPATH", "").split(os.pathsep) if entry]
     unbuffered = bool(env.get("PYTHONUNBUFFERED"))
     sys.stdin = _stream(0, "r", False)
     sys.stdout = _stream(1, "w", unbuffered)
