@@ -14,8 +14,10 @@ $(STAMP): pyproject.toml setup.cfg
 demo: $(STAMP)
 	$(BIN)/python -m lousho_sessions.demo
 
+# on 3 pytest-xdist workers: most tests wait on processes, sockets and servers, so 3
+# pay on 2 cores; tests sharing a module's fixture are kept together (xdist_group)
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -p no:cacheprovider
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n 3 --dist loadgroup
 
 # the suite under coverage (configured in setup.cfg), subprocesses included
 cover: $(STAMP)

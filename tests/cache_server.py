@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from wire_types import request_problem
+from wire_types import prepare, request_problem
 
 __all__ = ["LOOKBACK", "CacheServer", "Served", "tokens"]
 
@@ -200,6 +200,7 @@ class CacheServer:
     _calls: int = 0
 
     def __enter__(self) -> CacheServer:
+        prepare()  # the request checks' imports, before any client waits on them
         self._http = _HTTPServer(("127.0.0.1", 0), _Handler)
         self._http.owner = self
         self.url = f"http://127.0.0.1:{self._http.server_address[1]}"

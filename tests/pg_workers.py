@@ -1,4 +1,4 @@
-"""Bodies of the processes the PostgreSQL multi-process tests start ("spawn" method).
+"""Bodies of the processes the PostgreSQL multi-process tests start (forked from tests/fork_server.py).
 
 Each opens its own ``PostgresStore`` on the schema the test names and reports to
 the test through a queue: ``("ok", detail)`` or ``("error", traceback)``.

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import pytest
-from wire_types import request_problem
+from wire_types import prepare, request_problem
 
 FIXTURES = Path(__file__).parent / "fixtures" / "providers"
 
@@ -298,6 +298,7 @@ class ProviderServer:
         self.route: Callable[[Recorded], Reply] | None = None
         self._lock = threading.Lock()
         self.stopping = threading.Event()
+        prepare()  # the request checks' imports, before any client waits on them
         self._server = _Server(("127.0.0.1", 0), _Handler)
         self._server.owner = self
         self._scheme = "http"

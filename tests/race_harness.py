@@ -1,4 +1,4 @@
-"""Processes racing to resolve one approval (imported by test_races.py under spawn)."""
+"""Processes racing to resolve one approval (imported by test_races.py in processes forked from tests/fork_server.py)."""
 
 from __future__ import annotations
 

@@ -16,6 +16,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
+import fork_server
+
 TESTS = Path(__file__).parent
 WAIT = 60.0
 
@@ -60,8 +62,8 @@ def kill_in_model(root: Path, store: str, session: str, code: str, where: str = 
     it inside that call; its pid."""
     marker = root / f"hanging-{session}"
     marker.unlink(missing_ok=True)
-    victim = subprocess.Popen(
-        [sys.executable, "-c", code],
+    victim = fork_server.Popen(
+        ["-c", code],
         env=environment(root, store, LOUSHO_RECOVERY_HANG=where),
         cwd=root,
         stdout=subprocess.DEVNULL,

@@ -1,4 +1,4 @@
-"""Bodies of the processes tests/test_redis.py starts (spawn): holders that get stopped."""
+"""Bodies of the processes tests/test_redis.py starts (fork_server.CONTEXT): holders that get stopped."""
 
 from __future__ import annotations
 

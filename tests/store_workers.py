@@ -1,4 +1,4 @@
-"""Bodies of the worker processes the multi-process tests start (with the spawn method)."""
+"""Bodies of the worker processes the multi-process tests start (forked from tests/fork_server.py)."""
 
 from __future__ import annotations
 

@@ -23,6 +23,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import fork_server
 import pytest
 from admin_agent import APPROVING, CRASHED, DONE
 from services_pg import drop_schema, postgres_url, require_postgres
@@ -31,6 +32,9 @@ from services_redis import drop_prefix, redis_url, require_redis
 from lousho_sessions import open_store
 from lousho_sessions.recovery import stale_turns
 from lousho_sessions.stores.base import SaveState
+
+# one populated store per kind per module: on one pytest-xdist worker (``make test`` runs ``--dist loadgroup``)
+pytestmark = pytest.mark.xdist_group("test_admin")
 
 TESTS = Path(__file__).parent
 #: tests/ importable in the subprocesses, before what PYTHONPATH held (a checkout's own code)
@@ -45,8 +49,8 @@ def lousho(
     """``python -m lousho_sessions ARGS``, with tests/ importable (for ``--agent``)."""
     full_env = {k: v for k, v in os.environ.items() if k != "LOUSHO_STORE"}
     full_env.update(PYTHONPATH=PYTHONPATH, **(env or {}))
-    return subprocess.run(
-        [sys.executable, "-m", "lousho_sessions", *args],
+    return fork_server.run(
+        ["-m", "lousho_sessions", *args],
         stdout=subprocess.PIPE,
         stderr=stderr,
         text=True,
@@ -64,11 +68,9 @@ def ok_json(*args: str, code: int = 0) -> Any:
 
 def populate(url: str) -> None:
     env = {**os.environ, "PYTHONPATH": PYTHONPATH}
-    subprocess.run(
-        [sys.executable, str(TESTS / "admin_agent.py"), url], env=env, check=True, timeout=120
-    )
-    crashed = subprocess.run(
-        [sys.executable, str(TESTS / "admin_agent.py"), url],
+    fork_server.run([str(TESTS / "admin_agent.py"), url], env=env, check=True, timeout=120)
+    crashed = fork_server.run(
+        [str(TESTS / "admin_agent.py"), url],
         env={**env, "ADMIN_TEST_CRASH": "1"},
         timeout=120,
     )
@@ -229,8 +231,8 @@ def batch(store: str | None, *commands: Sequence[str]) -> list[Ran]:
     tests/admin_batch.py."""
     argvs = [[*c, *(() if store is None else ("--store", store))] for c in commands]
     env = {k: v for k, v in os.environ.items() if k != "LOUSHO_STORE"}
-    done = subprocess.run(
-        [sys.executable, str(TESTS / "admin_batch.py")],
+    done = fork_server.run(
+        [str(TESTS / "admin_batch.py")],
         input=json.dumps(argvs),
         capture_output=True,
         text=True,
@@ -580,8 +582,8 @@ def test_sweep_every_runs_until_sigterm(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path}/every.db"
     populate(url)
     env = {k: v for k, v in os.environ.items() if k != "LOUSHO_STORE"}
-    child = subprocess.Popen(
-        [sys.executable, "-m", "lousho_sessions", "sweep", "--every", "0.2", "--json",
+    child = fork_server.Popen(
+        ["-m", "lousho_sessions", "sweep", "--every", "0.2", "--json",
          "--store", url, "--agent", "admin_agent:make"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

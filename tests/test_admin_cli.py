@@ -18,12 +18,16 @@ import textwrap
 import threading
 from pathlib import Path
 
+import fork_server
 import pytest
 from admin_agent import APPROVING, CRASHED, DONE, populate
 from helpers import until
 
 from lousho_sessions import __version__
 from lousho_sessions.admin import main
+
+# one populated store per module: on one pytest-xdist worker (``make test`` runs ``--dist loadgroup``)
+pytestmark = pytest.mark.xdist_group("test_admin_cli")
 
 TESTS = Path(__file__).parent
 
@@ -141,8 +145,8 @@ def test_an_agent_with_a_store_of_its_own_is_named(tmp_path: Path, sqlite_url: s
         "from lousho_sessions import create_agent\n"
         f"agent = create_agent(model='demo', store='sqlite:///{tmp_path}/elsewhere.db')\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-m", "lousho_sessions", "sweep", "--store", sqlite_url,
+    done = fork_server.run(
+        ["-m", "lousho_sessions", "sweep", "--store", sqlite_url,
          "--agent", "own_store_agent:agent"],
         capture_output=True, text=True, timeout=120, cwd=tmp_path,
         env={**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), *sys.path])},
@@ -166,9 +170,7 @@ def test_hints_name_commands_not_python_calls(sqlite_url: str) -> None:
 
 def _crashed_store(url: str) -> None:
     env = {**os.environ, "PYTHONPATH": str(TESTS), "ADMIN_TEST_CRASH": "1"}
-    crashed = subprocess.run(
-        [sys.executable, str(TESTS / "admin_agent.py"), url], env=env, timeout=120
-    )
+    crashed = fork_server.run([str(TESTS / "admin_agent.py"), url], env=env, timeout=120)
     assert crashed.returncode == 3  # os._exit(3) in the work tool, mid-turn
 
 
@@ -200,8 +202,8 @@ def test_a_second_sigterm_stops_sweep_every_at_once(tmp_path: Path) -> None:
             """
         )
     )
-    child = subprocess.Popen(
-        [sys.executable, "-m", "lousho_sessions", "sweep", "--every", "0.2", "--json",
+    child = fork_server.Popen(
+        ["-m", "lousho_sessions", "sweep", "--every", "0.2", "--json",
          "--store", url, "--agent", "blocking_agent:make"],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
         env={**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), *sys.path])},

@@ -8,10 +8,10 @@ import json
 import os
 import signal
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import fork_server
 import pytest
 from anthropic_rules import AnthropicThinkingRules
 from provider_server import ProviderServer, SSEReply, StallReply, sse_events
@@ -34,7 +34,7 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
 
 
 def worker(*args: str) -> list[str]:
-    return [sys.executable, WORKER, *args]
+    return [WORKER, *args]
 
 
 def test_a_killed_worker_resumes_elsewhere_with_the_same_thinking(
@@ -51,7 +51,7 @@ def test_a_killed_worker_resumes_elsewhere_with_the_same_thinking(
             SSEReply(sse_events("anthropic", "interleaved_tool_use")),
             SSEReply(sse_events("anthropic", "thinking_text")),
         )
-        first = subprocess.Popen(
+        first = fork_server.Popen(
             worker("turn", store_url, server.url, logfile),
             env=env,
             stdout=subprocess.PIPE,
@@ -67,7 +67,7 @@ def test_a_killed_worker_resumes_elsewhere_with_the_same_thinking(
             _, err = first.communicate(timeout=30)
         assert first.returncode == -signal.SIGKILL, err
         server.release.set()
-        second = subprocess.run(
+        second = fork_server.run(
             worker("resume", store_url, server.url, logfile),
             env=env,
             capture_output=True,

@@ -18,11 +18,11 @@ import math
 import os
 import signal
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import fork_server
 import pytest
 from approved_child import make_agent
 from recovery_procs import until
@@ -357,9 +357,8 @@ def test_a_resolver_killed_in_the_tool_leaves_a_turn_sweep_finishes_with_the_edi
             **os.environ,
             "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]),
         }
-        victim = subprocess.Popen(
+        victim = fork_server.Popen(
             [
-                sys.executable,
                 str(TESTS / "edited_child.py"),
                 url,
                 str(log),

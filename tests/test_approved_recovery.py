@@ -15,11 +15,11 @@ import json
 import os
 import signal
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import fork_server
 import pytest
 from approved_child import make_agent
 from recovery_procs import until
@@ -84,8 +84,8 @@ def test_a_resolver_killed_in_the_approved_tool_leaves_a_turn_sweep_finishes(
             **os.environ,
             "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]),
         }
-        victim = subprocess.Popen(
-            [sys.executable, str(TESTS / "approved_child.py"), url, str(log), paused.approval_id],
+        victim = fork_server.Popen(
+            [str(TESTS / "approved_child.py"), url, str(log), paused.approval_id],
             env=env,
             stderr=subprocess.PIPE,
             text=True,

@@ -27,6 +27,9 @@ from services_redis import drop_prefix, prefix_for, require_redis
 
 from lousho_sessions.recovery import StaleTurn, stale_turns
 
+# one Celery worker per store kind per module: on one pytest-xdist worker (``make test`` runs ``--dist loadgroup``)
+pytestmark = pytest.mark.xdist_group("test_celery")
+
 ROLES = ["user", "assistant", "tool", "assistant"]
 
 

@@ -6,12 +6,12 @@ import asyncio
 import json
 import os
 import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import fork_server
 import pytest
 from helpers import WAIT, Gate, calls, echo_provider, gated, until
 from history_stores import KINDS, cleanup, open_store, require
@@ -244,8 +244,8 @@ def test_lousho_sessions_fork(tmp_path: Path) -> None:
 
     def lousho(*args: str) -> subprocess.CompletedProcess[str]:
         env = {k: v for k, v in os.environ.items() if k != "LOUSHO_STORE"}
-        return subprocess.run(
-            [sys.executable, "-m", "lousho_sessions", *args, "--store", url, "--json"],
+        return fork_server.run(
+            ["-m", "lousho_sessions", *args, "--store", url, "--json"],
             capture_output=True, text=True, env=env, timeout=120,
         )  # fmt: skip
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import fork_server
 import pytest
 from history_child import ORIGINAL, STATE
 from history_stores import SHARED, cleanup, open_store, require
@@ -41,8 +41,8 @@ def test_killed_mid_rewind_or_fork_leaves_whole_sessions(
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]),
     }
-    child = subprocess.Popen(
-        [sys.executable, str(TESTS / "history_child.py"), kind, str(tmp_path)],
+    child = fork_server.Popen(
+        [str(TESTS / "history_child.py"), kind, str(tmp_path)],
         stdout=subprocess.PIPE, text=True, env=env,
     )  # fmt: skip
     assert child.stdout is not None

@@ -12,13 +12,13 @@ from __future__ import annotations
 import os
 import random
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import fork_server
 import pytest
 from history_stores import cleanup, open_store, require
 
@@ -45,8 +45,8 @@ class Child:
             **os.environ,
             "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]),
         }
-        self.process = subprocess.Popen(
-            [sys.executable, str(TESTS / "rewind_race_child.py"), kind, str(path), str(TURNS)],
+        self.process = fork_server.Popen(
+            [str(TESTS / "rewind_race_child.py"), kind, str(path), str(TURNS)],
             stdout=subprocess.PIPE, text=True, env=env,
         )  # fmt: skip
         self.lines: list[str] = []

@@ -14,6 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import fork_server
 import pytest
 
 HARNESS = str(Path(__file__).with_name("crash_harness.py"))
@@ -31,9 +32,7 @@ EXPECTED = [
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, HARNESS, *args], capture_output=True, text=True, timeout=60
-    )
+    return fork_server.run([HARNESS, *args], capture_output=True, text=True, timeout=60)
 
 
 def crash_and_resume(

@@ -30,13 +30,12 @@ import ast
 import json
 import os
 import re
-import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, ExitStack, contextmanager
 from pathlib import Path
 
 import attrs
+import fork_server
 import pytest
 from provider_server import ProviderServer, SSEReply, sse_events
 
@@ -198,8 +197,8 @@ def test_page_runs(path: Path, tmp_path: Path) -> None:
         for name in setups_of(text):
             assert name in SETUPS, f"{relative}: unknown setup {name!r}; known: {sorted(SETUPS)}"
             env.update(stack.enter_context(SETUPS[name]()))
-        done = subprocess.run(
-            [sys.executable, "-W", "error", "-c", _CHILD, str(path)],
+        done = fork_server.run(
+            ["-W", "error", "-c", _CHILD, str(path)],
             input=json.dumps(runnable),
             capture_output=True,
             text=True,

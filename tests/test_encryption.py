@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import fork_server
 import psycopg
 import pytest
 import redis
@@ -318,8 +319,8 @@ def test_rotate_key_command(tmp_path: Path) -> None:
     fill(SqliteStore(db, encryption=OLD))
     env = dict(os.environ, LOUSHO_TEST_KEYS=_env_keys(BOTH))
     url = f"sqlite:///{db}?encryption_key_env=LOUSHO_TEST_KEYS"
-    done = subprocess.run(
-        [sys.executable, "-m", "lousho_sessions", "rotate-key", "--store", url, "--json"],
+    done = fork_server.run(
+        ["-m", "lousho_sessions", "rotate-key", "--store", url, "--json"],
         capture_output=True,
         text=True,
         env=env,

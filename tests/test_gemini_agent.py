@@ -12,13 +12,13 @@ import asyncio
 import json
 import os
 import signal
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import attrs
+import fork_server
 import pytest
 from gemini_rules import Call, GeminiRules, Say, Think
 from provider_server import ProviderServer
@@ -216,16 +216,16 @@ def test_a_killed_turn_resumes_elsewhere_and_replays_the_signatures_byte_for_byt
     rules.reply(Think("It is mild."), Say("18°C in Paris."))
     server: ProviderServer = rules.server  # type: ignore[attr-defined]
     logfile = tmp_path / "log.txt"
-    child = [sys.executable, str(Path(__file__).parent / "gemini_crash_child.py")]
+    child = [str(Path(__file__).parent / "gemini_crash_child.py")]
     args = [kind, where, server.url, str(logfile)]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     try:
-        first = subprocess.run(
+        first = fork_server.run(
             [*child, "turn", *args], capture_output=True, text=True, env=env, timeout=120
         )
         assert first.returncode == -signal.SIGKILL, first.stderr
         assert len(server.requests) == 1  # killed before the next model call
-        second = subprocess.run(
+        second = fork_server.run(
             [*child, "resume", *args], capture_output=True, text=True, env=env, timeout=120
         )
         assert second.returncode == 0, second.stderr

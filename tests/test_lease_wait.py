@@ -14,13 +14,13 @@ from __future__ import annotations
 import logging
 import os
 import secrets
-import subprocess
 import sys
 import threading
 import time
 from collections.abc import Iterator
 from typing import Any
 
+import fork_server
 import pytest
 from services_pg import drop_schema, postgres_url, require_postgres
 from services_redis import drop_prefix, redis_url, require_redis
@@ -58,9 +58,7 @@ def url(request: pytest.FixtureRequest) -> Iterator[str]:
 
 def die_holding_the_lease(url: str) -> None:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    done = subprocess.run(
-        [sys.executable, "-c", DEAD_HOLDER, url], env=env, timeout=60, capture_output=True
-    )
+    done = fork_server.run(["-c", DEAD_HOLDER, url], env=env, timeout=60, capture_output=True)
     assert done.returncode == 0, done.stderr
 
 

@@ -14,11 +14,11 @@ import json
 import os
 import secrets
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import fork_server
 import psycopg
 import pytest
 from helpers import until
@@ -88,8 +88,8 @@ def calling_the_tool(request: ModelRequest) -> Message:
 
 def lousho(*args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "LOUSHO_STORE"}
-    return subprocess.run(
-        [sys.executable, "-m", "lousho_sessions", *args],
+    return fork_server.run(
+        ["-m", "lousho_sessions", *args],
         capture_output=True,
         text=True,
         env=env,

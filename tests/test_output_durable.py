@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
+import fork_server
 import pytest
 from output_cases import GOOD_BILL
 
@@ -16,9 +16,7 @@ CHILD = str(Path(__file__).with_name("output_child.py"))
 
 
 def child(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, CHILD, *args], capture_output=True, text=True, timeout=60
-    )
+    return fork_server.run([CHILD, *args], capture_output=True, text=True, timeout=60)
 
 
 @pytest.mark.parametrize("how", ["agent", "call"])

@@ -1,13 +1,12 @@
 """PostgresStore across real processes: one turn at a time, crashes, stale workers, races.
 
 Needs the PostgreSQL server of ``tests/services_pg.py``; each test uses a schema
-of its own. Processes are started with "spawn" and report through queues.
+of its own. Processes fork from tests/fork_server.py and report through queues.
 """
 
 from __future__ import annotations
 
 import contextlib
-import multiprocessing
 import os
 import signal
 import threading
@@ -15,6 +14,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import fork_server
 import pg_workers
 import pytest
 from services_pg import fresh_schema, postgres_url
@@ -23,7 +23,7 @@ from lousho_sessions import FunctionProvider, Message, SessionBusyError, create_
 from lousho_sessions.postgres import SCHEMA_VERSION, PostgresStore
 from lousho_sessions.stores.base import AgentStore
 
-SPAWN = multiprocessing.get_context("spawn")
+SPAWN = fork_server.CONTEXT
 WAIT = 60.0
 TTL = 1.5  # seconds: short, so a dead or stopped holder's lease runs out quickly
 

@@ -11,11 +11,11 @@ import asyncio
 import json
 import os
 import signal
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
+import fork_server
 import pytest
 from provider_server import FIXTURES, JSONReply, ProviderServer
 from responses_client import ask, make, rules, run
@@ -232,16 +232,16 @@ def test_a_killed_turn_resumes_elsewhere_and_replays_the_reasoning_byte_for_byte
     rules.reply(Think(["Need the weather."]), Call("lookup", {"city": "Paris"}))
     rules.reply(Think(["It is mild."]), Say("18°C in Paris."))
     logfile = tmp_path / "log.txt"
-    child = [sys.executable, str(Path(__file__).parent / "responses_crash_child.py")]
+    child = [str(Path(__file__).parent / "responses_crash_child.py")]
     args = [kind, where, rules.server.url + "/v1", str(logfile)]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     try:
-        first = subprocess.run(
+        first = fork_server.run(
             [*child, "turn", *args], capture_output=True, text=True, env=env, timeout=120
         )
         assert first.returncode == -signal.SIGKILL, first.stderr
         assert len(rules.server.requests) == 1  # killed before the next model call
-        second = subprocess.run(
+        second = fork_server.run(
             [*child, "resume", *args], capture_output=True, text=True, env=env, timeout=120
         )
         assert second.returncode == 0, second.stderr

@@ -5,11 +5,11 @@ The slow-marked variant (``make soak``) runs 200 rounds instead of 20.
 
 from __future__ import annotations
 
-import multiprocessing
 import sys
 from collections import Counter
 from pathlib import Path
 
+import fork_server
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -21,7 +21,7 @@ PROCESSES = 8
 @pytest.mark.parametrize("rounds", [20, pytest.param(200, marks=pytest.mark.slow)])
 @pytest.mark.parametrize("kind", ["sqlite", "files"])
 def test_eight_processes_resolve_one_approval(kind: str, rounds: int, tmp_path: Path) -> None:
-    ctx = multiprocessing.get_context("spawn")
+    ctx = fork_server.CONTEXT
     barrier = ctx.Barrier(PROCESSES + 1)
     ids = ctx.Queue()
     results = ctx.Queue()

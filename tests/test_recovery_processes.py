@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import fork_server
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -53,8 +54,8 @@ def start(mode: str, kind: str, path: Path, logfile: Path) -> subprocess.Popen[s
     # tests/ first, then what PYTHONPATH held (a checkout's own code, not the installed one)
     where = (str(Path(__file__).parent), os.environ.get("PYTHONPATH", ""))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in where if p)}
-    return subprocess.Popen(
-        [sys.executable, HARNESS, mode, kind, str(path), str(logfile)],
+    return fork_server.Popen(
+        [HARNESS, mode, kind, str(path), str(logfile)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

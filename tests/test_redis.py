@@ -8,7 +8,6 @@ they skip (fail with ``LOUSHO_REQUIRE_SERVICES=1``; see tests/services_redis.py)
 from __future__ import annotations
 
 import logging
-import multiprocessing
 import os
 import re
 import signal
@@ -19,6 +18,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import fork_server
 import pytest
 import race_harness
 import redis
@@ -31,7 +31,7 @@ from test_crash import check, crash_and_resume
 from lousho_sessions import Message, SessionBusyError, StoreCorruptError
 from lousho_sessions.redis import SESSION_PARTS, RedisStore
 
-CTX = multiprocessing.get_context("spawn")
+CTX = fork_server.CONTEXT
 
 
 @pytest.fixture

@@ -10,7 +10,6 @@ commit that appends, drops the checkpoint and frees the lease.
 from __future__ import annotations
 
 import json
-import multiprocessing
 import os
 import signal
 import threading
@@ -19,6 +18,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import fork_server
 import pytest
 import redis_workers
 from services_redis import drop_prefix, prefix_for, redis_url, require_redis
@@ -29,7 +29,7 @@ from lousho_sessions.redis import RedisStore
 from lousho_sessions.stores.base import BaseCheckpointStore, StartCheckpoint, TakenTurn, TakeTurn
 from lousho_sessions.stores.memory import MemoryCheckpointStore
 
-CTX = multiprocessing.get_context("spawn")
+CTX = fork_server.CONTEXT
 
 
 class CountingRedisStore(RedisStore):

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import multiprocessing
 from pathlib import Path
 from typing import Any
 
+import fork_server
 import pytest
 import store_workers
 from storekit import SHARED_KINDS, WAIT, open_kit
 
-CTX = multiprocessing.get_context("spawn")
+CTX = fork_server.CONTEXT
 
 
 @pytest.mark.parametrize(

@@ -6,11 +6,11 @@ from __future__ import annotations
 import asyncio
 import os
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import fork_server
 import pytest
 from helpers import WAIT, calls, echo_provider
 from history_stores import KINDS, SHARED, cleanup, open_store, require
@@ -205,9 +205,8 @@ def test_two_processes_lose_no_update(shared: str, what: str, tmp_path: Path) ->
     children: list[subprocess.Popen[str]] = []
     try:
         children = [
-            subprocess.Popen(
+            fork_server.Popen(
                 [
-                    sys.executable,
                     str(HERE / "state_child.py"),
                     shared,
                     str(tmp_path),
@@ -326,8 +325,8 @@ def test_a_turn_killed_after_its_tool_resumes_with_its_state(shared: str, tmp_pa
         "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]),
     }
     try:
-        child = subprocess.run(
-            [sys.executable, str(HERE / "state_crash_child.py"), shared, str(tmp_path)],
+        child = fork_server.run(
+            [str(HERE / "state_crash_child.py"), shared, str(tmp_path)],
             capture_output=True,
             text=True,
             env=env,

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import fork_server
 import pytest
 from services_pg import drop_schema, postgres_url, require_postgres, schema_for
 from services_redis import drop_prefix, prefix_for, redis_url, require_redis
@@ -27,10 +28,25 @@ from lousho_sessions.sqlite import SqliteStore
 from lousho_sessions.stores.adapters import sessions_contract, store_parts
 from lousho_sessions.testing import (
     StoreContractTests,
+    _end_to_end,
+    _leases,
     approval_store_machine,
     checkpoint_store_machine,
     session_store_machine,
 )
+
+
+@pytest.fixture(autouse=True)
+def _children_from_the_fork_server(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The kit starts the children of its cross-process tests with "spawn", as users run it;
+    ``TestSqliteStore`` keeps that. Every other store's children fork from the tests' fork
+    server (tests/fork_server.py): the same tests, without importing the package afresh in
+    each child (most of their time)."""
+    if request.cls is not TestSqliteStore:
+        for module in (_end_to_end, _leases):
+            monkeypatch.setattr(module, "_SPAWN", fork_server.CONTEXT)
 
 
 class TestMemoryStore(StoreContractTests):

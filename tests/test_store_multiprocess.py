@@ -2,20 +2,20 @@
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import signal
 import time
 from pathlib import Path
 from typing import Any
 
+import fork_server
 import pytest
 import store_workers
 from storekit import SHARED_KINDS, WAIT, open_kit
 
 from lousho_sessions.errors import SessionBusyError
 
-CTX = multiprocessing.get_context("spawn")
+CTX = fork_server.CONTEXT
 
 
 @pytest.mark.parametrize(

@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import fork_server
 import pytest
 from helpers import calls
 from hypothesis import given
@@ -339,9 +340,7 @@ def test_a_turn_killed_mid_turn_resumes_in_another_process_in_the_same_trace(
     tmp_path: Path,
 ) -> None:
     db = str(tmp_path / "traced.db")
-    first = subprocess.run(
-        [sys.executable, CHILD, "start", db], capture_output=True, text=True, timeout=60
-    )
+    first = fork_server.run([CHILD, "start", db], capture_output=True, text=True, timeout=60)
     assert first.returncode == -9, first.stderr  # SIGKILL, inside the tool
     original = json.loads(first.stdout)
     store = SqliteStore(db)
@@ -352,9 +351,7 @@ def test_a_turn_killed_mid_turn_resumes_in_another_process_in_the_same_trace(
     assert saved is not None
     trace_id, span_id = f"{original['trace_id']:032x}", f"{original['span_id']:016x}"
     assert saved["trace"]["traceparent"].startswith(f"00-{trace_id}-{span_id}-")
-    second = subprocess.run(
-        [sys.executable, CHILD, "resume", db], capture_output=True, text=True, timeout=60
-    )
+    second = fork_server.run([CHILD, "resume", db], capture_output=True, text=True, timeout=60)
     assert second.returncode == 0, second.stderr
     spans = [json.loads(line) for line in second.stdout.splitlines()]
     [turn] = [s for s in spans if s["name"] == "invoke_agent child"]

@@ -16,6 +16,7 @@ block inside ``content`` would otherwise pass).
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator, Mapping
 from functools import cache
 from typing import Any
@@ -23,7 +24,7 @@ from typing import Any
 from anthropic.types.message_create_params import MessageCreateParamsStreaming
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
-__all__ = ["UNTYPED_SETTINGS", "anthropic_request_problem", "request_problem"]
+__all__ = ["UNTYPED_SETTINGS", "anthropic_request_problem", "prepare", "request_problem"]
 
 #: Sampling settings the provider forwards from ``settings=`` as the user gave them, which
 #: the SDK's 2.x request types no longer list (newer models take none): the user's choice,
@@ -100,3 +101,15 @@ def request_problem(path: str, body: Any) -> str | None:
     except Exception as exc:  # pydantic's ValidationError, or ValueError naming the field
         return str(exc)
     return None
+
+
+@cache
+def prepare() -> None:
+    """Import every wire's types and build their validators now, once per process: the first
+    check of a wire otherwise does it while the client waits for its reply (Gemini's and
+    Chat Completions' take over a second on a loaded machine: past the tests' 2 s read
+    timeout, the client retries and the scripted reply is gone)."""
+    _anthropic()
+    for path in ("/v1/chat/completions", "/v1/responses", "/v1beta/models/m:generateContent"):
+        with contextlib.suppress(Exception):
+            request_problem(path, {})
