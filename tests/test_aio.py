@@ -139,7 +139,9 @@ def test_ticker_keeps_cadence_while_twenty_sessions_block_in_their_models() -> N
 
     lengths, gaps = asyncio.run(main())
     assert lengths == [4] * 20 and len(model_calls) == 40
-    assert len(gaps) > 40
+    # the ticker ran throughout: the turns take at least two model calls (0.6 s), and no
+    # gap reaches model_seconds / 2, so at least four ticks (a count, not a rate: load-proof)
+    assert len(gaps) >= 4
     assert max(gaps) < model_seconds / 2, f"event loop stalled {max(gaps) * 1000:.1f} ms"
 
 
