@@ -39,7 +39,13 @@ from .messages import (
     thaw,
 )
 
-__all__ = ["LoadCache", "message_dict", "message_from_canonical"]
+__all__ = [
+    "LoadCache",
+    "message_dict",
+    "message_from_canonical",
+    "usage_dict",
+    "with_usage_and_calls",
+]
 
 _ROLES = {role: role for role in ("user", "assistant", "tool", "system")}
 #: ``Message``'s fields in order (``_message_reader`` checks them at import)
@@ -127,7 +133,8 @@ def _call_dict(call: Any) -> dict[str, Any] | None:
     return _with_extra(data, call.extra)
 
 
-def _usage_dict(usage: Usage) -> dict[str, Any]:
+def usage_dict(usage: Usage) -> dict[str, Any]:
+    """``usage`` as ``serde`` writes it (a plain ``Usage``)."""
     data: dict[str, Any] = {
         "input_tokens": usage.input_tokens,
         "output_tokens": usage.output_tokens,
@@ -171,7 +178,7 @@ def message_dict(message: Message) -> dict[str, Any] | None:
             "tool_calls": calls,
             "tool_call_id": message.tool_call_id,
             "is_error": message.is_error,
-            "usage": None if usage is None else _usage_dict(usage),
+            "usage": None if usage is None else usage_dict(usage),
             "created_at": created_at.isoformat(),
             "id": message.id,
             "metadata": _plain(message.metadata),
@@ -338,6 +345,7 @@ def _message_reader() -> Callable[..., Message]:
         created_at: datetime,
         id: str,
         metadata: FrozenMapping,
+        extra: FrozenMapping = EMPTY,
     ) -> Message:
         message: Message = new(Message)
         s_role(message, role)
@@ -349,13 +357,28 @@ def _message_reader() -> Callable[..., Message]:
         s_created(message, created_at)
         s_id(message, id)
         s_meta(message, metadata)
-        s_extra(message, EMPTY)
+        s_extra(message, extra)
         return message
 
     return read
 
 
 _read_message = _message_reader()
+
+
+def with_usage_and_calls(
+    message: Message, usage: Usage | None, calls: tuple[ToolCall, ...]
+) -> Message:
+    """``attrs.evolve(message, usage=usage, tool_calls=calls)`` (a model's answer with its priced
+    usage and unique call ids, once a model call) without running ``Message``'s converters on
+    the fields it keeps, which are converted already; ``calls`` is a tuple of ``ToolCall``."""
+    if type(message) is not Message:
+        return attrs.evolve(message, usage=usage, tool_calls=calls)
+    m = message
+    return _read_message(
+        m.role, m.content, calls, m.tool_call_id, m.is_error, usage, m.created_at, m.id,
+        m.metadata, m.extra,  # FrozenMappings: converted when the message was made
+    )  # fmt: skip
 
 
 def message_from_canonical(data: Any, cache: LoadCache | None = None) -> Message | None:

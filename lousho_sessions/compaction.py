@@ -18,7 +18,7 @@ import attrs
 
 from .abort import AbortSignal
 from .events import CompactionDone, CompactionStart
-from .messages import ImagePart, Message, ReasoningPart, TextPart, Usage, thaw
+from .messages import NO_USAGE, ImagePart, Message, ReasoningPart, TextPart, Usage, thaw
 from .providers.base import ModelRequest, Provider, complete
 from .results import CompactionResult
 from .usage_totals import SUMMARY_KEY
@@ -160,7 +160,7 @@ def summary_message(text: str, replaced: Sequence[Message], usage: Usage) -> Mes
 
 def spent_by(messages: Sequence[Message]) -> tuple[Usage, int, int]:
     """Usage, model calls and tool calls recorded in ``messages`` (summaries included)."""
-    usage = Usage()
+    usage = NO_USAGE
     steps = calls = 0
     for m in messages:
         if m.role == "assistant":

@@ -335,6 +335,12 @@ class Usage:
     )
 
     def __add__(self, other: Usage) -> Usage:
+        # adding nothing (the shared zero, NO_USAGE) gives the other side as it is, the sum
+        # being the same value: a turn sums its calls' usage several times, mostly from zero
+        if other is NO_USAGE and self.__class__ is Usage and self.extra is EMPTY:
+            return self
+        if self is NO_USAGE and other.__class__ is Usage and other.extra is EMPTY:
+            return other
         if not isinstance(other, Usage):
             return NotImplemented
         return Usage(
@@ -354,6 +360,10 @@ class Usage:
     def uncached_input_tokens(self) -> int:
         """The input tokens neither read from nor written to the prompt cache."""
         return self.input_tokens - self.cache_read_tokens - self.cache_write_tokens
+
+
+#: ``Usage()``, shared: the zero a sum starts from, and the default of the classes that hold one
+NO_USAGE = Usage()
 
 
 def _parts(value: str | Sequence[Part]) -> tuple[Part, ...]:

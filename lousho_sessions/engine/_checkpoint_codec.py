@@ -13,6 +13,7 @@ from typing import Any
 import attrs
 from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
 
+from .._message_codec import usage_dict
 from ..errors import SchemaVersionError, StoreCorruptError
 from ..messages import Message, Usage
 from ..serde import _describe, converter, message_to_dict
@@ -38,6 +39,14 @@ _turn_fields_unstructure = make_dict_unstructure_fn(
 _unstructure_usage = converter.get_unstructure_hook(Usage)
 
 
+def _usage_fields(usage: Usage) -> dict[str, Any]:
+    """``usage`` as ``converter`` writes it; a plain ``Usage`` through the message codec's
+    hot path (the same dict: tests/test_serde.py compares them)."""
+    if type(usage) is Usage:
+        return usage_dict(usage)
+    return _unstructure_usage(usage)  # type: ignore[no-any-return]
+
+
 def _turn_fields(state: TurnState) -> dict[str, Any]:
     """The checkpoint fields of ``state`` but its messages, as ``converter`` writes them; written
     out for the common turn (no decisions, no queued input): two saves a turn, no dispatch."""
@@ -54,7 +63,7 @@ def _turn_fields(state: TurnState) -> dict[str, Any]:
         "decisions": {},
         "steps": state.steps,
         "tool_calls": state.tool_calls,
-        "usage": _unstructure_usage(state.usage),
+        "usage": _usage_fields(state.usage),
         "queued": [],
         "created_at": state.created_at,
         "attempts": state.attempts,

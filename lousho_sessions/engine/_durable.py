@@ -63,6 +63,10 @@ class TurnPlan:
     started: Offer | None = None
 
 
+#: the plans of a turn started by nothing stored with the lease (most turns), made once
+_NO_PENDING, _MAYBE_PENDING = TurnPlan(no_pending=True), TurnPlan()
+
+
 class SessionTurns:
     """Runs, finds, finishes and drops the durable turns of one session."""
 
@@ -87,6 +91,14 @@ class SessionTurns:
         self.state_store: BaseCheckpointStore | None = (
             None if checkpoint_store is None else self.pauses
         )
+        # what every turn's request carries, made once: a session's own new turn (``last``:
+        # its commit may free the lease) or a pending one finished first
+        commit, store = transcript.commit, self.state_store
+        self._commits = (
+            partial(commit, last=False, state_store=store),
+            partial(commit, last=True, state_store=store),
+        )
+        self._load_state = partial(transcript.load_state, store)
 
     def run(
         self,
@@ -111,24 +123,23 @@ class SessionTurns:
         """
         started = plan.started is not None and plan.started.state is state
         return self.runner.run(
-            TurnRequest(
+            TurnRequest(  # by position, in the fields' order (keywords cost a dict, every turn)
                 state,
                 controller,
                 self.checkpoints(input_saved=started),
-                turn=turn,
-                emit=emit,
-                approve=approve,
-                inbox=inbox,
-                resumed=resumed,
-                session_limits=self.limits,
-                session_spent=self.transcript.spent,
-                commit=partial(
-                    self.transcript.commit, last=requeue is not None, state_store=self.state_store
-                ),
-                load_state=partial(self.transcript.load_state, self.state_store),
-                requeue=requeue,
-                context=context,
-                output=output,
+                turn,
+                emit,
+                approve,
+                inbox,
+                resumed,
+                self.limits,  # session_limits
+                self.transcript.spent,  # session_spent
+                self._commits[requeue is not None],  # commit
+                requeue,
+                None,  # approvals: the agent's
+                context,
+                output,
+                self._load_state,
             )
         )
 
@@ -164,10 +175,9 @@ class SessionTurns:
 
     def plan(self, taken: TakenTurn, offer: Offer | None = None) -> TurnPlan:
         """What the turn starts from, from what the store answered with the lease."""
-        return TurnPlan(
-            no_pending=taken.no_checkpoints,
-            started=offer if offer is not None and taken.saved_checkpoint else None,
-        )
+        if offer is not None and taken.saved_checkpoint:
+            return TurnPlan(no_pending=taken.no_checkpoints, started=offer)
+        return _NO_PENDING if taken.no_checkpoints else _MAYBE_PENDING
 
     def new_turn(
         self, plan: TurnPlan, messages: list[Message], run_id: str, free: TurnKey | None = None

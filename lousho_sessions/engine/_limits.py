@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from ..messages import Usage
+from ..messages import NO_USAGE
 from ._turn_config import TurnConfig
 from ._turn_state import TurnState
 
 __all__ = ["limit_reached", "tool_calls_left"]
-
-_NO_USAGE = Usage()
 
 
 def limit_reached(state: TurnState, config: TurnConfig) -> str | None:
@@ -17,7 +15,7 @@ def limit_reached(state: TurnState, config: TurnConfig) -> str | None:
         return None  # the common case: no limits at all
     spent, steps, calls = config.session_spent
     for limits, base_usage, base_steps, base_calls in (
-        (config.limits, _NO_USAGE, 0, 0),
+        (config.limits, NO_USAGE, 0, 0),
         (config.session_limits, spent, steps, calls),
     ):
         if limits is None:

@@ -26,7 +26,7 @@ from ..abort import AbortController
 from ..errors import LeaseLostError, StoreCorruptError
 from ..events import Event
 from ..failures import is_permanent
-from ..messages import Message, Usage
+from ..messages import NO_USAGE, Message, Usage
 from ..results import ExecutionResult, Limits, PendingTurn
 from ..runtime._runtime import Runtime
 from ..serde import message_to_dict
@@ -61,7 +61,7 @@ class Commit(Protocol):
     ) -> None: ...
 
 
-@attrs.frozen
+@attrs.define  # not frozen: made for every turn, and a frozen init sets each field by a call
 class TurnRequest:
     """One turn for ``TurnRunner.run``: ``state`` run under ``controller``, checkpointed by
     ``checkpoints``.
@@ -77,20 +77,20 @@ class TurnRequest:
     state: TurnState
     controller: AbortController
     checkpoints: TurnCheckpoints
-    turn: TurnKey | None = attrs.field(kw_only=True)
-    emit: Callable[[Event], None] | None = attrs.field(default=None, kw_only=True)
-    approve: Approve | None = attrs.field(default=None, kw_only=True)
-    inbox: Inbox | None = attrs.field(default=None, kw_only=True)
-    resumed: bool = attrs.field(default=False, kw_only=True)
-    session_limits: Limits | None = attrs.field(default=None, kw_only=True)
-    session_spent: tuple[Usage, int, int] = attrs.field(default=(Usage(), 0, 0), kw_only=True)
-    commit: Commit | None = attrs.field(default=None, kw_only=True)
-    requeue: Callable[[Ticket], None] | None = attrs.field(default=None, kw_only=True)
-    approvals: ApprovalStore | None = attrs.field(default=None, kw_only=True)
-    context: Any = attrs.field(default=None, kw_only=True)
-    output: OutputSpec | None = attrs.field(default=None, kw_only=True)
+    turn: TurnKey | None
+    emit: Callable[[Event], None] | None = None
+    approve: Approve | None = None
+    inbox: Inbox | None = None
+    resumed: bool = False
+    session_limits: Limits | None = None
+    session_spent: tuple[Usage, int, int] = (NO_USAGE, 0, 0)
+    commit: Commit | None = None
+    requeue: Callable[[Ticket], None] | None = None
+    approvals: ApprovalStore | None = None
+    context: Any = None
+    output: OutputSpec | None = None
     #: reads the session's stored state, under the turn's lease (``ToolContext.state``)
-    load_state: Callable[[], dict[str, Any]] | None = attrs.field(default=None, kw_only=True)
+    load_state: Callable[[], dict[str, Any]] | None = None
 
 
 class TurnRunner:
@@ -121,29 +121,32 @@ class TurnRunner:
             log.info(
                 "resuming turn %s (run %s) after step %d", state.turn_id, state.run_id, state.steps
             )
+        # positional, in the fields' order: a class called with keywords packs them into a
+        # dict and unpacks it again, which costs more than the rest of the call (every turn)
         config = TurnConfig(
-            provider=c.provider,
-            system=c.system,
-            tools=c.tools,
-            signal=controller.signal,
-            approvals=adapt_approvals(request.approvals or c.approvals),
-            settings=c.settings,
-            max_steps=c.max_steps,
-            limits=c.limits,
-            session_limits=request.session_limits,
-            session_spent=request.session_spent,
-            model_name=c.model_name,
-            pricing=c.pricing,
-            approve=request.approve,
-            checkpoints=checkpoints,
-            emit=request.emit,
-            run_tools=self.runtime.run_tools,
-            tool_loop=self.runtime.tool_loop,
-            inbox=inbox,
-            turn=request.turn,
-            context=request.context,
-            load_state=request.load_state,
-            output=request.output if request.output is not None else c.output,
+            c.provider,
+            c.system,
+            c.tools,
+            controller.signal,
+            adapt_approvals(request.approvals or c.approvals),
+            c.settings,
+            c.max_steps,
+            c.limits,
+            request.session_limits,
+            request.session_spent,
+            c.model_name,
+            c.pricing,
+            request.approve,
+            checkpoints,
+            request.emit,
+            self.runtime.run_tools,
+            inbox,
+            self.runtime.tool_loop,
+            request.turn,
+            request.context,
+            request.load_state,
+            None,  # trace: started below
+            request.output if request.output is not None else c.output,
         )
         kept = checkpoints.durable or resumed  # a checkpoint may exist
         trace = None  # started last: nothing between it and the try can leave it open

@@ -53,6 +53,8 @@ def check_malformed(state: TurnState, calls: Sequence[ToolCall], provider: str) 
 
 def unique_call_ids(calls: Sequence[ToolCall], state: TurnState) -> tuple[ToolCall, ...]:
     """Give every call an id unique within the turn (some servers send none or repeat them)."""
+    if not calls:
+        return ()
     seen = {c.id for m in state.new for c in m.tool_calls}
     out: list[ToolCall] = []
     for index, call in enumerate(calls):

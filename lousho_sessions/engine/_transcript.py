@@ -18,7 +18,7 @@ from typing import Any
 
 from ..abort import AbortSignal
 from ..compaction import spent_by
-from ..messages import Message, Usage
+from ..messages import NO_USAGE, Message, Usage
 from ..stores._state_requests import SaveState, check_state
 from ..stores._turn_requests import CommitTurn, StartCheckpoint, TakenTurn, TakeTurn, commits_state
 from ..stores.adapters import adapt_sessions
@@ -41,7 +41,7 @@ class Transcript:
         self.saves_start = self.store.saves_start_checkpoint
         self.messages: list[Message] = []
         #: what the transcript spent: usage, model calls, tool calls (for session limits)
-        self.spent: tuple[Usage, int, int] = (Usage(), 0, 0)
+        self.spent: tuple[Usage, int, int] = (NO_USAGE, 0, 0)
         self._revision: object = None
         self._loaded = False
         #: the lease held (``take()`` or ``turn_lock()``), while it is
@@ -130,6 +130,8 @@ class Transcript:
         return self.store.load_state(self.id, checkpoints)[0]
 
     def _add(self, new: Sequence[Message]) -> None:
+        if not new:
+            return
         self.messages.extend(new)
         usage, steps, calls = spent_by(new)
         old_usage, old_steps, old_calls = self.spent
@@ -146,13 +148,15 @@ class Transcript:
         go (the store says whether it holds one of this session). ``start``: the new turn's
         first checkpoint, built on the transcript held, for the store to save with the
         lease. ``signal``: the call's abort signal, which stops a wait for the lease."""
-        request = TakeTurn(
+        loaded = self._loaded
+        request = TakeTurn(  # by position (keywords cost a dict): id, timeout, signal, ...
             self.id,
-            signal=signal,
-            checkpoints=checkpoints,
-            held_length=len(self.messages) if self._loaded else None,
-            held_revision=self._revision,
-            checkpoint=start if self._loaded else None,
+            None,
+            signal,
+            checkpoints,
+            len(self.messages) if loaded else None,  # held_length
+            self._revision,  # held_revision
+            start if loaded else None,  # checkpoint
         )
         return _Hold(self, request, None)
 

@@ -21,8 +21,7 @@ import logging
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import attrs
-
+from .._message_codec import with_usage_and_calls
 from ..abort import AbortController, AbortedError
 from ..errors import LoushoError, PropagatingToolError, ProviderError, ToolArgumentsError
 from ..events import (
@@ -37,7 +36,7 @@ from ..events import (
     ToolResultEvent,
 )
 from ..inputs import check_message
-from ..messages import Message, ToolCall, Usage
+from ..messages import NO_USAGE, Message, ToolCall
 from ..pricing import price_usage
 from ..providers.base import (
     ModelReasoningDelta,
@@ -68,9 +67,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("lousho_sessions.turn")
-
-#: no usage reported (compared against, never changed: ``Usage`` is frozen)
-_NO_USAGE = Usage()
 
 
 class _Finish(Exception):
@@ -146,16 +142,17 @@ class Turn:
             check_message(message, f"the response of provider {config.provider.name!r}")
         except (TypeError, ValueError) as exc:
             raise ProviderError(None, str(exc)) from exc
-        usage = price_usage(
-            response.usage if response.usage != _NO_USAGE else (message.usage or _NO_USAGE),
-            config.model_name,
-            config.pricing,
-        )
+        # ``is`` first: the shared zero and an unchanged value skip attrs' field-by-field ``==``
+        reported = response.usage
+        if reported is NO_USAGE or reported == NO_USAGE:
+            reported = message.usage or NO_USAGE
+        usage = price_usage(reported, config.model_name, config.pricing)
         calls = unique_call_ids(message.tool_calls, state)
         # before it is kept: a resumed turn then asks the model again, as after any failed call
         check_malformed(state, calls, config.provider.name)
-        if message.usage != usage or message.tool_calls != calls:
-            message = attrs.evolve(message, usage=usage, tool_calls=calls)
+        kept = message.usage
+        if (kept is not usage and kept != usage) or message.tool_calls != calls:
+            message = with_usage_and_calls(message, usage, calls)
         state.new.append(message)
         state.usage = state.usage + usage
         if calls:  # a final answer is not saved here: the commit records it with the turn
@@ -182,13 +179,13 @@ class Turn:
             inbox.set_steer_hook(steer)
             if inbox.has_steer():
                 steer()
-        request = ModelRequest(
-            system=config.system,
-            messages=(*state.history, *state.new),
-            tools=tuple(t.spec for t in config.tools.values()),
-            settings=config.settings,
-            signal=controller.signal,
-            output_schema=config.output.schema if config.output is not None else None,
+        request = ModelRequest(  # by position, as far as it goes: keywords cost a dict
+            config.system,
+            (*state.history, *state.new),  # messages
+            tuple(t.spec for t in config.tools.values()),
+            config.settings,
+            controller.signal,
+            config.output.schema if config.output is not None else None,  # output_schema
             session_id=state.session_id,
         )
         chat = config.trace.chat(request.messages) if config.trace is not None else None
@@ -376,7 +373,8 @@ class Turn:
 
         def job(call: ToolCall) -> Callable[[], ToolOutcome]:
             tool = config.tools[call.name]
-            context = self.context(call)
+            # a tool that takes no context cannot see the session's state: it is not read
+            context = self.context(call, with_state=tool.takes_context)
 
             def run() -> str:
                 return tool.invoke(call.arguments, context, loop=config.tool_loop)
@@ -388,8 +386,9 @@ class Turn:
         with contextlib.closing(outcomes):  # type: ignore[type-var]
             self._collect(calls, outcomes)
 
-    def context(self, call: ToolCall) -> ToolContext[Any]:
-        """The ``ToolContext`` of ``call`` (the same for its reconcile hook)."""
+    def context(self, call: ToolCall, *, with_state: bool = True) -> ToolContext[Any]:
+        """The ``ToolContext`` of ``call`` (the same for its reconcile hook); ``with_state``
+        false: its ``state`` is an empty dict, the session's state not read (nor committed)."""
         state, config = self.state, self.config
         return ToolContext(
             session_id=state.session_id,
@@ -398,7 +397,7 @@ class Turn:
             signal=config.signal,
             idempotency_key=f"{state.run_id}:{call.id}",
             context=config.context,
-            state=turn_state(state.extra, config.load_state),
+            state=turn_state(state.extra, config.load_state) if with_state else {},
         )
 
     def _collect(
@@ -479,15 +478,16 @@ class Turn:
             if message.role == "assistant":
                 text = message.text
                 break
-        return ExecutionResult(
-            text=text if reason != "aborted" else "",
-            messages=tuple(state.new) if reason != "aborted" else (),
-            usage=state.usage,
-            finish_reason=reason,
-            approval_id=state.approval_id if reason == "awaiting-approval" else None,
-            limit=limit,
-            run_id=state.run_id,
-            session_id=state.session_id,
-            steps=state.steps,
-            output=self.output if reason == "stop" else None,
+        aborted = reason == "aborted"
+        return ExecutionResult(  # by position, in the fields' order: keywords cost a dict
+            "" if aborted else text,
+            () if aborted else tuple(state.new),  # messages
+            state.usage,
+            reason,  # finish_reason
+            state.approval_id if reason == "awaiting-approval" else None,
+            limit,
+            state.run_id,
+            state.session_id,
+            state.steps,
+            self.output if reason == "stop" else None,  # output
         )

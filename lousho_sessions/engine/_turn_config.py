@@ -49,7 +49,8 @@ def run_tools_inline(
 
 @attrs.define
 class TurnConfig:
-    """What a turn needs beyond its state."""
+    """What a turn needs beyond its state. (``TurnRunner.run`` makes one a turn, passing every
+    field by position: a new field goes in there too, in its place.)"""
 
     provider: Provider
     system: str | None

@@ -24,7 +24,7 @@ from typing import Any
 
 import attrs
 
-from ..messages import Message, Usage
+from ..messages import NO_USAGE, Message, Usage
 
 __all__ = ["CHECKPOINT_FORMAT", "CHECKPOINT_VERSION", "TurnState"]
 
@@ -62,7 +62,7 @@ class TurnState:
     decisions: dict[str, dict[str, Any]] = attrs.field(factory=dict)
     steps: int = 0
     tool_calls: int = 0
-    usage: Usage = Usage()
+    usage: Usage = NO_USAGE
     queued: list[dict[str, Any]] = attrs.field(factory=list)
     created_at: str = attrs.field(factory=now_iso)
     #: how many times a sweep claimed this turn (``lousho_sessions.recovery``)

@@ -15,7 +15,7 @@ import attrs
 
 from ..abort import AbortSignal
 from ..errors import ProviderError
-from ..messages import Message, Usage
+from ..messages import NO_USAGE, Message, Usage
 
 __all__ = [
     "ModelEvent",
@@ -120,7 +120,7 @@ class ModelResponse:
     """The model's complete answer; the last event of every stream."""
 
     message: Message
-    usage: Usage = Usage()
+    usage: Usage = NO_USAGE
     finish_reason: FinishReason = "stop"
     type: Literal["response"] = "response"
     #: the model that answered, as the provider names it (traces: ``gen_ai.response.model``)

@@ -8,7 +8,7 @@ from typing import Union
 
 from ..abort import AbortSignal
 from ..errors import ProviderError
-from ..messages import Message, TextPart, Usage
+from ..messages import NO_USAGE, Message, TextPart
 from .base import (
     ModelEvent,
     ModelReasoningDelta,
@@ -81,7 +81,7 @@ def _respond(reply: Reply) -> Iterator[ModelEvent]:
 
 
 def _response(message: Message) -> ModelResponse:
-    usage = message.usage or Usage()
+    usage = message.usage or NO_USAGE
     return ModelResponse(message, usage, "tool_calls" if message.tool_calls else "stop")
 
 

@@ -25,7 +25,7 @@ from typing import Any
 
 from ._heartbeat import Heartbeat, RenewedLease
 
-__all__ = ["PostgresLease", "ReleaseListener"]
+__all__ = ["PostgresLease", "ReleaseListener", "WokenBy"]
 
 log = logging.getLogger("lousho_sessions.stores.postgres")
 
@@ -267,3 +267,28 @@ class ReleaseListener:
     def _wait_stop(self, seconds: float) -> bool:
         with self._cond:
             return self._cond.wait_for(self._stop.is_set, seconds)
+
+
+class WokenBy:
+    """While its block runs, aborting ``signal`` wakes the threads waiting for a release, from
+    ``arm()`` on: called before each wait (the wait checks ``signal`` first), so a lease
+    taken at the first try registers nothing."""
+
+    __slots__ = ("listener", "remove", "signal")
+
+    def __init__(self, listener: ReleaseListener, signal: Any) -> None:
+        self.listener = listener
+        self.signal = signal
+        self.remove: Callable[[], None] | None = None
+
+    def __enter__(self) -> WokenBy:
+        return self
+
+    def arm(self) -> None:
+        if self.remove is None and self.signal is not None:
+            listener = self.listener
+            self.remove = self.signal.add_callback(lambda s: listener.poke())
+
+    def __exit__(self, *exc: object) -> None:
+        if self.remove is not None:
+            self.remove()

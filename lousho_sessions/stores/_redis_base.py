@@ -170,14 +170,21 @@ class RedisConnection:
     @contextmanager
     def call(self, what: str) -> Iterator[Any]:
         """The client, with Redis errors raised as ``StoreError`` naming the server and ``what``."""
+        self._ready()
+        try:
+            yield self.client
+        except redis.RedisError as exc:
+            raise self._error(exc, what) from exc
+
+    def _ready(self) -> None:
+        """Refuse a call on a closed store; check the server on first use."""
         if self._closed:
             raise StoreClosedError(f"{self.where}: the Redis store was closed")
         if not self._server_checked:
             self.check_server()
-        try:
-            yield self.client
-        except redis.RedisError as exc:
-            raise StoreError(f"{self.where}: {what}: {type(exc).__name__}: {exc}") from exc
+
+    def _error(self, exc: redis.RedisError, what: str) -> StoreError:
+        return StoreError(f"{self.where}: {what}: {type(exc).__name__}: {exc}")
 
     def check_server(self, *, refuse: bool | None = None) -> str | None:
         """Read the server's ``maxmemory-policy`` and ``proto-max-bulk-len`` (once, on first
@@ -219,32 +226,34 @@ class RedisConnection:
         """``StoreError`` naming the limit if an argument is larger than the server takes in
         one value (``proto-max-bulk-len``, 512 MB by default), before anything is sent."""
         limit = self.max_value_bytes
+        quarter = limit >> 2  # UTF-8: at most 4 bytes a character; one test per argument
         for arg in args:
-            if isinstance(arg, str) and len(arg) * 4 > limit:  # UTF-8: at most 4 bytes a character
-                size = len(arg.encode("utf-8", "surrogatepass"))
-            elif isinstance(arg, bytes):
-                size = len(arg)
-            else:
-                continue
-            if size > limit:
-                raise StoreError(
-                    f"{self.where}: {what}: a value of {size:,} bytes is over the largest "
-                    f"Redis takes in one value ({limit:,} bytes: proto-max-bulk-len, 512 MB "
-                    "by default); nothing was written. Keep large content (files, images) "
-                    "out of the transcript"
-                )
+            if isinstance(arg, (str, bytes)) and len(arg) > quarter:
+                self._check_value(arg, limit, what)
+
+    def _check_value(self, arg: str | bytes, limit: int, what: str) -> None:
+        """``check_size`` of a value that may be over ``limit`` bytes."""
+        size = len(arg.encode("utf-8", "surrogatepass") if isinstance(arg, str) else arg)
+        if size > limit:
+            raise StoreError(
+                f"{self.where}: {what}: a value of {size:,} bytes is over the largest "
+                f"Redis takes in one value ({limit:,} bytes: proto-max-bulk-len, 512 MB "
+                "by default); nothing was written. Keep large content (files, images) "
+                "out of the transcript"
+            )
 
     def run(self, name: str, id: str, *args: object, what: str) -> Any:
         """Run script ``name`` on session ``id``'s keys with ``args``."""
-        with self.call(what):
-            self.check_size(args, what)
-            return self._scripts[name](keys=self.session_keys(id), args=list(args))
+        return self.run_on(name, self.session_keys(id), *args, what=what)
 
     def run_on(self, name: str, keys: list[str], *args: object, what: str) -> Any:
         """Run script ``name`` on ``keys`` (all in one slot) with ``args``."""
-        with self.call(what):
-            self.check_size(args, what)
+        self._ready()  # ``call()``'s checks, without a generator: two scripts a turn
+        self.check_size(args, what)
+        try:
             return self._scripts[name](keys=keys, args=list(args))
+        except redis.RedisError as exc:
+            raise self._error(exc, what) from exc
 
     def ttl_arg(self, id: str) -> str:
         """The session TTL argument of the scripts: none for the group of session-less approvals."""

@@ -14,8 +14,6 @@ long ignores the signal.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -26,15 +24,25 @@ __all__ = ["call_signal", "lease_wait_stopped", "until_text", "waiting_for_lease
 _local = threading.local()
 
 
-@contextmanager
-def waiting_for_lease(signal: Any) -> Iterator[None]:
+def waiting_for_lease(signal: Any) -> _Waiting:
     """While the block runs, ``call_signal()`` on this thread is ``signal`` (an ``AbortSignal``)."""
-    before = getattr(_local, "signal", None)
-    _local.signal = signal
-    try:
-        yield
-    finally:
-        _local.signal = before
+    return _Waiting(signal)
+
+
+class _Waiting:
+    """``waiting_for_lease``'s block (a class, not a generator: entered once a turn)."""
+
+    __slots__ = ("before", "signal")
+
+    def __init__(self, signal: Any) -> None:
+        self.signal = signal
+
+    def __enter__(self) -> None:
+        self.before = getattr(_local, "signal", None)
+        _local.signal = self.signal
+
+    def __exit__(self, *exc: object) -> None:
+        _local.signal = self.before
 
 
 def call_signal() -> Any:

@@ -10,14 +10,13 @@ lease is a row with a fence and an expiry kept by the database's clock
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import socket
 import threading
 import time
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -34,7 +33,7 @@ from ..errors import (
 )
 from ._heartbeat import Heartbeat
 from ._postgres_core import PgCore
-from ._postgres_lease import PostgresLease, ReleaseListener
+from ._postgres_lease import PostgresLease, ReleaseListener, WokenBy
 from ._postgres_records import PostgresApprovalStore, PostgresCheckpointStore
 from ._postgres_schema import (
     MIGRATIONS,
@@ -327,7 +326,7 @@ class PostgresStore(PgCore):
         poll = _POLL_FIRST
         signal = call_signal()
         logged = None
-        with self._listener.interest(id) as interest, self._woken_by(signal):
+        with self._listener.interest(id) as interest, WokenBy(self._listener, signal) as woken:
             while True:
                 seen = interest.generation
                 asked = time.monotonic()
@@ -367,19 +366,8 @@ class PostgresStore(PgCore):
                     wait, poll = min(wait, poll), min(poll * 2, _POLL_MAX)
                 if deadline is not None:
                     wait = min(wait, max(deadline - time.monotonic(), 0.0))
+                woken.arm()
                 self._listener.wait(interest, seen, wait, signal)
-
-    @contextlib.contextmanager
-    def _woken_by(self, signal: Any) -> Iterator[None]:
-        """While the block runs, aborting ``signal`` wakes the threads waiting for a release."""
-        if signal is None:
-            yield
-            return
-        remove = signal.add_callback(lambda s: self._listener.poke())
-        try:
-            yield
-        finally:
-            remove()
 
     def claim_stale(self, ids: Sequence[str]) -> dict[str, Lease]:
         """Lease, in one statement, those of sessions ``ids`` whose lease expired or was

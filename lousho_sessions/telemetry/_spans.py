@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ..messages import Message, ToolCall, Usage
+from ..messages import NO_USAGE, Message, ToolCall, Usage
 from ._context import TRACE_FIELD, Otel, restore, traceparent
 
 __all__ = ["ChatTrace", "Telemetry", "TurnTrace"]
@@ -336,7 +336,6 @@ class TurnTrace:
 
 
 #: a response's ``usage`` when the provider reported none
-_NO_USAGE = Usage()
 
 
 class ChatTrace:
@@ -399,7 +398,7 @@ class ChatTrace:
         elif response is None:
             span.set_attribute("lousho.steered", True)
         else:
-            usage = usage or _NO_USAGE
+            usage = usage or NO_USAGE
             attributes: dict[str, Any] = {
                 "gen_ai.response.finish_reasons": (response.finish_reason,),
                 "gen_ai.usage.input_tokens": usage.input_tokens,
