@@ -69,6 +69,7 @@ from lousho_sessions import (
 from lousho_sessions.sqlite import SqliteStore
 from lousho_sessions.stores._sqlite_records import SAVE_CHECKPOINT
 from lousho_sessions.stores._sqlite_turns import RECORD_FENCE
+from lousho_sessions.stores._state_requests import state_key
 from lousho_sessions.stores.sqlite import _AT_START, _FENCE_AND_ROW, _TOUCH
 
 ROUNDS = 400  # timed operations per configuration (turns, and as many floor transactions)
@@ -221,7 +222,7 @@ class Bound:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             turn_id = f"bench.turn-{n}"
-            conn.execute(_AT_START, ("bench", "bench.", "bench/")).fetchone()
+            conn.execute(_AT_START, ("bench", "bench.", "bench/", state_key("bench"))).fetchone()
             checkpoints = written.checkpoints
             saves = [(turn_id, checkpoints[0])]
             deletes = [turn_id]
