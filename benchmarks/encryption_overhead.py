@@ -3,7 +3,8 @@
 The turn: ``session.send`` with an instant ``FunctionProvider`` that calls one tool,
 then answers, on a ``SqliteStore`` given whole to the agent (durable: checkpoints on,
 the store's default ``synchronous="NORMAL"``): per turn 4 messages sealed and
-appended, checkpoints sealed and saved, opened where the turn reads them. Three
+appended, 3 checkpoint records sealed and saved (SQLite keeps each sealed value as a
+BLOB, its AES-GCM output as it is), opened where the turn reads them. Three
 configurations, each its own agent and database file, timed turn by turn in
 interleaved blocks so that a change in machine load hits all of them:
 
@@ -18,6 +19,16 @@ a loaded machine the wall clock also counts waits for a CPU). The target: ``encr
 at most 1.15 times ``off``.
 
 Run: ``python benchmarks/encryption_overhead.py [--quick] [--turns N]``.
+
+A figure that no load changes: instructions counted by callgrind. ``--only off`` (or
+``--only encrypted``) runs one configuration alone, the warm-up then ``--turns`` turns,
+and prints nothing; a turn's count is the difference of two runs over the difference of
+their turns::
+
+    for c in off encrypted; do for n in 20 220; do
+      PYTHONHASHSEED=0 valgrind --tool=callgrind --callgrind-out-file=/dev/null \
+        python benchmarks/encryption_overhead.py --only $c --turns $n 2>&1 | grep Collected
+    done; done
 """
 
 from __future__ import annotations
@@ -72,8 +83,19 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="fewer turns (a smoke run)")
     parser.add_argument("--turns", type=int, default=600, help="timed turns per configuration")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON too")
+    parser.add_argument(
+        "--only", choices=("off", "encrypted"), help="run this configuration alone, silently"
+    )
     args = parser.parse_args()
     turns = 100 if args.quick else args.turns
+    if args.only:
+        keys = {"k1": bytes(range(32))} if args.only == "encrypted" else None
+        with tempfile.TemporaryDirectory() as tmp:
+            turn, close = make_turn(Path(tmp) / "only.db", keys)
+            for _ in range(WARMUP + turns):
+                turn()
+            close()
+        return
     one, five, fifteen = os.getloadavg()
     print(f"load average {one:.2f} / {five:.2f} / {fifteen:.2f}, {os.cpu_count()} CPUs")
     names = ("off", "off again", "encrypted")

@@ -113,7 +113,7 @@ def test_golden_v1_database_migrates_to_v2_with_leases(tmp_path: Path) -> None:
         assert len(store.sessions.load("user-42") or []) == 6
         assert store.checkpoints.list("user-42.") == ["user-42.turn-4"]
     conn = raw(path)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
     assert conn.execute("SELECT session_id, fence FROM leases").fetchall() == [
         ("user-42", second.fence)
     ]
@@ -145,7 +145,7 @@ def test_golden_v2_database_migrates_to_v3_with_checkpoints_keyed_by_turn_id(
         assert store.prune(older_than=0).checkpoints == 2  # found without the old index
         assert store.checkpoints.list() == []
     conn = raw(path)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
     sql = conn.execute("SELECT sql FROM sqlite_master WHERE name = 'checkpoints'").fetchone()[0]
     assert "WITHOUT ROWID" in sql
     names = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}

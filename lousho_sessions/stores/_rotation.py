@@ -19,7 +19,7 @@ from typing import Any
 import attrs
 
 from ..errors import SessionBusyError
-from ._sealing import Sealing
+from ._sealing import Sealing, Value
 
 __all__ = ["KINDS", "RotationResult", "rotate_files", "rotate_rows"]
 
@@ -30,8 +30,8 @@ KINDS = ("message", "checkpoint", "approval")
 #: How many records ``rotate_key`` reads and rewrites at once by default.
 BATCH = 500
 
-Row = tuple[Any, str | None, str]  # (key, session id, stored text)
-Change = tuple[Any, str, str]  # (key, old text, new text)
+Row = tuple[Any, str | None, Value]  # (key, session id, stored text or bytes)
+Change = tuple[Any, Value, Value]  # (key, old value, new value)
 
 
 @attrs.frozen
@@ -58,13 +58,22 @@ class RotationResult:
 
 
 def reseal(
-    sealing: Sealing, kind: str, session_id: str | None, text: str, source: str
-) -> str | None:
+    sealing: Sealing, kind: str, session_id: str | None, text: Value, source: str
+) -> Value | None:
     """``text`` as ``sealing`` writes it now; ``None`` when it already is."""
     if kind == "message":
         assert session_id is not None
         return sealing.reseal_message(session_id, text, source=source)
     return sealing.reseal_record(kind, session_id, text, source=source)
+
+
+def _reseal_text(
+    sealing: Sealing, kind: str, session_id: str | None, text: str, source: str
+) -> str | None:
+    """``reseal`` for a store that keeps text (its sealing is not binary)."""
+    new = reseal(sealing, kind, session_id, text, source)
+    assert new is None or isinstance(new, str), "a text store's sealing writes text"
+    return new
 
 
 def rotate_rows(
@@ -125,7 +134,8 @@ def rotate_files(
                 continue
             texts = [json.dumps(d, separators=(",", ":")) for d in parse_session(path, raw)]
             new = [
-                reseal(sessions.sealing, "message", id, t, f"{path}: session {id!r}") for t in texts
+                _reseal_text(sessions.sealing, "message", id, t, f"{path}: session {id!r}")
+                for t in texts
             ]
             if any(n is not None for n in new):
                 body = ",".join(t if n is None else n for t, n in zip(texts, new, strict=True))
@@ -144,7 +154,7 @@ def rotate_files(
             if raw is None:
                 continue
             text = raw.decode("utf-8")
-            new_text = reseal(checkpoints.sealing, "checkpoint", sid, text, str(path))
+            new_text = _reseal_text(checkpoints.sealing, "checkpoint", sid, text, str(path))
             if new_text is not None:
                 checkpoints._dir.write(path, new_text.encode("utf-8"))
                 checkpoint_count += 1
@@ -155,7 +165,7 @@ def rotate_files(
             if raw is None:
                 continue
             text = raw.decode("utf-8")
-            new_text = reseal(approvals.sealing, "approval", None, text, str(path))
+            new_text = _reseal_text(approvals.sealing, "approval", None, text, str(path))
             if new_text is not None:
                 approvals._dir.write(path, new_text.encode("utf-8"))
                 approval_count += 1

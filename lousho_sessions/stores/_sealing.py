@@ -1,27 +1,30 @@
 """Sealing: how a store writes its JSON records at rest, in clear or sealed with AES-GCM.
 
-Every store holds one ``Sealing`` (made from its ``encryption=``) and passes the JSON it
-writes and reads through it: messages (``message_text`` / ``open_texts`` /
-``open_message``), checkpoints and approval records (``record_text`` / ``record``).
-Without keys it writes clear JSON, as before; with or without, it refuses to read a
-sealed record it cannot open (``DecryptionError``), so nothing sealed is ever read as
-an empty message or a checkpoint without its fields.
+Every store holds one ``Sealing`` (made from its ``encryption=``) and passes the records it
+writes and reads through it: messages (``message_text`` / ``message_value``,
+``open_texts`` / ``open_message``), checkpoints and approval records (``record_text`` /
+``record_value``, ``record``). Without keys it writes clear JSON, as before; with or
+without, it refuses to read a sealed record it cannot open (``DecryptionError``), so
+nothing sealed is ever read as an empty message or a checkpoint without its fields.
 
-A sealed record stays a JSON object: ``{"lousho.sealed": "<token>", <clear fields>}``.
+Every sealed value holds a token: AES-256-GCM under a key derived for the session
+(HKDF-SHA256 from the store key, the session id in its info), the record kind and session
+id as associated data, so a record copied into another session (or a checkpoint passed
+off as a message) fails to open; a 12-byte nonce (``_Nonces``) and the 16-byte tag.
 
-* The token is ``lse1.<key id>.<base64(nonce ‖ ciphertext ‖ tag)>``: AES-256-GCM under
-  a key derived for the session (HKDF-SHA256 from the store key, the session id in its
-  info), the record kind and session id as associated data, so a record copied into
-  another session (or a checkpoint passed off as a message) fails to open.
-* A message keeps in clear its ``id``, ``role``, ``created_at`` and usage (``usage``,
-  and a compaction summary's ``metadata["lousho.summary"].usage``), so the SQL usage
-  totals and server-side id lookups work unchanged; the token holds the whole message.
-* A checkpoint or approval keeps in clear the fields stores and sweeps read on the
-  server (ids, status, timestamps, fence, attempts: ``CHECKPOINT_CLEAR``,
-  ``APPROVAL_CLEAR``); the token holds the others (messages, arguments, reasons).
+* Text form (files, PostgreSQL, Redis; a JSON object): ``{"lousho.sealed": "<token>",
+  <clear fields>}``, the token ``lse1.<key id>.<base64(nonce ‖ ciphertext ‖ tag)>``.
+* Binary form (``Sealing(binary=True)``: SQLite, a BLOB): ``<clear fields as a JSON
+  object> NUL lse1.<key id>.<nonce ‖ ciphertext ‖ tag>``: no base64, nothing written twice.
+  JSON text never holds a NUL byte, so the first one ends the clear part. Messages and
+  checkpoints take this form; approval records keep the text form.
 
-Clear and sealed records can sit side by side (before a first ``rotate_key``, or after
-keys were added); ``reseal_*`` rewrite one record to the current key.
+What stays in clear is ``_sealed_fields``': a message's id, role, time and usage (the token
+holds the whole message); in text form a checkpoint's or approval's fields that servers
+and sweeps read; a binary checkpoint is sealed whole (no server reads it). Clear and
+sealed records, in either form, can sit side by side (before a first ``rotate_key``,
+after keys were added, in a store written by an older release); ``reseal_*`` rewrite one
+record as this sealing writes it.
 """
 
 from __future__ import annotations
@@ -31,77 +34,74 @@ import binascii
 import itertools
 import os
 from binascii import b2a_base64
-from collections.abc import Iterable, Mapping
-from json.encoder import encode_basestring_ascii
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from ..encryption import Encryption, EncryptionOption
 from ..errors import DecryptionError, StoreCorruptError
 from ..messages import Message
 from ..serde import decode_json_object, encode_json_object, message_json, message_to_dict, to_json
-from ..usage_totals import SUMMARY_KEY
+from ._sealed_fields import (
+    APPROVAL_CLEAR,
+    CHECKPOINT_CLEAR,
+    SEALED_KEY,
+    SEALED_PREFIX,
+    envelope,
+    message_clear,
+    sealed_key_id,
+    token_of,
+)
 
 __all__ = [
     "APPROVAL_CLEAR",
     "CHECKPOINT_CLEAR",
     "SEALED_KEY",
     "Sealing",
+    "Value",
     "sealed_key_id",
 ]
 
-#: The key of a sealed record's token.
-SEALED_KEY = "lousho.sealed"
-#: How every sealed record's text starts (the token is written first).
-SEALED_PREFIX = '{"' + SEALED_KEY + '":"'
+#: What a store keeps per record: JSON text, or (a binary store's sealed record) bytes; a
+#: binary sealing writes ``bytearray`` (sqlite3 binds it without looking for an adapter,
+#: which costs more than sealing for ``bytes``) and reads ``bytes``.
+Value = str | bytes | bytearray
 _VERSION = "lse1"
 _NONCE = 12
-#: The checkpoint fields kept in clear: what sweeps and servers read (``pending_fields``).
-CHECKPOINT_CLEAR = frozenset(
-    {
-        "format",
-        "version",
-        "run_id",
-        "session_id",
-        "turn_id",
-        "base_length",
-        "status",
-        "approval_id",
-        "steps",
-        "created_at",
-        "updated_at",
-        "attempts",
-        "fence",
-    }
-)
-#: The approval record fields kept in clear: what listing, resolving and pruning read.
-APPROVAL_CLEAR = frozenset(
-    {"id", "session_id", "turn_id", "run_id", "status", "created_at", "resolved_at"}
-)
+#: The kinds of record a binary sealing writes in binary form.
+_BINARY_KINDS = frozenset({"message", "checkpoint"})
 #: Derived keys kept per store (key id, session id): enough for the sessions in flight.
 _DERIVED_CACHE = 4096
 
 
-def sealed_key_id(text: str) -> str | None:
-    """The key id a stored record was sealed with; ``None`` for a clear record."""
-    if not text.startswith(SEALED_PREFIX):
-        return None
-    token = text[len(SEALED_PREFIX) : text.find('"', len(SEALED_PREFIX))]
-    parts = token.split(".", 2)
-    return parts[1] if len(parts) == 3 else ""
+def _value_key_id(value: object) -> str | None:
+    """``sealed_key_id`` of a text or binary value (``""``: sealed, its key id unreadable)."""
+    if type(value) is str:
+        return sealed_key_id(value)
+    if isinstance(value, (bytes, bytearray)) and b"\0" in value:
+        parts = bytes(value).partition(b"\0")[2].split(b".", 2)
+        return parts[1].decode("ascii", "replace") if len(parts) == 3 else ""
+    return None
 
 
 class Sealing:
-    """A store's sealing: ``Sealing(encryption)`` (``None``: write clear, refuse sealed).
+    """A store's sealing: ``Sealing(encryption, binary=False)`` (``None``: write clear, refuse
+    sealed); ``binary``: the store keeps bytes (SQLite BLOBs), see the module.
 
-    Thread-safe: the derived keys are cached in a dict (a race computes one twice).
+    Thread-safe: the derived keys are cached in dicts (a race computes one twice).
     """
 
-    def __init__(self, encryption: EncryptionOption = None) -> None:
+    def __init__(self, encryption: EncryptionOption = None, *, binary: bool = False) -> None:
         self.encryption = Encryption.of(encryption)
+        self.binary = binary
         self._derived: dict[tuple[str, str], Any] = {}
+        #: (kind, session id) -> the current key's encrypt and the associated data
+        self._sealers: dict[tuple[str, str], tuple[Callable[..., bytes], bytes]] = {}
         self._aead: Any = None
         if self.encryption is not None:
             self._load_cryptography()
+            current = self.encryption.current
+            self._token_head = f"{_VERSION}.{current}."
+            self._blob_head = b"\0" + self._token_head.encode("ascii")
 
     def __repr__(self) -> str:
         return f"Sealing({self.encryption!r})"
@@ -141,16 +141,39 @@ class Sealing:
             self._derived[(key_id, session_id)] = cipher
         return cipher
 
+    def _sealer(self, kind: str, session_id: str) -> tuple[Callable[..., bytes], bytes]:
+        assert self.encryption is not None
+        sealer = (
+            self._cipher(self.encryption.current, session_id).encrypt,
+            _associated(kind, session_id),
+        )
+        if len(self._sealers) >= _DERIVED_CACHE:
+            self._sealers.clear()
+        self._sealers[(kind, session_id)] = sealer
+        return sealer
+
+    def _seal(self, kind: str, session_id: str, plain: bytes) -> tuple[bytes, bytes]:
+        """The nonce and ``ciphertext ‖ tag`` of ``plain`` for ``session_id``, with the
+        current key."""
+        encrypt, associated = self._sealers.get((kind, session_id)) or self._sealer(
+            kind, session_id
+        )
+        nonce = _NONCES.next()
+        return nonce, encrypt(nonce, plain, associated)
+
     def seal(self, kind: str, session_id: str, text: str) -> str:
         """A token sealing ``text`` for ``session_id`` with the current key."""
-        assert self.encryption is not None
-        key_id = self.encryption.current
-        cipher = self._derived.get((key_id, session_id)) or self._cipher(key_id, session_id)
-        nonce = _NONCES.next()
-        sealed = cipher.encrypt(
-            nonce, text.encode("utf-8"), _AAD[kind] + session_id.encode("utf-8")
+        nonce, sealed = self._seal(kind, session_id, text.encode("utf-8"))
+        return self._token_head + b2a_base64(nonce + sealed, newline=False).decode("ascii")
+
+    def _blob(self, kind: str, session_id: str, clear: bytes, plain: bytes) -> bytearray:
+        """The binary form: ``clear`` (a JSON object's bytes, or none), NUL, the token
+        sealing ``plain``."""
+        encrypt, associated = self._sealers.get((kind, session_id)) or self._sealer(
+            kind, session_id
         )
-        return f"{_VERSION}.{key_id}.{b2a_base64(nonce + sealed, newline=False).decode('ascii')}"
+        nonce = _NONCES.next()  # _seal, written out: this is every SQLite write's path
+        return _JOIN((clear, self._blob_head, nonce, encrypt(nonce, plain, associated)))
 
     def open(self, kind: str, session_id: str, token: object, *, source: str) -> str:
         """The text ``token`` seals; ``DecryptionError`` naming ``source`` (the session) and
@@ -158,6 +181,25 @@ class Sealing:
         if not isinstance(token, str) or token.count(".") != 2:
             raise StoreCorruptError(f"{source}: {SEALED_KEY!r} is not a sealed token")
         version, key_id, body = token.split(".")
+        self._check_key(version, key_id, source)
+        try:
+            raw = base64.b64decode(body, validate=True)
+        except (binascii.Error, ValueError):
+            raise StoreCorruptError(f"{source}: the sealed value is not base64") from None
+        return self._open_raw(kind, session_id, key_id, raw, source)
+
+    def _open_blob(
+        self, kind: str, session_id: str, value: bytes | bytearray, *, source: str
+    ) -> str:
+        """The text a binary value's token (after its first NUL) seals."""
+        version, _, rest = value.partition(b"\0")[2].partition(b".")
+        key_id, dot, raw = rest.partition(b".")
+        if not dot or not version.isascii() or not key_id.isascii():
+            raise StoreCorruptError(f"{source}: not a sealed value")
+        self._check_key(version.decode("ascii"), key_id.decode("ascii"), source)
+        return self._open_raw(kind, session_id, key_id.decode("ascii"), raw, source)
+
+    def _check_key(self, version: str, key_id: str, source: str) -> None:
         if version != _VERSION:
             raise DecryptionError(
                 f"{source}: sealed in format {version!r}, which this release cannot open"
@@ -172,10 +214,10 @@ class Sealing:
                 f"{source}: sealed with key id {key_id!r}, which is not among this store's "
                 f"keys {sorted(self.encryption.keys)}"
             )
-        try:
-            raw = base64.b64decode(body, validate=True)
-        except (binascii.Error, ValueError):
-            raise StoreCorruptError(f"{source}: the sealed value is not base64") from None
+
+    def _open_raw(
+        self, kind: str, session_id: str, key_id: str, raw: bytes | bytearray, source: str
+    ) -> str:
         from cryptography.exceptions import InvalidTag
 
         try:
@@ -189,13 +231,15 @@ class Sealing:
             ) from None
         return plain.decode("utf-8")
 
-    def is_current(self, text: str) -> bool:
-        """Whether ``text`` is written as this sealing writes: sealed with the current key, or
-        clear when there are no keys."""
-        key_id = sealed_key_id(text)
+    def is_current(self, value: Value, kind: str = "message") -> bool:
+        """Whether ``value`` is written as this sealing writes a ``kind`` record: sealed with
+        the current key (in binary form if this sealing writes that kind so), or clear when
+        there are no keys."""
+        key_id = _value_key_id(value)
         if self.encryption is None:
             return key_id is None
-        return key_id == self.encryption.current
+        binary = self.binary and kind in _BINARY_KINDS
+        return key_id == self.encryption.current and (type(value) is not str) == binary
 
     # -- messages -----------------------------------------------------------------------
 
@@ -203,32 +247,38 @@ class Sealing:
         """``message`` as the JSON text a store keeps (``message_json``, sealed with keys)."""
         if self.encryption is None:
             return message_json(message)
+        text, clear = self._message_json(message)
+        return envelope(self.seal("message", session_id, text), clear)
+
+    def message_value(self, session_id: str, message: Message) -> Value:
+        """``message`` as this store keeps it: ``message_text``, or in binary form."""
+        if self.encryption is None:
+            return message_json(message)
+        text, clear = self._message_json(message)
+        if not self.binary:
+            return envelope(self.seal("message", session_id, text), clear)
+        return self._blob("message", session_id, clear.encode(), text.encode("utf-8"))
+
+    def _message_json(self, message: Message) -> tuple[str, str]:
+        """The JSON of ``message`` and of its clear fields."""
         try:
             data = message_to_dict(message)
         except RecursionError:
-            return message_json(message)  # raises the ValueError naming the field
+            message_json(message)  # raises the ValueError naming the field
+            raise
         text = to_json(data, what=f"message {message.id!r}")
-        token = self.seal("message", session_id, text)
-        if data.get("metadata") or type(data.get("id")) is not str or "extra" in data:
-            return _envelope(token, _dict_clear(data))  # the general case
-        # the common one, written out: a plain message's id, role, time and usage
-        usage = data.get("usage")
-        return (
-            f'{SEALED_PREFIX}{token}","id":{encode_basestring_ascii(data["id"])},'
-            f'"role":{encode_basestring_ascii(data["role"])},'
-            f'"created_at":{encode_basestring_ascii(data["created_at"])}'
-            + ("}" if usage is None else f',"usage":{to_json(usage, what="usage")}}}')
-        )
+        return text, message_clear(data, text)
 
-    def _sealed_message(self, session_id: str, text: str, clear: dict[str, Any]) -> str:
-        return _envelope(self.seal("message", session_id, text), clear)
-
-    def open_texts(self, session_id: str, texts: Iterable[str], *, source: str) -> list[str]:
-        """The message texts a store read, each sealed one opened."""
+    def open_texts(self, session_id: str, texts: Iterable[Any], *, source: str) -> list[Any]:
+        """The message texts a store read, each sealed one opened (anything but text and a
+        binary sealing's bytes as it is: the codec refuses it)."""
         out = []
         for text in texts:
-            if type(text) is str and text.startswith(SEALED_PREFIX):
-                text = self.open("message", session_id, _token(text, source), source=source)
+            if type(text) is str:
+                if text.startswith(SEALED_PREFIX):
+                    text = self.open("message", session_id, token_of(text, source), source=source)
+            elif isinstance(text, (bytes, bytearray)) and self.binary:
+                text = self._open_blob("message", session_id, text, source=source)
             out.append(text)
         return out
 
@@ -240,35 +290,40 @@ class Sealing:
         return decode_json_object(text, source=source)
 
     def forked_texts(
-        self, source: str, new_id: str, texts: Iterable[str], *, where: str
-    ) -> list[str]:
+        self, source: str, new_id: str, values: Iterable[Value], *, where: str
+    ) -> list[Value]:
         """Messages of session ``source`` as session ``new_id`` keeps them (a fork): each sealed
         one opened and sealed again for ``new_id`` (a record is bound to its session), its
         clear fields unchanged; clear ones as they are."""
-        out = []
-        for text in texts:
-            if text.startswith(SEALED_PREFIX):
-                origin = f"{where}: session {source!r}"
-                token = _token(text, origin)
+        out: list[Value] = []
+        origin = f"{where}: session {source!r}"
+        for value in values:
+            if isinstance(value, (bytes, bytearray)) and self.binary:
+                plain = self._open_blob("message", source, value, source=origin)
+                clear = bytes(value).partition(b"\0")[0]
+                value = self._blob("message", new_id, clear, plain.encode("utf-8"))
+            elif type(value) is str and value.startswith(SEALED_PREFIX):
+                token = token_of(value, origin)
                 plain = self.open("message", source, token, source=origin)
-                if self.encryption is None:
-                    text = plain
-                else:
-                    sealed = self.seal("message", new_id, plain)
-                    text = SEALED_PREFIX + sealed + text[len(SEALED_PREFIX) + len(token) :]
-            out.append(text)
+                assert self.encryption is not None
+                sealed_token = self.seal("message", new_id, plain)
+                value = SEALED_PREFIX + sealed_token + value[len(SEALED_PREFIX) + len(token) :]
+            out.append(value)
         return out
 
-    def reseal_message(self, session_id: str, text: str, *, source: str) -> str | None:
-        """``text`` rewritten as this sealing writes it; ``None`` if it already is."""
-        if self.is_current(text):
+    def reseal_message(self, session_id: str, value: Value, *, source: str) -> Value | None:
+        """``value`` rewritten as this sealing writes it; ``None`` if it already is."""
+        if self.is_current(value, "message"):
             return None
-        if text.startswith(SEALED_PREFIX):
-            text = self.open("message", session_id, _token(text, source), source=source)
+        (text,) = self.open_texts(session_id, [value], source=source)
+        if not isinstance(text, str):
+            raise StoreCorruptError(f"{source}: expected JSON text, got {type(text).__name__}")
         if self.encryption is None:
             return text
-        data = decode_json_object(text, source=source)
-        return self._sealed_message(session_id, text, _dict_clear(data))
+        clear = message_clear(decode_json_object(text, source=source), text)
+        if self.binary:
+            return self._blob("message", session_id, clear.encode(), text.encode("utf-8"))
+        return envelope(self.seal("message", session_id, text), clear)
 
     # -- checkpoints and approvals ------------------------------------------------------
 
@@ -287,13 +342,32 @@ class Sealing:
         clear = {key: value for key, value in data.items() if key in clear_fields}
         rest = {key: value for key, value in data.items() if key not in clear_fields}
         token = self.seal(kind, session_id or "", encode_json_object(rest, what=what))
-        return _envelope(token, clear)
+        return envelope(token, to_json(clear, what="sealed record"))
+
+    def record_value(
+        self, kind: str, session_id: str | None, data: Mapping[str, Any], *, what: str
+    ) -> Value:
+        """``record_text``, or (a binary sealing's checkpoint) the record sealed whole, in
+        binary form."""
+        if self.encryption is None or not self.binary or kind not in _BINARY_KINDS:
+            return self.record_text(kind, session_id, data, what=what)
+        text = encode_json_object(data, what=what)
+        return self._blob(kind, session_id or "", b"", text.encode("utf-8"))
 
     def record(
-        self, kind: str, session_id: str | None, text: str | bytes, *, source: str
+        self, kind: str, session_id: str | None, text: Value, *, source: str
     ) -> dict[str, Any]:
         """A stored checkpoint or approval record, opened if sealed (the clear fields win:
         a server may have changed them, e.g. the fence)."""
+        if isinstance(text, (bytes, bytearray)) and self.binary and b"\0" in text:
+            opened = self._open_blob(kind, session_id or "", text, source=source)
+            data = decode_json_object(opened, source=source)
+            clear = bytes(text).partition(b"\0")[0]
+            if clear:
+                data.update(decode_json_object(clear, source=source))
+            return data
+        if isinstance(text, bytearray):
+            text = bytes(text)
         return self.open_record(
             kind, session_id, decode_json_object(text, source=source), source=source
         )
@@ -312,19 +386,17 @@ class Sealing:
         return opened
 
     def reseal_record(
-        self, kind: str, session_id: str | None, text: str, *, source: str
-    ) -> str | None:
+        self, kind: str, session_id: str | None, text: Value, *, source: str
+    ) -> Value | None:
         """``text`` rewritten as this sealing writes it; ``None`` if it already is."""
-        data = decode_json_object(text, source=source)
-        if kind == "approval":  # bound to the session the record names
-            sid = data.get("session_id")
-            session_id = sid if isinstance(sid, str) else None
-        token = data.get(SEALED_KEY)
-        key_id = token.split(".")[1] if isinstance(token, str) and token.count(".") == 2 else None
-        if key_id == (None if self.encryption is None else self.encryption.current):
+        if self.is_current(text, kind):
             return None
-        data = self.open_record(kind, session_id, data, source=source)
-        return self.record_text(kind, session_id, data, what=source)
+        if kind == "approval":  # bound to the session the record names
+            raw = text if isinstance(text, str) else bytes(text)
+            sid = decode_json_object(raw, source=source).get("session_id")
+            session_id = sid if isinstance(sid, str) else None
+        data = self.record(kind, session_id, text, source=source)
+        return self.record_value(kind, session_id, data, what=source)
 
 
 def _associated(kind: str, session_id: str) -> bytes:
@@ -359,27 +431,5 @@ class _Nonces:
 
 
 _NONCES = _Nonces()
+_JOIN = bytearray().join
 os.register_at_fork(after_in_child=_NONCES.reset)
-
-
-def _envelope(token: str, clear: Mapping[str, Any]) -> str:
-    """``{"lousho.sealed": token, **clear}`` as JSON, the token first (``SEALED_PREFIX``)."""
-    rest = to_json(clear, what="sealed record")
-    return f'{SEALED_PREFIX}{token}",{rest[1:]}' if len(rest) > 2 else f'{SEALED_PREFIX}{token}"}}'
-
-
-def _token(text: str, source: str) -> str:
-    end = text.find('"', len(SEALED_PREFIX))
-    if end < 0:
-        raise StoreCorruptError(f"{source}: a sealed message without its token's end")
-    return text[len(SEALED_PREFIX) : end]
-
-
-def _dict_clear(data: Mapping[str, Any]) -> dict[str, Any]:
-    """``_message_clear`` of a parsed message."""
-    clear = {key: data[key] for key in ("id", "role", "created_at", "usage") if key in data}
-    metadata = data.get("metadata")
-    summary = metadata.get(SUMMARY_KEY) if isinstance(metadata, Mapping) else None
-    if isinstance(summary, Mapping) and "usage" in summary:
-        clear["metadata"] = {SUMMARY_KEY: {"usage": summary["usage"]}}
-    return clear

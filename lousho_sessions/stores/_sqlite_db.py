@@ -98,6 +98,12 @@ MIGRATIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "ALTER TABLE sessions ADD COLUMN fork_point INTEGER",
         ),
     ),
+    (
+        # No statement: the tables stay as they are, but an older release must not read a
+        # BLOB as a corrupt row (``_sealing``: the binary form; text values still open).
+        "5: an encrypted store keeps sealed messages and checkpoints as BLOBs, not base64 text",
+        (),
+    ),
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 _SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
@@ -111,8 +117,9 @@ class SqliteDatabase:
     call raises ``StoreClosedError``.
     """
 
-    #: how records are written and read: clear unless the store was given ``encryption=``
-    sealing: Sealing = Sealing()
+    #: how records are written and read: clear unless the store was given ``encryption=``;
+    #: sealed messages and checkpoints as BLOBs
+    sealing: Sealing = Sealing(binary=True)
 
     def __init__(
         self, path: str | os.PathLike[str], *, synchronous: str = "NORMAL", mode: int = 0o600

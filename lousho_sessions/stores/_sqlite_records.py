@@ -11,6 +11,7 @@ from typing import Any
 
 from ..errors import ApprovalNotFoundError, StoreCorruptError
 from ._approval_records import check_new_approval
+from ._sealing import Value
 from ._sqlite_db import SqliteDatabase
 from ._state_requests import is_state_key, state_key
 from .base import (
@@ -73,7 +74,7 @@ class SqliteCheckpointStore(Part, BaseCheckpointStore):
         self, turn_id: str, checkpoint: Mapping[str, Any], *, fence: int | None = None
     ) -> None:
         validate_turn_id(turn_id)
-        text = self.store.sealing.record_text(
+        text = self.store.sealing.record_value(
             "checkpoint", fence_session_id(turn_id), checkpoint, what=f"checkpoint {turn_id!r}"
         )
         with self.store.transaction() as conn:
@@ -91,7 +92,7 @@ class SqliteCheckpointStore(Part, BaseCheckpointStore):
         """``save``, then delete the checkpoints ``delete``, in one transaction."""
         validate_turn_id(turn_id)
         keys = [(validate_turn_id(key),) for key in delete]
-        text = self.store.sealing.record_text(
+        text = self.store.sealing.record_value(
             "checkpoint", fence_session_id(turn_id), checkpoint, what=f"checkpoint {turn_id!r}"
         )
         with self.store.transaction() as conn:
@@ -269,7 +270,7 @@ SAVE_CHECKPOINT = (
 )
 
 
-def _upsert(conn: sqlite3.Connection, turn_id: str, text: str) -> None:
+def _upsert(conn: sqlite3.Connection, turn_id: str, text: Value) -> None:
     conn.execute(SAVE_CHECKPOINT, (turn_id, text, time.time()))
 
 

@@ -29,7 +29,7 @@ from ..usage_totals import sqlite_usage_sql, usage_from_row
 from . import _lockfile
 from ._history_requests import Forked, ForkRequest, RewindRequest, Rewound
 from ._rotation import BATCH, RotationResult, rotate_sqlite
-from ._sealing import Sealing
+from ._sealing import Sealing, Value
 from ._sqlite_db import MIGRATIONS, SCHEMA_VERSION, SqliteDatabase
 from ._sqlite_history import sqlite_fork, sqlite_rewind
 from ._sqlite_records import (
@@ -68,8 +68,20 @@ __all__ = [
 log = logging.getLogger("lousho_sessions.stores.sqlite")
 
 _MEMORY = ":memory:"
-#: the sums of ``usage``'s fields over a session's messages ``m`` (``SqliteSessionStore.usage``)
-_USAGE_SUMS = sqlite_usage_sql("m.json")
+#: ``SqliteSessionStore.usage``: the session's length, how many of its messages are JSON text,
+#: and the sums of ``usage``'s fields over those
+_USAGE_OF_TEXT = (
+    f"SELECT s.length, count(m.json), {sqlite_usage_sql('m.json')} FROM sessions s "
+    "LEFT JOIN messages m ON m.session_id = s.id AND typeof(m.json) = 'text' "
+    "WHERE s.id = ? GROUP BY s.id"
+)
+#: the sums over the sealed messages (BLOBs: the clear fields' JSON, a NUL, the token), each
+#: one's clear part cut out once (``LIMIT -1``: not for each of the sums' json_extract calls)
+_USAGE_OF_SEALED = (
+    f"SELECT {sqlite_usage_sql('m.clear')} FROM (SELECT "
+    "CAST(substr(json, 1, instr(json, x'00') - 1) AS TEXT) AS clear FROM messages "
+    "WHERE session_id = ? AND typeof(json) = 'blob' LIMIT -1) m"
+)
 
 
 class SqliteStore(SqliteDatabase):
@@ -102,7 +114,7 @@ class SqliteStore(SqliteDatabase):
         mode: int = 0o600,
         encryption: EncryptionOption = None,
     ) -> None:
-        self.sealing = Sealing(encryption)
+        self.sealing = Sealing(encryption, binary=True)
         super().__init__(path, synchronous=synchronous, mode=mode)
         self.checkpoints = SqliteCheckpointStore(self)
         self.sessions = SqliteSessionStore(self)
@@ -224,7 +236,7 @@ class SqliteSessionStore(Part, BaseSessionStore):
         self,
         conn: sqlite3.Connection,
         id: str,
-        rows: list[tuple[str, int, str]],
+        rows: list[tuple[str, int, Value]],
         expected_length: int,
         fence: int | None,
     ) -> int:
@@ -307,15 +319,22 @@ class SqliteSessionStore(Part, BaseSessionStore):
         return sqlite_fork(self, request, _touch)
 
     def usage(self, id: str) -> Usage | None:
-        """The stored transcript's usage totals, summed by SQLite over the message JSON."""
+        """The stored transcript's usage totals, summed by SQLite over the message JSON (a
+        sealed message's clear fields), in one read snapshot."""
         validate_session_id(id)
+        sealed = None
         with self.store.connection() as conn:
-            row = conn.execute(
-                f"SELECT s.id, {_USAGE_SUMS} FROM sessions s "
-                "LEFT JOIN messages m ON m.session_id = s.id WHERE s.id = ? GROUP BY s.id",
-                (id,),
-            ).fetchone()
-        return None if row is None else usage_from_row(row[1:])
+            conn.execute("BEGIN")  # both statements read one snapshot
+            try:
+                row = conn.execute(_USAGE_OF_TEXT, (id,)).fetchone()
+                if row is not None and row[1] < row[0]:
+                    sealed = conn.execute(_USAGE_OF_SEALED, (id,)).fetchone()
+            finally:
+                conn.execute("COMMIT")
+        if row is None:
+            return None
+        usage = usage_from_row(row[2:])
+        return usage if sealed is None else usage + usage_from_row(sealed)
 
     def turn_lock(self, id: str, *, timeout: float | None = None) -> Lease:
         """Hold session ``id`` for a turn; see ``SqliteStore.turn_lock``."""
@@ -387,12 +406,12 @@ _STATE_VERSION = "SELECT json_extract(json, '$.version') FROM checkpoints WHERE 
 
 def _rows(
     sealing: Sealing, id: str, messages: Sequence[Message], start: int
-) -> list[tuple[str, int, str]]:
+) -> list[tuple[str, int, Value]]:
     rows = []
     for i, m in enumerate(messages, start):
         if not isinstance(m, Message):
             raise TypeError(f"session {id!r}: expected Message objects, got {type(m).__name__}")
-        rows.append((id, i, sealing.message_text(id, m)))
+        rows.append((id, i, sealing.message_value(id, m)))
     return rows
 
 
