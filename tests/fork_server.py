@@ -90,8 +90,8 @@ def start() -> None:
 
 
 class _Process(ForkServerProcess):
-    """A process whose standard output and error are its parent's at ``start()`` (as a
-    spawned child's are: pytest's capture of the test), not the server's."""
+    """A process whose environment, standard output and error are its parent's at
+    ``start()`` (as a spawned child's are: pytest's capture of the test), not the server's."""
 
     def start(self) -> None:
         start()
@@ -99,13 +99,18 @@ class _Process(ForkServerProcess):
 
     def __getstate__(self) -> dict[str, Any]:
         # pickled by start(), for the server: the descriptors travel with the process
-        return {**self.__dict__, "_stdio": [reduction.DupFd(1), reduction.DupFd(2)]}
+        stdio = [reduction.DupFd(1), reduction.DupFd(2)]
+        return {**self.__dict__, "_stdio": stdio, "_environ": dict(os.environ)}
 
     def run(self) -> None:
         for number, passed in enumerate(self.__dict__.pop("_stdio", ()), start=1):
             fd = passed.detach()
             os.dup2(fd, number)
             os.close(fd)
+        environ = self.__dict__.pop("_environ", None)
+        if environ is not None:
+            os.environ.clear()
+            os.environ.update(environ)
         super().run()
 
 

@@ -88,3 +88,18 @@ def test_a_process_writes_where_the_test_reads(capfd: pytest.CaptureFixture[str]
     child.join(60)
     assert child.exitcode == 0
     assert capfd.readouterr().out == "from the child\n"
+
+
+def _environment_variable(name: str) -> None:
+    print(os.environ.get(name))
+
+
+def test_a_process_has_the_environment_of_its_start(
+    capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fork_server.start()  # the server's environment has no FORK_SERVER_TEST
+    monkeypatch.setenv("FORK_SERVER_TEST", "set after the server started")
+    child = fork_server.CONTEXT.Process(target=_environment_variable, args=("FORK_SERVER_TEST",))
+    child.start()
+    child.join(60)
+    assert capfd.readouterr().out == "set after the server started\n"
