@@ -36,21 +36,13 @@ _turn_fields_unstructure = make_dict_unstructure_fn(
     results=override(omit=True),
     extra=override(omit=True),
 )
-_unstructure_usage = converter.get_unstructure_hook(Usage)
-
-
-def _usage_fields(usage: Usage) -> dict[str, Any]:
-    """``usage`` as ``converter`` writes it; a plain ``Usage`` through the message codec's
-    hot path (the same dict: tests/test_serde.py compares them)."""
-    if type(usage) is Usage:
-        return usage_dict(usage)
-    return _unstructure_usage(usage)  # type: ignore[no-any-return]
 
 
 def _turn_fields(state: TurnState) -> dict[str, Any]:
     """The checkpoint fields of ``state`` but its messages, as ``converter`` writes them; written
     out for the common turn (no decisions, no queued input): two saves a turn, no dispatch."""
-    if state.decisions or state.queued:
+    usage = state.usage
+    if state.decisions or state.queued or type(usage) is not Usage:
         return _turn_fields_unstructure(state)
     return {
         "run_id": state.run_id,
@@ -63,7 +55,8 @@ def _turn_fields(state: TurnState) -> dict[str, Any]:
         "decisions": {},
         "steps": state.steps,
         "tool_calls": state.tool_calls,
-        "usage": _usage_fields(state.usage),
+        # as ``converter`` writes it: the message codec's (tests/test_serde.py compares them)
+        "usage": usage_dict(usage),
         "queued": [],
         "created_at": state.created_at,
         "attempts": state.attempts,

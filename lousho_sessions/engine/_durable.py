@@ -40,7 +40,7 @@ __all__ = ["Offer", "SessionTurns", "TurnJob", "TurnPlan"]
 log = logging.getLogger("lousho_sessions.session")
 
 
-@attrs.frozen
+@attrs.define  # made before most turns' lease: a frozen init sets each field by a call
 class Offer:
     """A new turn built before its lease, on the transcript held: its key, its state and its
     first checkpoint, offered to the store to save with the lease (``TakeTurn.checkpoint``)."""
@@ -248,9 +248,10 @@ class SessionTurns:
         """Run the pending turn to an end (it becomes part of the transcript); None if none.
 
         ``controller`` stops it (``None``: one of its own, made only when a turn is pending)."""
+        if plan.no_pending:  # the lease saw no checkpoint of this session when taken
+            return None
         turn = self.next_turn()
-        # the lease saw no checkpoint of this session when taken: nothing is pending
-        state = None if plan.no_pending else self.pending(turn)
+        state = self.pending(turn)
         if state is None:
             return None
         self.runner.release(state, lambda approval_id: self.awaiting(approval_id, "try again"))

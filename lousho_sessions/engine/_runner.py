@@ -158,7 +158,9 @@ class TurnRunner:
             reason = result.finish_reason
             if commit is not None and reason not in ("aborted", "awaiting-approval"):
                 keys = checkpoints.keys(state) if kept else []
-                commit(list(state.new), checkpoints.store, keys, state=changed_state(state.extra))
+                extra = state.extra  # the turn's state, when a tool read it
+                changed = changed_state(extra) if "state" in extra else None
+                commit(list(state.new), checkpoints.store, keys, state=changed)
                 state.records.clear()
                 kept = False  # the commit deleted it
         except LeaseLostError as exc:

@@ -172,7 +172,8 @@ class SessionCore:
             if earlier is not None and earlier.finish_reason == "awaiting-approval":
                 # it went on and paused again: this input waits for that approval
                 raise turns.awaiting(earlier.approval_id, "send() again after resolving it")
-            free = turns.next_turn() if earlier is None else None  # found free
+            # found free (not needed when the store saved the offered turn's checkpoint)
+            free = turns.next_turn() if earlier is None and plan.started is None else None
             self.maybe_compact()
             turn, state = turns.new_turn(plan, tj.messages, tj.run_id, free)
             return turns.run(

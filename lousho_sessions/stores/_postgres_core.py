@@ -91,8 +91,7 @@ class PgCore:
                     with conn:  # a pooled connection: ends the transaction, stays open
                         yield conn
                 finally:
-                    if watch is not None:
-                        watch.done()
+                    self._watchdog.done(watch)
             finally:
                 self._pool.putconn(conn)
         except psycopg.Error as exc:
@@ -102,17 +101,20 @@ class PgCore:
         """A connection from the pool that the server did not close while it sat idle (an
         ``idle_session_timeout``, a restart, a pooler's or load balancer's idle timeout):
         one found closed is dropped and another taken, before any statement is sent."""
-        for _ in range(self._pool.max_size + 1):
-            conn: psycopg.Connection[Any] = self._pool.getconn()
-            if not idle_connection_dead(conn):
-                return conn
+        pool = self._pool
+        conn: psycopg.Connection[Any] = pool.getconn()
+        if not idle_connection_dead(conn):  # the common case, before any loop is set up
+            return conn
+        for left in range(pool.max_size, -1, -1):  # max_size more are checked, the last is not
             log.info(
                 "%s: a pooled connection was closed by the server while idle; dropped", self.where
             )
             conn.close()
-            self._pool.putconn(conn)  # closed: the pool replaces it
-        last: psycopg.Connection[Any] = self._pool.getconn()  # a new one, or the pool's error
-        return last
+            pool.putconn(conn)  # closed: the pool replaces it
+            conn = pool.getconn()  # a new one, or the pool's error
+            if left == 0 or not idle_connection_dead(conn):
+                break
+        return conn
 
     def _store_error(self, exc: psycopg.Error) -> StoreError:
         """What a psycopg or pool error becomes for callers of the store."""
@@ -176,8 +178,7 @@ class PgCore:
         except psycopg.Error as exc:
             raise self._store_error(exc) from exc
         finally:
-            if watch is not None:
-                watch.done()
+            self._watchdog.done(watch)
             self._pool.putconn(conn)  # a broken connection is replaced by the pool
         return [None if v is None else v.decode(codec) for v in row]
 

@@ -20,6 +20,7 @@ closes the socket, so an idle connection with anything to read is dead.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import select
@@ -30,15 +31,17 @@ from typing import Any
 
 from psycopg import pq
 
-__all__ = ["Watch", "Watchdog", "idle_connection_dead"]
+__all__ = ["Watchdog", "idle_connection_dead"]
 
 log = logging.getLogger("lousho_sessions.stores.postgres")
+
+_OK = pq.ConnStatus.OK
 
 
 def idle_connection_dead(conn: Any) -> bool:
     """Whether the idle pooled connection ``conn`` is broken or was closed by the server."""
     pgconn = conn.pgconn
-    if conn.closed or pgconn.status != pq.ConnStatus.OK:
+    if pgconn.status != _OK:  # a closed connection's is BAD (``conn.closed`` reads the same)
         return True
     try:
         poller = select.poll()
@@ -46,23 +49,6 @@ def idle_connection_dead(conn: Any) -> bool:
         return bool(poller.poll(0))  # an idle connection is sent nothing but its end
     except Exception:  # no socket, or one poll() refuses: not usable
         return True
-
-
-class Watch:
-    """One statement under a deadline (``Watchdog.watch``); ``done()`` ends the watch."""
-
-    __slots__ = ("deadline", "fd", "watchdog")
-
-    def __init__(self, watchdog: Watchdog, fd: int, deadline: float) -> None:
-        self.watchdog = watchdog
-        self.fd = fd
-        self.deadline = deadline
-
-    def done(self) -> None:
-        """The statement returned: its connection is not cut after this."""
-        watchdog = self.watchdog
-        with watchdog._lock:  # ``forget``, inlined: twice a statement
-            watchdog._watches.discard(self)
 
 
 class Watchdog:
@@ -74,39 +60,45 @@ class Watchdog:
         # Condition is two Python calls more, twice a statement)
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
-        self._watches: set[Watch] = set()
+        #: the statements watched: a ticket (``watch()``'s answer) -> (socket, deadline)
+        self._watches: dict[int, tuple[int, float]] = {}
+        self._tickets = itertools.count()
         self._thread: threading.Thread | None = None
         self._pid = os.getpid()
         self._stopped = False
         #: when the sleeping thread wakes next by itself (inf: only when told)
         self._wake_at = float("inf")
 
-    def watch(self, conn: Any, seconds: float | None) -> Watch | None:
-        """Watch ``conn``'s next statement for ``seconds`` (``None``: unbounded, no watch)."""
+    def watch(self, conn: Any, seconds: float | None) -> int | None:
+        """Watch ``conn``'s next statement for ``seconds`` (``None``: unbounded, no watch); the
+        ticket to give ``done()`` when it returns."""
         if seconds is None:
             return None
-        entry = Watch(self, conn.pgconn.socket, time.monotonic() + seconds)
+        deadline = time.monotonic() + seconds
+        ticket = next(self._tickets)
         with self._lock:
             if self._pid != os.getpid():  # a forked child: the parent's thread is not here
-                self._pid, self._thread, self._watches = os.getpid(), None, set()
-            self._watches.add(entry)
+                self._pid, self._thread, self._watches = os.getpid(), None, {}
+            self._watches[ticket] = (conn.pgconn.socket, deadline)
             if self._thread is None and not self._stopped:
                 self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
                 self._thread.start()
-            elif entry.deadline < self._wake_at:
+            elif deadline < self._wake_at:
                 self._cond.notify_all()
-        return entry
+        return ticket
 
-    def forget(self, entry: Watch) -> None:
-        with self._lock:
-            self._watches.discard(entry)
+    def done(self, ticket: int | None) -> None:
+        """The statement of ``ticket`` returned: its connection is not cut after this."""
+        if ticket is not None:
+            with self._lock:
+                self._watches.pop(ticket, None)
 
     def cut_all(self) -> None:
         """Cut every watched statement's connection now and stop the thread (``close()``)."""
         with self._cond:
             self._stopped = True
-            for entry in self._watches:
-                _cut(entry.fd)
+            for fd, _ in self._watches.values():
+                _cut(fd)
             self._watches.clear()
             self._cond.notify_all()
 
@@ -114,14 +106,14 @@ class Watchdog:
         with self._cond:
             while not self._stopped:
                 now = time.monotonic()
-                for entry in [w for w in self._watches if w.deadline <= now]:
+                late = [t for t, (_, deadline) in self._watches.items() if deadline <= now]
+                for ticket in late:
                     log.warning(
                         "a statement got no reply within its bound: its connection is cut "
                         "(a hung server, or a proxy that stopped forwarding?)"
                     )
-                    _cut(entry.fd)  # under the lock: the statement cannot return meanwhile
-                    self._watches.discard(entry)
-                nearest = min((w.deadline for w in self._watches), default=None)
+                    _cut(self._watches.pop(ticket)[0])  # under the lock: it cannot return now
+                nearest = min((deadline for _, deadline in self._watches.values()), default=None)
                 self._wake_at = float("inf") if nearest is None else nearest
                 self._cond.wait(None if nearest is None else max(nearest - now, 0.001))
                 self._wake_at = 0.0  # awake: it looks at every watch before sleeping again
