@@ -25,7 +25,7 @@ from ._history_requests import (
     exists_error,
     missing_error,
 )
-from ._sqlite_records import SAVE_CHECKPOINT, SqliteCheckpointStore
+from ._sqlite_records import SAVE_CHECKPOINT, STATE_VERSION, SqliteCheckpointStore
 from ._state_requests import state_key, state_record, state_text, with_version
 
 #: the store's revision rule: ``touch(conn, id, length) -> revision`` (``sqlite._touch``)
@@ -116,12 +116,9 @@ def _fork_state(part: Any, conn: Any, source: str, new_id: str) -> None:
     state, _ = state_record(source, sealing.record("checkpoint", source, row[0], source=what))
     text = state_text(sealing, new_id, state)
     key = state_key(new_id)
-    (version,) = conn.execute(
-        "SELECT coalesce((SELECT json_extract(json, '$.version') FROM checkpoints "
-        "WHERE turn_id = ?), 0)",
-        (key,),
-    ).fetchone()
-    conn.execute(SAVE_CHECKPOINT, (key, with_version(text, int(version) + 1), time.time()))
+    row = conn.execute(STATE_VERSION, (key,)).fetchone()
+    version = 0 if row is None or row[0] is None else int(row[0])
+    conn.execute(SAVE_CHECKPOINT, (key, with_version(text, version + 1), time.time()))
 
 
 def _expect(id: str, where: str, expected: int | None, length: int) -> None:

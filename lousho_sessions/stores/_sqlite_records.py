@@ -74,7 +74,10 @@ class SqliteCheckpointStore(Part, BaseCheckpointStore):
         self, turn_id: str, checkpoint: Mapping[str, Any], *, fence: int | None = None
     ) -> None:
         validate_turn_id(turn_id)
-        text = self.store.sealing.record_value(
+        sealing = self.store.sealing
+        # a state record stays JSON text (its version a clear field the commit reads in SQL)
+        seal = sealing.record_text if turn_id.endswith(".state") else sealing.record_value
+        text = seal(
             "checkpoint", fence_session_id(turn_id), checkpoint, what=f"checkpoint {turn_id!r}"
         )
         with self.store.transaction() as conn:
@@ -92,7 +95,10 @@ class SqliteCheckpointStore(Part, BaseCheckpointStore):
         """``save``, then delete the checkpoints ``delete``, in one transaction."""
         validate_turn_id(turn_id)
         keys = [(validate_turn_id(key),) for key in delete]
-        text = self.store.sealing.record_value(
+        sealing = self.store.sealing
+        # a state record stays JSON text (its version a clear field the commit reads in SQL)
+        seal = sealing.record_text if turn_id.endswith(".state") else sealing.record_value
+        text = seal(
             "checkpoint", fence_session_id(turn_id), checkpoint, what=f"checkpoint {turn_id!r}"
         )
         with self.store.transaction() as conn:
@@ -321,3 +327,11 @@ def prune_approvals(conn: sqlite3.Connection, cutoff: float) -> int:
             "DELETE FROM approvals WHERE status IS NOT 'pending' AND resolved_at < ?", (cutoff,)
         ).rowcount
     )
+
+
+#: the version of a state record (a clear field of its JSON text, sealed or not; the checkpoint
+#: store keeps state records as text even where it seals checkpoints as BLOBs)
+STATE_VERSION = (
+    "SELECT CASE typeof(json) WHEN 'text' THEN json_extract(json, '$.version') END "
+    "FROM checkpoints WHERE turn_id = ?"
+)

@@ -34,6 +34,7 @@ from ._sqlite_db import MIGRATIONS, SCHEMA_VERSION, SqliteDatabase
 from ._sqlite_history import sqlite_fork, sqlite_rewind
 from ._sqlite_records import (
     SAVE_CHECKPOINT,
+    STATE_VERSION,
     Part,
     SqliteApprovalStore,
     SqliteCheckpointStore,
@@ -395,13 +396,9 @@ def _save_state(conn: sqlite3.Connection, id: str, text: str) -> None:
     """In a write transaction: the state record ``text`` (a ``state_text``) as the state of
     ``id``, at the version after the stored one."""
     key = state_key(id)
-    row = conn.execute(_STATE_VERSION, (key,)).fetchone()
+    row = conn.execute(STATE_VERSION, (key,)).fetchone()
     version = 0 if row is None or row[0] is None else int(row[0])
     conn.execute(SAVE_CHECKPOINT, (key, with_version(text, version + 1), time.time()))
-
-
-#: the version of a state record (a clear field, sealed or not)
-_STATE_VERSION = "SELECT json_extract(json, '$.version') FROM checkpoints WHERE turn_id = ?"
 
 
 def _rows(
