@@ -14,13 +14,13 @@ import json
 import queue
 import signal
 import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import fork_server
 import pytest
 
 from lousho_sessions.runtime._worker import Job, Workers
@@ -33,8 +33,9 @@ class Child:
     """The child process and its stdout, read line by line on a thread (no sleeps)."""
 
     def __init__(self, call: str, when: str) -> None:
-        self.proc = fork_server.Popen(
-            [CHILD, call, when],
+        # a real interpreter, not the fork server: Ctrl-C as a user's process receives it
+        self.proc = subprocess.Popen(
+            [sys.executable, CHILD, call, when],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
