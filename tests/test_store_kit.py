@@ -220,6 +220,20 @@ TestRedisSessions = session_store_machine(redis_machine).TestCase
 TestRedisCheckpoints = checkpoint_store_machine(redis_machine).TestCase
 TestRedisApprovals = approval_store_machine(redis_machine).TestCase
 
+# The state machines run many examples, each opening a store (over PostgreSQL and Redis: a
+# schema or key prefix and connections); on a loaded CI machine with three workers one took
+# over the default 120 s, and the timeout firing inside Hypothesis reads as a flaky strategy.
+for _machine_test in (
+    TestPostgresSessions,
+    TestPostgresCheckpoints,
+    TestPostgresApprovals,
+    TestRedisSessions,
+    TestRedisCheckpoints,
+    TestRedisApprovals,
+    TestEncryptedSqliteSessions,
+):
+    _machine_test.pytestmark = [pytest.mark.timeout(600)]  # type: ignore[attr-defined]
+
 
 def test_our_parts_subclass_the_bases_and_check_fences(store: Kit) -> None:
     """Our stores are not adapted: they subclass the bases, check fences, and say their scope."""
