@@ -38,7 +38,9 @@ from lousho_sessions.sqlite import SqliteStore
 from lousho_sessions.stores.urls import StoreURLError
 
 sys.path.insert(0, str(Path(__file__).parent))
+from state_commit_child import bump
 from test_crash import check, crash_and_resume
+from test_encryption_sqlite import rows
 
 #: in every sealed record's plaintext; never in the bytes at rest
 MARKER = "MARKER-7f3a-personal-data"
@@ -457,3 +459,42 @@ def test_a_fork_seals_its_messages_again_for_the_new_session(target: Target) -> 
     assert target.open(BOTH).sessions.load("s1") == messages
     if target.kind != "memory":
         assert MARKER.encode() not in target.at_rest()
+
+
+def test_rotation_keeps_state_records_working(target: Target) -> None:
+    """State is sealed like a checkpoint, yet a store may read its version in the commit's
+    own statement (SQLite keeps it as JSON text where checkpoints are BLOBs): after a
+    rotation a turn that changes state, ``update_state`` and a fork over state still work."""
+
+    def model(request: ModelRequest) -> Message:
+        if request.messages[-1].role == "tool":
+            return Message("assistant", f"done {MARKER}")
+        return Message("assistant", "", tool_calls=[ToolCall("c1", "bump", {})])
+
+    def agent(store: Any) -> Any:
+        return create_agent(provider=FunctionProvider(model), store=store, tools=[bump])
+
+    first = agent(target.open(OLD)).session("s1")
+    first.update_state(lambda s: s.update(note=MARKER))
+    first.send("hi")
+    assert first.state == {"note": MARKER, "visits": 1}
+    both = target.open(BOTH)
+    result = both.rotate_key()
+    if target.kind != "memory":
+        assert result.checkpoints >= 1 and result.skipped == 0
+        assert b"lse1.old." not in target.at_rest()
+        assert MARKER.encode() not in target.at_rest()
+    if target.kind == "sqlite":
+        kinds = rows(target.path / "store.db", "SELECT turn_id, typeof(json) FROM checkpoints")
+        assert kinds == [("s1.state", "text")], kinds
+    assert both.rotate_key().total == 0
+    later = agent(target.open(NEW))
+    session = later.session("s1")
+    session.send("again")  # the commit reads and writes the state's version
+    session.update_state(lambda s: s.update(plan="pro"))
+    assert later.session("s1").state == {"note": MARKER, "visits": 2, "plan": "pro"}
+    fork = later.fork("s1", "s9")
+    assert fork.state == {"note": MARKER, "visits": 2, "plan": "pro"}
+    fork.send("in the fork")
+    assert later.session("s9").state["visits"] == 3
+    assert later.session("s1").state["visits"] == 2

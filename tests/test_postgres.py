@@ -125,7 +125,7 @@ def test_a_v4_database_with_state_migrates_to_v5_and_keeps_it(pg_schema: str) ->
         f'(\'s1.state\', \'{{"state":{{"plan":"pro"}},"version":3}}\')'
     )
     with open_store(pg_schema) as store:
-        assert store.applied_migrations == 1
+        assert store.applied_migrations == SCHEMA_VERSION - 4
         sessions, checkpoints = store.sessions, store.checkpoints
         assert sessions.load_state("s1", checkpoints) == ({"plan": "pro"}, 3)
         start = StartCheckpoint("s1.turn-1", lambda: {"format": "test"})
@@ -150,6 +150,43 @@ def test_a_v4_database_with_state_migrates_to_v5_and_keeps_it(pg_schema: str) ->
         assert checkpoints.list() == ["s1.state"]
         assert [m.text for m in sessions.load("s1") or []] == ["hello from v4", "q1", "a1"]
     assert sql(f'SELECT max(version) FROM "{pg_schema}".schema_version') == [(SCHEMA_VERSION,)]
+
+
+def test_a_v5_database_whose_state_holds_u0000_migrates_to_v6_and_commits_and_forks(
+    pg_schema: str,
+) -> None:
+    """Version 5 read a state record's version with ``->>`` and rebuilt it with ``json_each``,
+    which refuse a ``\\u0000`` anywhere in the record: a state holding U+0000 (stored by
+    ``save_state``, which v5 could write) failed the next commit with state and every fork.
+    Migration 6 works on the record's text; other members, sealed or not, are kept as written."""
+    from lousho_sessions.stores.base import CommitTurn, ForkRequest
+
+    sql(migration_sql(pg_schema).split("\n-- version 6")[0])
+    sql(
+        f"INSERT INTO \"{pg_schema}\".sessions (id, length, revision) VALUES ('s1', 0, 7);"
+        f'INSERT INTO "{pg_schema}".checkpoints (turn_id, body) VALUES '
+        f'(\'s1.state\', \'{{"state": {{"\\u0000": "a\\u0000", "version": 9}}, '
+        f'"version": 3 }}\')'
+    )
+    with open_store(pg_schema) as store:
+        assert store.applied_migrations == SCHEMA_VERSION - 5
+        sessions, checkpoints = store.sessions, store.checkpoints
+        before = {"\x00": "a\x00", "version": 9}  # a "version" of the state's own is kept
+        assert sessions.load_state("s1", checkpoints) == (before, 3)
+        sessions.fork(ForkRequest("s1", "s2", checkpoints=checkpoints, state=True))
+        assert sessions.load_state("s2", checkpoints) == (before, 1)
+        sessions.commit_turn(CommitTurn("s1", turn(1), 0, checkpoints, state={"\x00": "b"}))
+        assert sessions.load_state("s1", checkpoints) == ({"\x00": "b"}, 4)
+        assert sessions.load_state("s2", checkpoints) == (before, 1)
+    # the functions on edge cases of the record's text
+    fn = f'"{pg_schema}"'
+    assert sql(
+        f"SELECT {fn}.state_versioned('{{}}', 2)::text, "
+        f"{fn}.state_versioned('{{ \"version\" : 5 }}', 6)::text, "
+        f'{fn}.state_versioned(\'{{"a":{{"version":1}}}}\', 2)::text, '
+        f'{fn}.state_version(\'{{"a":{{"version":1}}}}\'), '
+        f'{fn}.state_version(\'{{"a":1, "version" : 12 }} \')'
+    ) == [('{"version":2}', '{"version":6}', '{"a":{"version":1},"version":2}', None, 12)]
 
 
 def test_a_v2_database_migrates_to_v3_and_keeps_working(pg_schema: str) -> None:

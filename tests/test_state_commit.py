@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 from helpers import WAIT, calls
-from history_stores import SHARED, cleanup, open_store, require
+from history_stores import KINDS, SHARED, cleanup, open_store, require
 from services_pg import fresh_schema, postgres_url, schema_for
 from services_redis import prefix_for, redis_url
 from test_turn_commits import CountingPostgresStore, CountingRedisStore
@@ -319,4 +319,53 @@ def test_state_stays_sealed_through_commits_and_forks(kind: str, tmp_path: Path)
         assert store.checkpoints.load("s1-fork.state")["version"] == 1
     finally:
         store.close()
+        cleanup(kind, tmp_path)
+
+
+NUL_STATE = {"\x00": None, "k\x00": ["a\x00b", {"\x00\x00": "\x00"}]}
+
+
+@pytest.mark.parametrize("sealed", [False, True], ids=["clear", "sealed"])
+@pytest.mark.parametrize("kind", KINDS)
+def test_state_holding_u0000_is_committed_changed_and_forked(
+    kind: str, sealed: bool, tmp_path: Path
+) -> None:
+    """A U+0000 in state (a user typed it, a tool returned it) is kept like one in a message:
+    PostgreSQL's schema v5 refused it in the commit's and the fork's state write, whose
+    ``->>``/``json_each`` parse the record and cannot turn ``\\u0000`` into text."""
+    require(kind)
+    if sealed and kind in ("memory", "files"):
+        pytest.skip("the shared sealing test covers these stores")
+    store = sealed_store(kind, tmp_path) if sealed else open_store(kind, tmp_path)
+    try:
+
+        def remember(ctx: ToolContext) -> str:
+            """Remember what came in."""
+            ctx.state["seen"] = ctx.state.get("seen", "") + "\x00"
+            return "noted"
+
+        model = ScriptedProvider(
+            [calls(("remember", {})), Message.assistant("a"), calls(("remember", {})),
+             Message.assistant("b")]
+        )  # fmt: skip
+        agent = create_agent(provider=model, tools=[tool(remember)], store=store)
+        session = agent.session("s1")
+        session.update_state(lambda s: s.update(NUL_STATE))
+        session.send("one")  # the commit writes state over a record holding U+0000
+        assert dict(session.state) == {**NUL_STATE, "seen": "\x00"}
+        fork = session.fork("s1-fork")  # the fork copies it
+        assert dict(fork.state) == {**NUL_STATE, "seen": "\x00"}
+        fork.send("two")
+        fork.update_state(lambda s: s.update(after="\x00"))
+        assert dict(agent.session("s1-fork").state) == {
+            **NUL_STATE, "seen": "\x00\x00", "after": "\x00"
+        }  # fmt: skip
+        assert dict(agent.session("s1").state) == {**NUL_STATE, "seen": "\x00"}
+        parts = store_parts(store)
+        sessions: Any = parts.sessions
+        versions = [sessions.load_state(sid, parts.checkpoints)[1] for sid in ("s1", "s1-fork")]
+        assert versions == [2, 3]
+        agent.close()
+    finally:
+        getattr(store, "close", lambda: None)()
         cleanup(kind, tmp_path)

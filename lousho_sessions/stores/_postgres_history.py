@@ -83,7 +83,7 @@ _FORK_WRITE = (
     "SELECT %(new)s || '.state', {s}.state_versioned(f.body, 1), now() "
     "FROM {s}.checkpoints f WHERE f.turn_id = %(src)s || '.state' AND %(state)s "
     "AND EXISTS (SELECT 1 FROM row) ON CONFLICT (turn_id) DO UPDATE SET updated_at = now(), "
-    "body = {s}.state_versioned(excluded.body, coalesce((c.body->>'version')::bigint, 0) + 1)) "
+    "body = {s}.state_versioned(excluded.body, coalesce({s}.state_version(c.body), 0) + 1)) "
     "SELECT EXISTS (SELECT 1 FROM row)"
 )
 
@@ -144,6 +144,6 @@ def _reseal_state(store: Any, conn: Any, source: str, new_id: str) -> None:
     store.run(
         conn,
         "UPDATE {s}.checkpoints SET body = {s}.state_versioned(%(body)s::json, "
-        "(body->>'version')::bigint) WHERE turn_id = %(key)s",
+        "{s}.state_version(body)) WHERE turn_id = %(key)s",
         {"key": state_key(new_id), "body": state_text(store.sealing, new_id, state)},
     )

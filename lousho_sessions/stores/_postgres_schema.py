@@ -15,7 +15,7 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from ..errors import SchemaVersionError
-from ._postgres_state_sql import STATE_MIGRATION
+from ._postgres_state_sql import STATE_MIGRATION, STATE_NUL_MIGRATION
 
 if TYPE_CHECKING:
     import psycopg
@@ -302,6 +302,7 @@ $$""",
         ("ALTER TABLE {s}.sessions ADD COLUMN parent text, ADD COLUMN fork_point integer",),
     ),
     STATE_MIGRATION,
+    STATE_NUL_MIGRATION,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 

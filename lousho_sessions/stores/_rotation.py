@@ -20,6 +20,7 @@ import attrs
 
 from ..errors import SessionBusyError
 from ._sealing import Sealing, Value
+from ._state_requests import is_state_key
 
 __all__ = ["KINDS", "RotationResult", "rotate_files", "rotate_rows"]
 
@@ -58,13 +59,20 @@ class RotationResult:
 
 
 def reseal(
-    sealing: Sealing, kind: str, session_id: str | None, text: Value, source: str
+    sealing: Sealing,
+    kind: str,
+    session_id: str | None,
+    text: Value,
+    source: str,
+    *,
+    as_text: bool = False,
 ) -> Value | None:
-    """``text`` as ``sealing`` writes it now; ``None`` when it already is."""
+    """``text`` as ``sealing`` writes it now (a record as JSON text if ``as_text``); ``None``
+    when it already is."""
     if kind == "message":
         assert session_id is not None
         return sealing.reseal_message(session_id, text, source=source)
-    return sealing.reseal_record(kind, session_id, text, source=source)
+    return sealing.reseal_record(kind, session_id, text, source=source, as_text=as_text)
 
 
 def _reseal_text(
@@ -82,10 +90,12 @@ def rotate_rows(
     fetch: Callable[[str, Any, int], Sequence[Row]],
     replace: Callable[[str, list[Change]], int],
     batch: int = BATCH,
+    as_text: Callable[[str, Any], bool] | None = None,
 ) -> RotationResult:
     """Page through every kind with ``fetch(kind, after_key, limit)`` (``after_key`` ``None``
     first) and rewrite what is not current with ``replace(kind, changes)`` (returns how many
-    it swapped); one batch at a time."""
+    it swapped); one batch at a time. ``as_text(kind, key)``: the records a binary store
+    keeps as JSON text all the same (SQLite's state records)."""
     if not isinstance(batch, int) or batch < 1:
         raise ValueError(f"batch_size must be a positive integer, got {batch!r}")
     counts = dict.fromkeys(KINDS, 0)
@@ -99,7 +109,8 @@ def rotate_rows(
                 source = f"{where}: {kind} {key!r}" + (
                     f" of session {session_id!r}" if session_id else ""
                 )
-                new = reseal(sealing, kind, session_id, text, source)
+                text_form = as_text is not None and as_text(kind, key)
+                new = reseal(sealing, kind, session_id, text, source, as_text=text_form)
                 if new is not None:
                     changes.append((key, text, new))
             if changes:
@@ -180,6 +191,12 @@ _SQLITE = {
 }
 
 
+def _state_record(kind: str, key: Any) -> bool:
+    """Whether a SQLite row is a state record: sealed as JSON text, not a BLOB (the commit
+    and the fork read its version in SQL)."""
+    return kind == "checkpoint" and is_state_key(str(key[0]))
+
+
 def _session_of(kind: str, key: tuple[Any, ...], session_column: str | None) -> str | None:
     from .lease import fence_session_id
 
@@ -223,7 +240,7 @@ def rotate_sqlite(store: Any, batch: int = BATCH) -> RotationResult:
         (secure,) = conn.execute("PRAGMA secure_delete").fetchone()
         conn.execute("PRAGMA secure_delete = ON")
     try:
-        result = rotate_rows(store.sealing, store.path, fetch, replace, batch)
+        result = rotate_rows(store.sealing, store.path, fetch, replace, batch, _state_record)
     finally:
         with store.connection() as conn:
             conn.execute(f"PRAGMA secure_delete = {int(secure)}")

@@ -231,14 +231,14 @@ class Sealing:
             ) from None
         return plain.decode("utf-8")
 
-    def is_current(self, value: Value, kind: str = "message") -> bool:
+    def is_current(self, value: Value, kind: str = "message", *, text: bool = False) -> bool:
         """Whether ``value`` is written as this sealing writes a ``kind`` record: sealed with
-        the current key (in binary form if this sealing writes that kind so), or clear when
-        there are no keys."""
+        the current key (in binary form if this sealing writes that kind so, unless ``text``),
+        or clear when there are no keys."""
         key_id = _value_key_id(value)
         if self.encryption is None:
             return key_id is None
-        binary = self.binary and kind in _BINARY_KINDS
+        binary = self.binary and kind in _BINARY_KINDS and not text
         return key_id == self.encryption.current and (type(value) is not str) == binary
 
     # -- messages -----------------------------------------------------------------------
@@ -386,16 +386,19 @@ class Sealing:
         return opened
 
     def reseal_record(
-        self, kind: str, session_id: str | None, text: Value, *, source: str
+        self, kind: str, session_id: str | None, text: Value, *, source: str, as_text: bool = False
     ) -> Value | None:
-        """``text`` rewritten as this sealing writes it; ``None`` if it already is."""
-        if self.is_current(text, kind):
+        """``text`` rewritten as this sealing writes it (as JSON text if ``as_text``: a state
+        record, whose version the store reads in SQL); ``None`` if it already is."""
+        if self.is_current(text, kind, text=as_text):
             return None
         if kind == "approval":  # bound to the session the record names
             raw = text if isinstance(text, str) else bytes(text)
             sid = decode_json_object(raw, source=source).get("session_id")
             session_id = sid if isinstance(sid, str) else None
         data = self.record(kind, session_id, text, source=source)
+        if as_text:
+            return self.record_text(kind, session_id, data, what=source)
         return self.record_value(kind, session_id, data, what=source)
 
 
