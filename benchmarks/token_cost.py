@@ -14,7 +14,13 @@
 2. Our time per model call, at 10 and 1,000 stored messages: from ``send()`` to the
    request reaching the server, plus from the server's last byte to the next request (the
    tool runs in between) or to ``send()`` returning, per model call (memory and SQLite
-   stores). Target: <= 1 ms at 1,000 messages.
+   stores). Target: <= 1 ms at 1,000 messages. Twice: with the server answering as soon
+   as it has worked out its answer (3-6 ms at 10 messages, about 40 ms at 1,000: it parses
+   and checks the body against the vendor's request type), and with every answer held
+   until 100 ms after its request arrived (``--hold``), as a real model takes at least
+   that long. The second is the fair comparison of the two lengths and the one a user
+   sees: after a wait the client's code runs from cold caches (on this 2-vCPU machine
+   about twice as slow), whatever the transcript's length.
 
 Run: ``python benchmarks/token_cost.py`` (``--turns N`` for a shorter cache run).
 """
@@ -135,12 +141,16 @@ def prefill(n: int) -> list[Message]:
 
 
 @contextlib.contextmanager
-def server_process() -> Iterator[str]:
+def server_process(hold: float = 0.0) -> Iterator[str]:
     """``tests/cache_server.py`` in a process of its own (its clock, ``perf_counter``, is
-    the machine's monotonic clock): its base URL."""
+    the machine's monotonic clock), answering ``hold`` seconds after a request arrives at
+    the soonest: its base URL."""
     script = Path(__file__).resolve().parent.parent / "tests" / "cache_server.py"
     child = subprocess.Popen(
-        [sys.executable, str(script)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        [sys.executable, str(script), str(hold)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
     )
     try:
         assert child.stdout is not None
@@ -151,9 +161,11 @@ def server_process() -> Iterator[str]:
         child.wait(30)
 
 
-def overhead(wire: str, store_factory: Callable[[], Any], stored: int, turns: int) -> list[float]:
+def overhead(
+    wire: str, store_factory: Callable[[], Any], stored: int, turns: int, hold: float = 0.0
+) -> list[float]:
     """Our seconds per model call, one value per turn, with ``stored`` messages before."""
-    with server_process() as url, requests.Session() as control:
+    with server_process(hold) as url, requests.Session() as control:
         store = store_factory()
         agent = create_agent(
             SYSTEM, provider=provider(wire, url, True), tools=[search], store=store
@@ -176,9 +188,15 @@ def overhead(wire: str, store_factory: Callable[[], Any], stored: int, turns: in
         return per_call
 
 
-def timing_report(turns: int) -> bool:
-    print("\nour time per model call (ms): median / p90 over turns")
-    ok = True
+def timing_report(turns: int, hold: float) -> float:
+    """Print our time per model call; the worst median at 1,000 messages (ms)."""
+    when = (
+        f"each answer held until {hold * 1000:.0f} ms after its request"
+        if hold
+        else ("the server answering as soon as it can")
+    )
+    print(f"\nour time per model call (ms), {when}: median / p90 over turns")
+    worst = 0.0
     with tempfile.TemporaryDirectory() as tmp:
         stores: dict[str, Callable[[], Any]] = {"memory": memory_store}
         counter = iter(range(1000))
@@ -192,24 +210,30 @@ def timing_report(turns: int) -> bool:
         for wire in ("anthropic", "openai"):
             for name, factory in stores.items():
                 for stored in (10, 1000):
-                    times = sorted(overhead(wire, factory, stored, turns))
+                    times = sorted(overhead(wire, factory, stored, turns, hold))
                     median = statistics.median(times) * 1000
                     p90 = times[int(len(times) * 0.9) - 1] * 1000
                     print(f"  {wire:9} {name:6} {stored:>5} messages: {median:.3f} / {p90:.3f}")
                     if stored == 1000:
-                        ok = ok and median <= 1.0
-    return ok
+                        worst = max(worst, median)
+    return worst
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--turns", type=int, default=30)
     parser.add_argument("--timed-turns", type=int, default=40)
+    parser.add_argument(
+        "--hold", type=float, default=0.1, help="seconds the server holds each answer (2nd run)"
+    )
     args = parser.parse_args()
     cached = cache_report(args.turns)
-    timed = timing_report(args.timed_turns)
+    at_once = timing_report(args.timed_turns, 0.0)
+    held = timing_report(max(args.timed_turns // 2, 5), args.hold) if args.hold else at_once
+    timed = max(at_once, held) <= 1.0
     print(f"\ncache targets {'met' if cached else 'MISSED'}; "
-          f"time target {'met' if timed else 'MISSED'}")  # fmt: skip
+          f"time target (<= 1 ms at 1,000 messages) {'met' if timed else 'MISSED'}: "
+          f"{at_once:.3f} ms answered at once, {held:.3f} ms held")  # fmt: skip
 
 
 if __name__ == "__main__":

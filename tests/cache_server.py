@@ -126,6 +126,8 @@ class _Handler(BaseHTTPRequestHandler):
         wire = "anthropic" if self.path.endswith("/messages") else "openai"
         served = owner._serve(wire, body, received)
         events = list(owner._events(wire, body, served.usage))
+        if owner.hold > 0:
+            time.sleep(max(0.0, received + owner.hold - time.perf_counter()))
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Transfer-Encoding", "chunked")
@@ -187,6 +189,10 @@ class CacheServer:
     tool_name: str = "search"
     min_tokens: int = 1024  #: Anthropic's smallest cacheable prefix (Sonnet, Opus 4/4.1)
     reply: Reply | None = None
+    #: seconds from a request's arrival to its answer's first byte, at the least (0: as soon
+    #: as the answer is worked out): a benchmark's client then waits as long at any
+    #: transcript length, as it waits for a real model
+    hold: float = 0.0
     served: list[Served] = field(default_factory=list)
     #: bodies their vendor's published request type refuses (tests/wire_types.py): leaving
     #: the server fails the test that sent them
@@ -342,10 +348,11 @@ class CacheServer:
 
 def main() -> None:
     """Serve until stdin closes, after printing the base URL (a server in a process of its
-    own, so that timing a client is not timing the two sharing one interpreter lock)."""
+    own, so that timing a client is not timing the two sharing one interpreter lock); the
+    first argument, if any, is ``hold`` in seconds."""
     import sys
 
-    with CacheServer() as server:
+    with CacheServer(hold=float(sys.argv[1]) if len(sys.argv) > 1 else 0.0) as server:
         print(server.url, flush=True)
         sys.stdin.read()
 
