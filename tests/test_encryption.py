@@ -38,7 +38,7 @@ from lousho_sessions.sqlite import SqliteStore
 from lousho_sessions.stores.urls import StoreURLError
 
 sys.path.insert(0, str(Path(__file__).parent))
-from state_commit_child import bump
+from state_kill_child import bump
 from test_crash import check, crash_and_resume
 from test_encryption_sqlite import rows
 

@@ -326,7 +326,7 @@ def test_a_turn_killed_after_its_tool_resumes_with_its_state(shared: str, tmp_pa
     }
     try:
         child = fork_server.run(
-            [str(HERE / "state_crash_child.py"), shared, str(tmp_path)],
+            [str(HERE / "state_kill_child.py"), "model", shared, str(tmp_path)],
             capture_output=True,
             text=True,
             env=env,

@@ -59,7 +59,7 @@ def test_a_turn_killed_as_it_commits_leaves_neither_its_messages_nor_its_state(
     require(kind)
     try:
         child = subprocess.run(
-            [sys.executable, str(HERE / "state_commit_child.py"), kind, str(tmp_path)],
+            [sys.executable, str(HERE / "state_kill_child.py"), "commit", kind, str(tmp_path)],
             capture_output=True,
             text=True,
             env=child_env(),

@@ -1,9 +1,13 @@
-"""A process whose durable turn changes ``ctx.state`` in a tool and is killed (SIGKILL) as the
-turn commits: at the call of its session store's ``commit_turn``, with the finished turn's
-messages and state in hand. Whatever was written before that call is in the store.
+"""A process whose durable turn changes ``ctx.state`` in a tool and is killed (SIGKILL):
 
-``python state_commit_child.py KIND PATH``: session "s1" of the store of ``KIND`` under
-``PATH``; it prints ``committing`` just before it dies.
+- ``model``: while the model answers after the tool; the change is only in the turn's
+  checkpoint. It prints ``dying`` just before it dies.
+- ``commit``: as the turn commits, at the call of its session store's ``commit_turn``, with
+  the finished turn's messages and state in hand; whatever was written before that call
+  is in the store. It prints ``committing`` just before it dies.
+
+``python state_kill_child.py WHEN KIND PATH``: session "s1" of the store of ``KIND`` under
+``PATH``, killed at ``WHEN`` (``model`` or ``commit``).
 """
 
 from __future__ import annotations
@@ -41,6 +45,14 @@ def model(request: ModelRequest) -> Message:
     return Message.assistant("done")
 
 
+def dying_model(request: ModelRequest) -> Message:
+    if request.messages[-1].role == "user":
+        return model(request)
+    print("dying", flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)  # the tool's result is checkpointed, not committed
+    raise AssertionError("unreachable")
+
+
 def die_at_commit(store: Any) -> None:
     """The store's sessions part, as it is but for ``commit_turn``: the process dies there."""
     part = store_parts(store).sessions
@@ -55,10 +67,14 @@ def die_at_commit(store: Any) -> None:
 
 
 def main() -> None:
-    kind, path = sys.argv[1], Path(sys.argv[2])
+    when, kind, path = sys.argv[1], sys.argv[2], Path(sys.argv[3])
+    if when not in ("model", "commit"):
+        raise SystemExit(f"WHEN must be 'model' or 'commit', got {when!r}")
     store = open_store(kind, path)
-    die_at_commit(store)
-    agent = create_agent(provider=FunctionProvider(model), tools=[bump], store=store)
+    if when == "commit":
+        die_at_commit(store)
+    answer = dying_model if when == "model" else model
+    agent = create_agent(provider=FunctionProvider(answer), tools=[bump], store=store)
     agent.session("s1").send("hello")
 
 
