@@ -104,9 +104,19 @@ def messages(draw: st.DrawFn) -> Message:
     return Message.system(draw(texts))
 
 
+#: what a request carries beside its messages (the body's frame): system text, tools,
+#: output schema, settings
+frames = st.tuples(
+    st.sampled_from([None, "Be brief.", "Be long."]),
+    st.sampled_from([(), TOOLS, (*TOOLS, ToolSpec("find", "Find a place."))]),
+    st.sampled_from([None, ANSWER]),
+    st.sampled_from([{}, {"temperature": 0.5, "max_tokens": 100}, {"temperature": 0.2}]),
+)
+
 #: one step of a session: append messages, a stored answer (its digest true or stale),
-#: rewind, edit one, or switch sessions
+#: rewind, edit one, switch sessions, or change what the requests carry beside messages
 steps = st.one_of(
+    st.tuples(st.just("frame"), frames),
     st.tuples(st.just("append"), st.lists(messages(), min_size=1, max_size=4)),
     st.tuples(st.just("answer"), st.tuples(messages(), st.booleans())),
     st.tuples(st.just("rewind"), st.integers(1, 4)),
@@ -174,6 +184,8 @@ def test_a_body_from_the_previous_call_is_the_body_built_afresh(
         elif kind == "switch":
             current = value
             continue
+        elif kind == "frame":
+            system, tools, output, options = value
         request = ModelRequest(
             system, tuple(transcript), tools, options, output_schema=output, session_id=current
         )

@@ -21,6 +21,11 @@ The head is reused only while it is exactly what a fresh build would give:
 - what a call computes over the whole transcript is kept as far as the memo goes and
   extended over the new messages (the digest of what a stored OpenAI response saw).
 
+The body around the transcript (model, system text, tools, settings: the *frame*) is kept
+encoded with the memo too, with what it was made of (``frame_of``): a call whose request
+has the same system text, tools, settings and output schema (equal, compared each call)
+reuses it rather than building and encoding a few kilobytes again.
+
 Turns are stored without any per-call mark, or with both forms; the tail is built by
 the same code that builds a whole body, so a body from the memo and one built afresh
 are equal (a property test checks it). Memos are bounded (``LIMIT`` sessions, the oldest dropped
@@ -39,7 +44,7 @@ import attrs
 
 from ..messages import Message
 
-__all__ = ["LIMIT", "BodyMemos", "Memo", "splice"]
+__all__ = ["LIMIT", "BodyMemos", "Memo", "frame_of", "join", "opening", "splice"]
 
 #: how many sessions' memos a provider keeps
 LIMIT = 32
@@ -58,6 +63,16 @@ class Memo:
     turns: list[bytes]
     firsts: list[int]
     state: Any = None
+    #: ``(parts, value)``: the wire format's encoded frame and what it was made of
+    frame: tuple[tuple[Any, ...], Any] | None = None
+
+
+def frame_of(memo: Memo | None, parts: tuple[Any, ...]) -> Any:
+    """The encoded frame ``memo`` keeps if it was made of ``parts`` (each equal), else None."""
+    if memo is None or memo.frame is None:
+        return None
+    kept, value = memo.frame
+    return value if kept == parts else None
 
 
 @attrs.frozen
@@ -120,8 +135,17 @@ def splice(
     already encoded; a list this may change) as the value of ``key``: the last member,
     as the order of an object's members means nothing. ``gaps``: some items are empty
     (left out). The array is copied once."""
+    return join(opening(encode, body, key), items, gaps=gaps)
+
+
+def opening(encode: Callable[[Any], bytes], body: dict[str, Any], key: str) -> bytes:
+    """``body`` (which has no ``key``) encoded up to the opening of ``key``'s array."""
     data = encode(body)
-    opening = data[:-1] + (b"," if len(data) > 2 else b"") + encode(key) + b":["
+    return data[:-1] + (b"," if len(data) > 2 else b"") + encode(key) + b":["
+
+
+def join(opening: bytes, items: list[bytes], *, gaps: bool = False) -> bytes:
+    """The body whose ``opening`` (see ``opening``) ``items`` complete (``splice``)."""
     if gaps:
         items = list(filter(None, items))
     if not items:

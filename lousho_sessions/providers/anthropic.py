@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import ProviderError
 from ..messages import Message, Part, ReasoningPart, TextPart, ToolCall
-from ._body_memo import Memo, splice
+from ._body_memo import Memo, frame_of, join, opening
 from ._breakpoints import mark_breakpoints
 from ._http_provider import HttpOptions, HttpProvider, Reply
 from ._reasoning import ReasoningBlock, replay_blocks
@@ -123,7 +123,8 @@ class AnthropicProvider(HttpProvider):
     def encode_body(self, request: ModelRequest) -> bytes:
         """:meth:`build_body`'s body as JSON text, encoding only the turns from the one
         before the previous call's end on (the cache marks are there) when the session's
-        previous call sent the turns before it (see ``_body_memo``)."""
+        previous call sent the turns before it, and the frame (model, system, tools,
+        settings) only when it changed (see ``_body_memo``)."""
         messages, encode = request.messages, self._http.encode
         head = self._memos.head(request.session_id, messages, _boundary(messages))
         start = head.start
@@ -134,15 +135,38 @@ class AnthropicProvider(HttpProvider):
         system += [(start + n, m.text) for n, m in enumerate(tail) if m.role == "system" and m.text]
         turns, ends, firsts = _messages(tail)
         plain = [encode(turn) for turn in turns]  # kept without this call's marks
-        body = self._frame(request, [text for _, text in system], turns)
-        if body["messages"] is not turns:  # an ``extra_body`` gave them: they win
-            return encode(self.build_body(request))
-        if self.cache is not None:
-            mark_breakpoints(body, tail, ends, self.cache)
-        sent = encode(body.pop("messages"))[1:-1]  # this call's turns, marked
-        data = splice(encode, body, "messages", [*head.turns, sent] if sent else [*head.turns])
+        texts = [text for _, text in system]
+        parts = (
+            self.model,
+            self.max_tokens,
+            self.cache,
+            request.system,
+            texts,
+            request.tools,
+            request.output_schema,
+            dict(request.settings),
+        )
+        front: bytes | None = frame_of(head.memo, parts)
+        if front is None:
+            body = self._frame(request, texts, turns)
+            if body["messages"] is not turns:  # an ``extra_body`` gave them: they win
+                return encode(self.build_body(request))
+            if self.cache is not None:
+                mark_breakpoints(body, tail, ends, self.cache)
+            del body["messages"]
+            front = opening(encode, body, "messages")
+        elif self.cache is not None:  # the frame's marks are in ``front``: the turns' now
+            mark_breakpoints({"messages": turns}, tail, ends, self.cache)
+        sent = encode(turns)[1:-1]  # this call's turns, marked
+        data = join(front, [*head.turns, sent] if sent else [*head.turns])
         kept_firsts = head.memo.firsts[: len(head.turns)] if head.memo is not None else []
-        memo = Memo(messages, head.turns + plain, kept_firsts + [start + f for f in firsts], system)
+        memo = Memo(
+            messages,
+            head.turns + plain,
+            kept_firsts + [start + f for f in firsts],
+            system,
+            (parts, front),
+        )
         self._memos.keep(request.session_id, memo)
         return data
 

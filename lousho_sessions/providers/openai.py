@@ -11,7 +11,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from ..messages import ImagePart, Message, TextPart, ToolCall
-from ._body_memo import Memo, splice
+from ._body_memo import Memo, frame_of, join, opening
 from ._http_provider import HttpProvider, Reply
 from ._redact import Secret
 from ._sse import ServerSentEvent
@@ -79,19 +79,34 @@ class OpenAIProvider(HttpProvider):
 
     def encode_body(self, request: ModelRequest) -> bytes:
         """:meth:`build_body`'s body as JSON text, encoding only the messages the session's
-        previous call did not send (see ``_body_memo``)."""
+        previous call did not send, and the frame (model, system, tools, settings) only
+        when it changed (see ``_body_memo``)."""
         messages, encode = request.messages, self._http.encode
         head = self._memos.head(request.session_id, messages, len(messages))
         start = head.start
         # one item a message (b"": a message of a role it does not know, not sent)
         items = [b"" if item is None else encode(item) for item in map(_item, messages[start:])]
-        first = [encode(_system(request.system))] if request.system else []
-        body = self._frame(request, None)
-        if body.pop("messages") is not None:  # an ``extra_body`` gave them: they win
-            return encode(self.build_body(request))
-        data = splice(encode, body, "messages", [*first, *head.turns, *items], gaps=True)
+        parts = (
+            self.model,
+            self.cache,
+            request.system,
+            request.tools,
+            request.output_schema,
+            dict(request.settings),
+            request.session_id,  # the cache key
+        )
+        frame: tuple[bytes, list[bytes]] | None = frame_of(head.memo, parts)
+        if frame is None:
+            body = self._frame(request, None)
+            if body.pop("messages") is not None:  # an ``extra_body`` gave them: they win
+                return encode(self.build_body(request))
+            first = [encode(_system(request.system))] if request.system else []
+            frame = (opening(encode, body, "messages"), first)
+        front, first = frame
+        data = join(front, [*first, *head.turns, *items], gaps=True)
         firsts = list(range(len(messages)))
-        self._memos.keep(request.session_id, Memo(messages, head.turns + items, firsts))
+        memo = Memo(messages, head.turns + items, firsts, None, (parts, frame))
+        self._memos.keep(request.session_id, memo)
         return data
 
     def _frame(self, request: ModelRequest, messages: Any) -> dict[str, Any]:
