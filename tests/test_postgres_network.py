@@ -165,3 +165,37 @@ def test_one_blocked_renewal_does_not_stop_the_others() -> None:
     finally:
         release.set()
         heartbeat.close()
+
+
+class _CountingCondition(threading.Condition):
+    """A ``Condition`` that counts ``notify_all`` calls."""
+
+    notified = 0
+
+    def notify_all(self) -> None:
+        self.notified += 1
+        super().notify_all()
+
+
+def test_statements_one_after_another_do_not_wake_the_watchdog_each_time() -> None:
+    """Statements one after another, each registered with the watchdog: its thread sleeps
+    until the nearest deadline it saw, so registering them wakes it about once a bound, not
+    once each (which would be two thread switches a turn)."""
+    from lousho_sessions.stores._postgres_watch import Watchdog
+
+    dog = Watchdog("test-watchdog")
+    dog._cond = counting = _CountingCondition(dog._lock)
+    with psycopg.connect(postgres_url(), autocommit=True) as conn:
+        for _ in range(200):
+            ticket = dog.watch(conn, 30.0)
+            conn.execute("SELECT 1")
+            dog.done(ticket)
+        assert counting.notified <= 2, counting.notified
+        # a statement past its bound is still cut on time: the thread wakes at its deadline
+        started = time.monotonic()
+        ticket = dog.watch(conn, 0.3)
+        with pytest.raises(psycopg.OperationalError):
+            conn.execute("SELECT pg_sleep(10)")
+        dog.done(ticket)
+        assert time.monotonic() - started < 5
+    dog.cut_all()

@@ -6,11 +6,13 @@ and never closes the socket, so the statement, and whatever waits for it (a leas
 renewal, ``close()``), would wait forever: libpq has no timeout for a reply, and
 a server-side ``statement_timeout`` needs a server that runs. ``Watchdog`` bounds
 them from the client: a statement registers its connection with a deadline; one
-thread, sleeping while none is registered, shuts the socket down (``shutdown(2)``
-on a duplicate of its descriptor, which is safe while another thread reads it)
-once the deadline passes; the read fails at once, libpq marks the connection
-broken, the statement raises and the pool replaces the connection.
-``cut_all()`` does the same for every registered statement (``close()``).
+thread shuts the socket down (``shutdown(2)`` on a duplicate of its descriptor,
+which is safe while another thread reads it) once the deadline passes; the read
+fails at once, libpq marks the connection broken, the statement raises and the
+pool replaces the connection. ``cut_all()`` does the same for every registered
+statement (``close()``). The thread sleeps until the nearest deadline it saw (a
+statement that returned is not looked at until then), so statements one after
+another wake it about once a bound, not once each.
 
 ``idle_connection_dead`` tells, with no round trip, whether the server closed a
 pooled connection while it sat idle (``idle_session_timeout``, a restart, a
@@ -44,8 +46,11 @@ def idle_connection_dead(conn: Any) -> bool:
     if pgconn.status != _OK:  # a closed connection's is BAD (``conn.closed`` reads the same)
         return True
     try:
-        poller = select.poll()
-        poller.register(pgconn.socket, select.POLLIN | select.POLLPRI)
+        fd, poller = conn.__dict__.get("_lousho_poll") or (None, None)
+        if fd != pgconn.socket or poller is None:  # made once a connection (and socket)
+            fd, poller = pgconn.socket, select.poll()
+            poller.register(fd, select.POLLIN | select.POLLPRI)
+            conn.__dict__["_lousho_poll"] = (fd, poller)
         return bool(poller.poll(0))  # an idle connection is sent nothing but its end
     except Exception:  # no socket, or one poll() refuses: not usable
         return True
