@@ -237,4 +237,14 @@ def price_usage(
     if price is None:
         return usage
     cost = price.usage_cost(usage, cache_write_1h_tokens=cache_write_1h_tokens)
-    return attrs.evolve(usage, cost_usd=cost)
+    if type(usage) is not Usage:  # a subclass may have fields of its own
+        return attrs.evolve(usage, cost_usd=cost)
+    return Usage(  # what ``attrs.evolve`` makes, without its look at every field (a call a turn)
+        usage.input_tokens,
+        usage.output_tokens,
+        cost,
+        cache_read_tokens=usage.cache_read_tokens,
+        cache_write_tokens=usage.cache_write_tokens,
+        reasoning_tokens=usage.reasoning_tokens,
+        extra=usage.extra,
+    )

@@ -7,6 +7,7 @@ abort at once (not after the timeout or backoff); the key never leaked.
 
 from __future__ import annotations
 
+import json
 import logging
 import pickle
 import socket
@@ -16,6 +17,8 @@ import traceback
 from collections.abc import Callable
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from provider_server import JSONReply, ProviderServer, SSEReply, StallReply, sse_events
 from provider_wires import (
     FAST,
@@ -403,3 +406,32 @@ def test_the_key_is_never_in_errors_reprs_or_logs(
     assert "***" in str(errors[0])  # the echoed key was scrubbed, not dropped silently
     for text in texts:
         assert KEY not in text
+
+
+_JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(), inner, max_size=3),
+    max_leaves=12,
+)
+
+
+@given(_JSON_VALUES)
+def test_request_bodies_are_encoded_as_the_stdlib_encoder_writes_them(value: object) -> None:
+    """``_http._dumps`` makes the C encoder itself (a call of ``json.JSONEncoder.encode``
+    runs thirty lines of Python first): the same text for every JSON value."""
+    from lousho_sessions.providers._http import _dumps
+
+    assert _dumps(value) == json.JSONEncoder(ensure_ascii=False, allow_nan=False).encode(value)
+
+
+def test_request_bodies_refuse_what_json_cannot_carry() -> None:
+    from lousho_sessions.providers._http import _dumps
+
+    looped: list[object] = []
+    looped.append(looped)
+    with pytest.raises(ValueError, match="Circular reference"):
+        _dumps({"a": looped})
+    with pytest.raises(ValueError, match="Out of range float"):
+        _dumps([float("nan")])
+    with pytest.raises(TypeError, match="not JSON serializable"):
+        _dumps({"a": object()})
