@@ -127,11 +127,22 @@ class SSEDecoder:
         if rest:
             self._keep(rest)
         events: list[ServerSentEvent] = []
+        limit = self._limit
         for line in lines:
-            self._check(len(line), "line")
-            event = self.feed_line(line)
-            if event is not None:
-                events.append(event)
+            if limit is not None and len(line) > limit:
+                self._check(len(line), "line")
+            if not line:
+                event = self._dispatch()
+                if event is not None:
+                    events.append(event)
+            elif line.startswith("data:"):  # ``feed_line``'s commonest case, inline
+                value = line[6:] if line[5:6] == " " else line[5:]
+                self._data_size += len(value) + 1
+                if limit is not None and self._data_size - 1 > limit:
+                    self._check(self._data_size - 1, "event")
+                self._data.append(value)
+            else:
+                self.feed_line(line)  # a blank line is handled above: this dispatches nothing
         return events
 
     def _keep(self, piece: str) -> None:
