@@ -126,8 +126,8 @@ class _Handler(BaseHTTPRequestHandler):
         wire = "anthropic" if self.path.endswith("/messages") else "openai"
         served = owner._serve(wire, body, received)
         events = list(owner._events(wire, body, served.usage))
-        if owner.hold > 0:
-            time.sleep(max(0.0, received + owner.hold - time.perf_counter()))
+        if owner.hold > 0:  # as a model takes its time; answered at once when the server stops
+            owner._stopping.wait(max(0.0, received + owner.hold - time.perf_counter()))
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Transfer-Encoding", "chunked")
@@ -201,6 +201,7 @@ class CacheServer:
     _anthropic: dict[str, float] = field(default_factory=dict)  # prefix hash -> expiry
     _openai: dict[str, float] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _stopping: threading.Event = field(default_factory=threading.Event)
     _http: _HTTPServer | None = None
     _thread: threading.Thread | None = None
     _calls: int = 0
@@ -216,6 +217,7 @@ class CacheServer:
 
     def __exit__(self, kind: type[BaseException] | None, *exc_info: object) -> None:
         assert self._http is not None and self._thread is not None
+        self._stopping.set()
         self._http.shutdown()
         self._http.server_close()
         self._thread.join(10)

@@ -15,7 +15,7 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from ..errors import SchemaVersionError
-from ._postgres_state_sql import STATE_MIGRATION, STATE_NUL_MIGRATION
+from ._postgres_state_sql import STATE_NUL_MIGRATION, state_migration
 
 if TYPE_CHECKING:
     import psycopg
@@ -36,6 +36,38 @@ log = logging.getLogger("lousho_sessions.stores.postgres")
 #: Schema names: lowercase, so they need no quoting in a user's own SQL.
 SCHEMA_PATTERN = r"^[a-z_][a-z0-9_]{0,47}$"
 _SCHEMA = re.compile(SCHEMA_PATTERN)
+
+#: ``acquire_saving`` as schema version 3 made it (version 5 changes one condition).
+_ACQUIRE_SAVING_V3 = """CREATE FUNCTION {s}.acquire_saving(p_id text, p_holder text, p_ttl float8,
+    p_revision bigint, p_turn_id text, p_body text,
+    OUT o_fence bigint, OUT o_holder text, OUT o_remaining float8,
+    OUT o_revision bigint, OUT o_checkpoints boolean, OUT o_saved boolean)
+LANGUAGE plpgsql AS $$
+BEGIN
+    o_saved := false;
+    INSERT INTO {s}.leases AS l (session_id, fence, holder, expires_at)
+    VALUES (p_id, nextval('{s}.fences'), p_holder, now() + make_interval(secs => p_ttl))
+    ON CONFLICT (session_id) DO UPDATE SET fence = excluded.fence,
+        holder = excluded.holder, expires_at = excluded.expires_at
+    WHERE l.expires_at IS NULL OR l.expires_at <= now()
+    RETURNING l.fence INTO o_fence;
+    IF o_fence IS NULL THEN
+        SELECT l.holder, extract(epoch FROM l.expires_at - now())::float8
+        INTO o_holder, o_remaining FROM {s}.leases l WHERE l.session_id = p_id;
+        RETURN;
+    END IF;
+    SELECT s.revision INTO o_revision FROM {s}.sessions s WHERE s.id = p_id;
+    o_checkpoints := EXISTS (SELECT 1 FROM {s}.checkpoints c
+        WHERE split_part(c.turn_id, '.', 1) = p_id);
+    IF p_turn_id IS NOT NULL AND NOT o_checkpoints
+            AND o_revision IS NOT DISTINCT FROM p_revision THEN
+        INSERT INTO {s}.checkpoints (turn_id, body, updated_at)
+        VALUES (p_turn_id, ('{{"fence":' || o_fence || ',' || substr(p_body, 2))::json, now())
+        ON CONFLICT (turn_id) DO NOTHING;
+        o_saved := FOUND;
+    END IF;
+END
+$$"""
 
 #: ``(summary, statements)`` per version; ``{s}`` is the quoted schema name. Never edit an
 #: entry once released: add one (tests/fixtures/postgres-v1.sql pins version 1).
@@ -212,36 +244,7 @@ $$""",
             # is stored under p_turn_id with the new fence, in the same transaction: a turn
             # is then durable from the round trip that takes its lease. ON CONFLICT: a
             # checkpoint written meanwhile without a fence is left alone (not saved).
-            """CREATE FUNCTION {s}.acquire_saving(p_id text, p_holder text, p_ttl float8,
-    p_revision bigint, p_turn_id text, p_body text,
-    OUT o_fence bigint, OUT o_holder text, OUT o_remaining float8,
-    OUT o_revision bigint, OUT o_checkpoints boolean, OUT o_saved boolean)
-LANGUAGE plpgsql AS $$
-BEGIN
-    o_saved := false;
-    INSERT INTO {s}.leases AS l (session_id, fence, holder, expires_at)
-    VALUES (p_id, nextval('{s}.fences'), p_holder, now() + make_interval(secs => p_ttl))
-    ON CONFLICT (session_id) DO UPDATE SET fence = excluded.fence,
-        holder = excluded.holder, expires_at = excluded.expires_at
-    WHERE l.expires_at IS NULL OR l.expires_at <= now()
-    RETURNING l.fence INTO o_fence;
-    IF o_fence IS NULL THEN
-        SELECT l.holder, extract(epoch FROM l.expires_at - now())::float8
-        INTO o_holder, o_remaining FROM {s}.leases l WHERE l.session_id = p_id;
-        RETURN;
-    END IF;
-    SELECT s.revision INTO o_revision FROM {s}.sessions s WHERE s.id = p_id;
-    o_checkpoints := EXISTS (SELECT 1 FROM {s}.checkpoints c
-        WHERE split_part(c.turn_id, '.', 1) = p_id);
-    IF p_turn_id IS NOT NULL AND NOT o_checkpoints
-            AND o_revision IS NOT DISTINCT FROM p_revision THEN
-        INSERT INTO {s}.checkpoints (turn_id, body, updated_at)
-        VALUES (p_turn_id, ('{{"fence":' || o_fence || ',' || substr(p_body, 2))::json, now())
-        ON CONFLICT (turn_id) DO NOTHING;
-        o_saved := FOUND;
-    END IF;
-END
-$$""",
+            _ACQUIRE_SAVING_V3,
             # append (v2) with the messages as one JSON array (p_bodies), each element
             # stored as its own row, text unchanged: cheaper to send than an array of json.
             """CREATE FUNCTION {s}.append_turn(p_sid text, p_fence bigint, p_expected integer,
@@ -301,7 +304,7 @@ $$""",
         "4: sessions name the session they were forked from and the fork point",
         ("ALTER TABLE {s}.sessions ADD COLUMN parent text, ADD COLUMN fork_point integer",),
     ),
-    STATE_MIGRATION,
+    state_migration(_ACQUIRE_SAVING_V3),
     STATE_NUL_MIGRATION,
 )
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -9,7 +9,7 @@ keep that module short; ``{s}`` is the quoted schema name (``str.format``: brace
 
 from __future__ import annotations
 
-__all__ = ["STATE_MIGRATION", "STATE_NUL_MIGRATION"]
+__all__ = ["STATE_NUL_MIGRATION", "state_migration"]
 
 #: ``commit_turn`` as schema version 5 made it (version 6 reads the stored version otherwise).
 _COMMIT_TURN_V5 = """CREATE FUNCTION {s}.commit_turn(p_sid text, p_fence bigint, p_expected integer,
@@ -28,56 +28,32 @@ BEGIN
 END
 $$"""
 
-#: ``(summary, statements)`` of schema version 5.
-STATE_MIGRATION: tuple[str, tuple[str, ...]] = (
-    "5: a turn's state committed with its messages; a state record is no pending turn",
-    (
-        # A state record (a JSON object) with its "version" set to p_version, written last;
-        # its other fields kept in order and as they are (a sealed token, the state).
-        """CREATE FUNCTION {s}.state_versioned(p_body json, p_version bigint) RETURNS json
+
+def state_migration(acquire_saving_v3: str) -> tuple[str, tuple[str, ...]]:
+    """``(summary, statements)`` of schema version 5, from version 3's ``acquire_saving``."""
+    return (
+        "5: a turn's state committed with its messages; a state record is no pending turn",
+        (
+            # A state record (a JSON object) with its "version" set to p_version, written last;
+            # its other fields kept in order and as they are (a sealed token, the state).
+            """CREATE FUNCTION {s}.state_versioned(p_body json, p_version bigint) RETURNS json
 LANGUAGE sql IMMUTABLE AS $$
 SELECT ('{{' || coalesce(string_agg(to_json(e.k)::text || ':' || e.v::text, ',' ORDER BY e.n)
     || ',', '') || '"version":' || p_version || '}}')::json
 FROM json_each(p_body) WITH ORDINALITY AS e(k, v, n) WHERE e.k <> 'version'
 $$""",
-        # acquire_saving (v3), but a session's state record is not a checkpoint: a session
-        # with state and no unfinished turn still has its first checkpoint saved with the lease.
-        """CREATE OR REPLACE FUNCTION {s}.acquire_saving(p_id text, p_holder text, p_ttl float8,
-    p_revision bigint, p_turn_id text, p_body text,
-    OUT o_fence bigint, OUT o_holder text, OUT o_remaining float8,
-    OUT o_revision bigint, OUT o_checkpoints boolean, OUT o_saved boolean)
-LANGUAGE plpgsql AS $$
-BEGIN
-    o_saved := false;
-    INSERT INTO {s}.leases AS l (session_id, fence, holder, expires_at)
-    VALUES (p_id, nextval('{s}.fences'), p_holder, now() + make_interval(secs => p_ttl))
-    ON CONFLICT (session_id) DO UPDATE SET fence = excluded.fence,
-        holder = excluded.holder, expires_at = excluded.expires_at
-    WHERE l.expires_at IS NULL OR l.expires_at <= now()
-    RETURNING l.fence INTO o_fence;
-    IF o_fence IS NULL THEN
-        SELECT l.holder, extract(epoch FROM l.expires_at - now())::float8
-        INTO o_holder, o_remaining FROM {s}.leases l WHERE l.session_id = p_id;
-        RETURN;
-    END IF;
-    SELECT s.revision INTO o_revision FROM {s}.sessions s WHERE s.id = p_id;
-    o_checkpoints := EXISTS (SELECT 1 FROM {s}.checkpoints c
-        WHERE split_part(c.turn_id, '.', 1) = p_id AND c.turn_id <> p_id || '.state');
-    IF p_turn_id IS NOT NULL AND NOT o_checkpoints
-            AND o_revision IS NOT DISTINCT FROM p_revision THEN
-        INSERT INTO {s}.checkpoints (turn_id, body, updated_at)
-        VALUES (p_turn_id, ('{{"fence":' || o_fence || ',' || substr(p_body, 2))::json, now())
-        ON CONFLICT (turn_id) DO NOTHING;
-        o_saved := FOUND;
-    END IF;
-END
-$$""",
-        # append_turn (v3), then, if it wrote and p_state is given (the state record without
-        # its version), the session's state at the version after the stored one: a turn's
-        # messages and state land together, or neither does.
-        _COMMIT_TURN_V5,
-    ),
-)
+            # acquire_saving (v3), but a session's state record is not a checkpoint: a session
+            # with state and no unfinished turn still has its first checkpoint saved with the lease.
+            acquire_saving_v3.replace("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION").replace(
+                "= p_id);", "= p_id AND c.turn_id <> p_id || '.state');"
+            ),
+            # append_turn (v3), then, if it wrote and p_state is given (the state record without
+            # its version), the session's state at the version after the stored one: a turn's
+            # messages and state land together, or neither does.
+            _COMMIT_TURN_V5,
+        ),
+    )
+
 
 #: ``(summary, statements)`` of schema version 6. Version 5 read a state record's version with
 #: ``->>`` and rebuilt the record with ``json_each``: both parse the whole body and refuse a

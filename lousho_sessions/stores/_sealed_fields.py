@@ -12,9 +12,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from .._message_codec import _MESSAGE_FIELDS
 from ..errors import StoreCorruptError
 from ..serde import to_json
-from ..usage_totals import SUMMARY_KEY
+from ..usage_totals import SUMMARY_KEY, USAGE_FIELDS
 
 __all__ = [
     "APPROVAL_CLEAR",
@@ -105,28 +106,9 @@ def message_clear(data: Mapping[str, Any], text: str) -> str:
 
 
 #: The keys of a message's dict as the codec writes it (``serde.message_to_dict``).
-MESSAGE_KEYS = (
-    "role",
-    "content",
-    "tool_calls",
-    "tool_call_id",
-    "is_error",
-    "usage",
-    "created_at",
-    "id",
-    "metadata",
-)
+MESSAGE_KEYS = tuple(key for key in _MESSAGE_FIELDS if key != "extra")
 #: The keys a ``Usage`` is written with (numbers all).
-_USAGE_KEYS = frozenset(
-    {
-        "input_tokens",
-        "output_tokens",
-        "cost_usd",
-        "cache_read_tokens",
-        "cache_write_tokens",
-        "reasoning_tokens",
-    }
-)
+_USAGE_KEYS = frozenset(USAGE_FIELDS)
 _METADATA_END = ',"metadata":{}}'
 
 
