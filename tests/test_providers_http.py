@@ -409,7 +409,11 @@ def test_the_key_is_never_in_errors_reprs_or_logs(
 
 
 _JSON_VALUES = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(),
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(), inner, max_size=3),
     max_leaves=12,
 )
@@ -431,7 +435,8 @@ def test_request_bodies_refuse_what_json_cannot_carry() -> None:
     looped.append(looped)
     with pytest.raises(ValueError, match="Circular reference"):
         _dumps({"a": looped})
-    with pytest.raises(ValueError, match="Out of range float"):
-        _dumps([float("nan")])
+    for bad in (float("nan"), float("inf"), float("-inf")):
+        with pytest.raises(ValueError, match="Out of range float"):
+            _dumps([bad])
     with pytest.raises(TypeError, match="not JSON serializable"):
         _dumps({"a": object()})
