@@ -16,6 +16,7 @@ import binascii
 import json
 import json.scanner
 import math
+import threading
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
@@ -46,6 +47,7 @@ __all__ = [
     "decode_json_object",
     "dumps",
     "encode_json_object",
+    "known_valid",
     "loads",
     "message_from_dict",
     "message_json",
@@ -53,6 +55,7 @@ __all__ = [
     "messages_from_json",
     "messages_from_json_texts",
     "messages_to_json",
+    "remember_valid",
     "to_json",
 ]
 
@@ -267,9 +270,34 @@ def message_to_dict(message: Message) -> dict[str, Any]:
     return data
 
 
+#: how many messages ``remember_valid`` keeps (the oldest forgotten first)
+KNOWN_VALID_LIMIT = 64
+#: messages known to encode (``message_json`` made their text, or a store wrote them in a
+#: checkpoint it encoded with ``encode_json_object``), by identity: a message is frozen, so
+#: it stays valid; each is held, so its ``id`` is not reused while it is here
+_known_valid: dict[int, Message] = {}
+_known_lock = threading.Lock()
+
+
+def remember_valid(messages: Iterable[Message]) -> None:
+    """Note that ``messages`` encode as stored JSON (``message_json`` would not refuse them),
+    so that a store only checking them (the memory store) need not encode them again."""
+    with _known_lock:
+        for message in messages:
+            _known_valid[id(message)] = message
+        while len(_known_valid) > KNOWN_VALID_LIMIT:
+            del _known_valid[next(iter(_known_valid))]
+
+
+def known_valid(message: Message) -> bool:
+    """Whether ``message`` is one ``remember_valid`` noted (still held)."""
+    return _known_valid.get(id(message)) is message
+
+
 def message_json(message: Message) -> str:
     """One message as compact JSON text; ``ValueError`` naming the field for NaN, infinity
-    or nesting deeper than ``MAX_JSON_DEPTH`` (in ``metadata``, tool arguments, ``usage``)."""
+    or nesting deeper than ``MAX_JSON_DEPTH`` (in ``metadata``, tool arguments, ``usage``).
+    The message is noted as valid (``remember_valid``)."""
     what = f"message {message.id!r}"
     try:
         data = message_to_dict(message)
@@ -281,7 +309,9 @@ def message_json(message: Message) -> str:
         }
         check_json_value(fields, what=what)
         raise ValueError(f"{what}: nested too deeply to store") from exc
-    return to_json(data, what=what)
+    text = to_json(data, what=what)
+    remember_valid((message,))
+    return text
 
 
 def message_from_dict(data: Mapping[str, Any]) -> Message:

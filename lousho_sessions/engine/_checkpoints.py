@@ -25,7 +25,7 @@ import logging
 from typing import Any
 
 from ..errors import StoreCorruptError
-from ..serde import message_from_dict
+from ..serde import message_from_dict, remember_valid
 from ..stores.adapters import adapt_checkpoints
 from ..stores.base import BaseCheckpointStore, CheckpointStore
 from ._checkpoint_codec import turn_checkpoint, turn_result_dict
@@ -66,6 +66,8 @@ class TurnCheckpoints:
         self._record: dict[str, Any] = {}
         self._started: list[str] = []
         self._counter = 0
+        #: the store encodes what it saves as JSON: the messages saved are known valid
+        self._checks_json = bool(getattr(self.store, "checks_json", False))
 
     def save(self, state: TurnState) -> None:
         """Save the whole state (when durable, or paused), then drop the records it now holds."""
@@ -77,6 +79,9 @@ class TurnCheckpoints:
         )
         self._record_key, self._record, self._started = None, {}, []
         state.records.clear()
+        if self._checks_json:
+            remember_valid(state.new)
+            remember_valid(state.results.values())
 
     def keep(self, state: TurnState) -> None:
         """Save the whole state even when not durable (an aborted turn that stays pending:
@@ -94,6 +99,8 @@ class TurnCheckpoints:
         self._next_record(state)
         self._record[call_id] = turn_result_dict(state, call_id)
         self._write_record(state)
+        if self._checks_json:
+            remember_valid((state.results[call_id],))
 
     def save_started(self, state: TurnState, call_ids: list[str]) -> None:
         """Record that the calls ``call_ids`` begin (their intent), before they run."""

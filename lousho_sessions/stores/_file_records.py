@@ -53,6 +53,7 @@ class FileCheckpointStore(BaseCheckpointStore):
     A write given a ``fence`` checks it against the session's ``<dir>/<id>.fence``.
     """
 
+    checks_json = True  # saved through encode_json_object (the sealing's record_text)
     fenced_writes = True
 
     def __init__(self, dir: str | os.PathLike[str], *, encryption: EncryptionOption = None) -> None:

@@ -31,6 +31,8 @@ log = logging.getLogger("lousho_sessions.stores.postgres")
 class PostgresCheckpointStore(PgPart, BaseCheckpointStore):
     """The checkpoints of a ``PostgresStore``: one ``json`` row per turn id, kept unchanged."""
 
+    checks_json = True  # saved through encode_json_object (the sealing's record_text)
+
     def load(self, turn_id: str) -> dict[str, Any] | None:
         validate_turn_id(turn_id)
         rows = self.store.fetch(

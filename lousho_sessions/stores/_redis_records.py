@@ -64,6 +64,8 @@ class RedisCheckpointStore(_Part, BaseCheckpointStore):
     ``.``); otherwise it walks the checkpoint hashes with ``SCAN``.
     """
 
+    checks_json = True  # saved through encode_json_object (the sealing's record_text)
+
     def load(self, turn_id: str) -> dict[str, Any] | None:
         validate_turn_id(turn_id)
         sid = fence_session_id(turn_id)

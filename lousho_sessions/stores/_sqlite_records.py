@@ -55,6 +55,8 @@ class Part:
 class SqliteCheckpointStore(Part, BaseCheckpointStore):
     """The checkpoints of a ``SqliteStore``, as opaque JSON per turn id."""
 
+    checks_json = True  # saved through encode_json_object (the sealing's record_text)
+
     def load(self, turn_id: str) -> dict[str, Any] | None:
         validate_turn_id(turn_id)
         with self.store.connection() as conn:

@@ -43,7 +43,7 @@ import attrs
 
 from ..errors import SessionBusyError, StoreConflictError, StoreCorruptError
 from ..messages import Message, Usage
-from ..serde import decode_json_object, encode_json_object, message_json
+from ..serde import decode_json_object, encode_json_object, known_valid, message_json
 from ..usage_totals import transcript_usage
 from ._approval_records import approval_sort_key, check_approval_record, resolved_approval, shown
 from ._checks import (
@@ -91,6 +91,7 @@ __all__ = [
     "decode_json_object",
     "encode_json_object",
     "is_session_id",
+    "known_valid",
     "message_json",
     "older_than_seconds",
     "resolved_approval",
@@ -359,6 +360,10 @@ class BaseCheckpointStore(_Closeable, ABC):
     """
 
     fenced_writes: bool = False
+    #: ``save`` writes what ``encode_json_object`` makes of the checkpoint (so refuses what
+    #: it refuses): the engine then notes the messages in a saved checkpoint as valid
+    #: (``serde.remember_valid``) and the memory store does not encode them again
+    checks_json: bool = False
 
     @abstractmethod
     def load(self, turn_id: str) -> dict[str, Any] | None:

@@ -35,6 +35,7 @@ from .base import (
     SessionInfo,
     decode_json_object,
     encode_json_object,
+    known_valid,
     message_json,
     older_than_seconds,
     resolved_approval,
@@ -60,7 +61,8 @@ def _check_messages(id: str, messages: Sequence[Message]) -> list[Message]:
     for m in new:
         if not isinstance(m, Message):
             raise TypeError(f"session {id!r}: expected Message objects, got {type(m).__name__}")
-        message_json(m)
+        if not known_valid(m):  # a turn's messages were encoded in its checkpoints
+            message_json(m)
     return new
 
 
@@ -217,6 +219,8 @@ class MemoryCheckpointStore(BaseCheckpointStore):
 
     Writes check fences when given the session store's ``leases`` (``memory_store()`` does).
     """
+
+    checks_json = True  # saved through encode_json_object
 
     def __init__(self, *, leases: LocalLeases | None = None) -> None:
         self._leases = leases or LocalLeases()
