@@ -328,3 +328,40 @@ def test_splice_puts_the_array_in_the_body(
 ) -> None:
     encode = OpenAIProvider("gpt-x", api_key="k", base_url=URL)._http.encode
     assert json.loads(splice(encode, dict(body), "k", items, gaps=gaps)) == expected
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | texts,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(texts, inner, max_size=3),
+    max_leaves=6,
+)
+blocks = st.dictionaries(st.sampled_from(["type", "text", "id", "input", "extra"]), json_values)
+marks = st.sampled_from([{"type": "ephemeral"}, {"type": "ephemeral", "ttl": "1h"}])
+
+
+@settings(max_examples=300)
+@given(
+    content=st.lists(blocks, min_size=1, max_size=4),
+    marked=st.lists(st.integers(0, 3), max_size=3),
+    earlier=st.lists(st.integers(0, 3), max_size=1),
+    mark=marks,
+    after=st.booleans(),
+)
+def test_a_mark_spliced_into_a_turns_text_is_the_marked_turn_encoded(
+    content: list[dict[str, Any]], marked: list[int], earlier: list[int], mark: Any, after: bool
+) -> None:
+    """``marked_turn`` (the turn's text before ``mark_breakpoints``, the mark spliced in) gives
+    the bytes encoding the marked turn gives: on the last block, on others, on several, on
+    a block that had a mark already, and a turn with a member after ``content``."""
+    from lousho_sessions.providers._breakpoints import marked_turn
+
+    encode = AnthropicProvider("claude-x", api_key="k", base_url=URL)._http.encode
+    for index in earlier:  # a mark a block held before (from its ``extra``)
+        content[index % len(content)]["cache_control"] = {"type": "ephemeral"}
+    turn: dict[str, Any] = {"role": "user", "content": content}
+    if after:
+        turn["extra"] = 1
+    plain = encode(turn)
+    for index in marked:
+        content[index % len(content)]["cache_control"] = dict(mark)
+    assert marked_turn(turn, plain, encode) == encode(turn)

@@ -17,18 +17,20 @@ Marks never change what the model sees; the API allows four per request.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..messages import Message
 from .caching import CachePolicy
 
-__all__ = ["MAX_BREAKPOINTS", "mark_breakpoints"]
+__all__ = ["MAX_BREAKPOINTS", "mark_breakpoints", "marked_turn"]
 
 #: the most ``cache_control`` marks the Messages API accepts in one request
 MAX_BREAKPOINTS = 4
 #: block types the API does not let carry ``cache_control``
 _UNMARKABLE = frozenset({"thinking", "redacted_thinking"})
+#: the encoded ``cache_control`` marks (``marked_turn``), by their items
+_CONTROLS: dict[tuple[tuple[str, Any], ...], bytes] = {}
 
 
 def mark_breakpoints(
@@ -78,3 +80,33 @@ def _previous_call_end(
                     return ends[before]
             return None
     return None
+
+
+def marked_turn(turn: dict[str, Any], plain: bytes, encode: Callable[[Any], bytes]) -> bytes:
+    """``encode(turn)``, given ``plain``: its text before ``mark_breakpoints`` marked it.
+
+    A mark on the turn's last block (the usual place: the end of a message) is spliced
+    into ``plain`` where the encoder writes it (the block's last member, before the
+    closing ``}]}``); a turn marked elsewhere, or whose text held a mark already (from a
+    block's ``extra``), is encoded again."""
+    content = turn["content"]
+    marked = [block for block in content if "cache_control" in block]
+    if not marked:
+        return plain
+    last = content[-1]
+    if (
+        len(marked) == 1
+        and marked[0] is last
+        and len(last) > 1  # members before the mark: a comma goes before it
+        and next(reversed(turn)) == "content"
+        and next(reversed(last)) == "cache_control"
+        and plain.endswith(b"}]}")
+        and b'"cache_control"' not in plain
+    ):
+        control = last["cache_control"]
+        key = tuple(control.items())
+        text = _CONTROLS.get(key)
+        if text is None:  # a few kinds of mark: each encoded once
+            text = _CONTROLS[key] = encode(control)
+        return b'%s, "cache_control": %s}]}' % (plain[:-3], text)
+    return encode(turn)

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import ProviderError
 from ..messages import Message, Part, ReasoningPart, TextPart, ToolCall
 from ._body_memo import Memo, frame_of, join, opening
-from ._breakpoints import mark_breakpoints
+from ._breakpoints import mark_breakpoints, marked_turn
 from ._http_provider import HttpOptions, HttpProvider, Reply
 from ._reasoning import ReasoningBlock, replay_blocks
 from ._redact import Secret
@@ -157,8 +157,10 @@ class AnthropicProvider(HttpProvider):
             front = opening(encode, body, "messages")
         elif self.cache is not None:  # the frame's marks are in ``front``: the turns' now
             mark_breakpoints({"messages": turns}, tail, ends, self.cache)
-        sent = encode(turns)[1:-1]  # this call's turns, marked
-        data = join(front, [*head.turns, sent] if sent else [*head.turns])
+        # this call's turns, marked: the plain text with each mark spliced in
+        sent = b", ".join(
+            [marked_turn(t, text, encode) for t, text in zip(turns, plain, strict=True)]
+        )
         kept_firsts = head.memo.firsts[: len(head.turns)] if head.memo is not None else []
         memo = Memo(
             messages,
@@ -167,6 +169,7 @@ class AnthropicProvider(HttpProvider):
             system,
             (parts, front),
         )
+        data = join(front, [*head.turns, sent] if sent else [*head.turns])
         self._memos.keep(request.session_id, memo)
         return data
 
