@@ -24,7 +24,10 @@ For a benchmark timing the client, each request is stamped with ``time.perf_coun
 request line has been read (its first bytes arrived: before the server parses its
 headers, reads its body or works out its reply, which is the server's time, not the
 client's), and ``last_byte`` just before the rest of the reply, its last event and the
-end of the chunked body, leaves in one write.
+end of the chunked body, leaves in one write. With ``hold`` the server streams as a model
+does: the head and every event but the last go out at once, the last event and the
+body's end when ``hold`` seconds have passed since the request arrived (its
+``last_byte``), so a client reads the earlier events while it waits.
 """
 
 from __future__ import annotations
@@ -126,14 +129,14 @@ class _Handler(BaseHTTPRequestHandler):
         wire = "anthropic" if self.path.endswith("/messages") else "openai"
         served = owner._serve(wire, body, received)
         events = list(owner._events(wire, body, served.usage))
-        if owner.hold > 0:  # as a model takes its time; answered at once when the server stops
-            owner._stopping.wait(max(0.0, received + owner.hold - time.perf_counter()))
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
         for event in events[:-1]:
             self._chunk(event)
+        if owner.hold > 0:  # as a model streams: the last event comes when it is done
+            owner._stopping.wait(max(0.0, received + owner.hold - time.perf_counter()))
         last = b"%x\r\n%s\r\n0\r\n\r\n" % (len(events[-1]), events[-1])  # and the body's end
         served.last_byte = time.perf_counter()
         self.wfile.write(last)
@@ -189,9 +192,10 @@ class CacheServer:
     tool_name: str = "search"
     min_tokens: int = 1024  #: Anthropic's smallest cacheable prefix (Sonnet, Opus 4/4.1)
     reply: Reply | None = None
-    #: seconds from a request's arrival to its answer's first byte, at the least (0: as soon
-    #: as the answer is worked out): a benchmark's client then waits as long at any
-    #: transcript length, as it waits for a real model
+    #: seconds from a request's arrival to its answer's last event, at the least (0: the
+    #: whole answer as soon as it is worked out); the events before it go out at once: a
+    #: benchmark's client then waits as long at any transcript length, as it waits for a
+    #: real model streaming its answer
     hold: float = 0.0
     served: list[Served] = field(default_factory=list)
     #: bodies their vendor's published request type refuses (tests/wire_types.py): leaving
