@@ -12,7 +12,10 @@ fails at once, libpq marks the connection broken, the statement raises and the
 pool replaces the connection. ``cut_all()`` does the same for every registered
 statement (``close()``). The thread sleeps until the nearest deadline it saw (a
 statement that returned is not looked at until then), so statements one after
-another wake it about once a bound, not once each.
+another wake it about once a bound, not once each; with nothing watched it looks again
+after ``IDLE_LOOK`` seconds, so that a statement registered meanwhile with a later
+deadline need not wake it (when the thread is slow to run, each short statement would
+have returned before it looked, and every next one would have woken it).
 
 ``idle_connection_dead`` tells, with no round trip, whether the server closed a
 pooled connection while it sat idle (``idle_session_timeout``, a restart, a
@@ -36,6 +39,9 @@ from psycopg import pq
 __all__ = ["Watchdog", "idle_connection_dead"]
 
 log = logging.getLogger("lousho_sessions.stores.postgres")
+
+#: seconds the thread sleeps with no statement watched before it looks again
+IDLE_LOOK = 1.0
 
 _OK = pq.ConnStatus.OK
 
@@ -71,7 +77,7 @@ class Watchdog:
         self._thread: threading.Thread | None = None
         self._pid = os.getpid()
         self._stopped = False
-        #: when the sleeping thread wakes next by itself (inf: only when told)
+        #: when the sleeping thread wakes next by itself (0.0: it is awake or starting)
         self._wake_at = float("inf")
 
     def watch(self, conn: Any, seconds: float | None) -> int | None:
@@ -87,6 +93,7 @@ class Watchdog:
             self._watches[ticket] = (conn.pgconn.socket, deadline)
             if self._thread is None and not self._stopped:
                 self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
+                self._wake_at = 0.0  # it looks at every watch once it runs
                 self._thread.start()
             elif deadline < self._wake_at:
                 self._cond.notify_all()
@@ -119,8 +126,8 @@ class Watchdog:
                     )
                     _cut(self._watches.pop(ticket)[0])  # under the lock: it cannot return now
                 nearest = min((deadline for _, deadline in self._watches.values()), default=None)
-                self._wake_at = float("inf") if nearest is None else nearest
-                self._cond.wait(None if nearest is None else max(nearest - now, 0.001))
+                self._wake_at = now + IDLE_LOOK if nearest is None else nearest
+                self._cond.wait(max(self._wake_at - now, 0.001))
                 self._wake_at = 0.0  # awake: it looks at every watch before sleeping again
 
 
