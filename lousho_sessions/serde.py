@@ -272,8 +272,8 @@ def message_to_dict(message: Message) -> dict[str, Any]:
 
 #: how many messages ``remember_valid`` keeps (the oldest forgotten first)
 KNOWN_VALID_LIMIT = 64
-#: messages known to encode (``message_json`` made their text, or a store wrote them in a
-#: checkpoint it encoded with ``encode_json_object``), by identity: a message is frozen, so
+#: messages known to encode (a store wrote them in a checkpoint it encoded with
+#: ``encode_json_object``), by identity: a message is frozen, so
 #: it stays valid; each is held, so its ``id`` is not reused while it is here
 _known_valid: dict[int, Message] = {}
 _known_lock = threading.Lock()
@@ -296,8 +296,7 @@ def known_valid(message: Message) -> bool:
 
 def message_json(message: Message) -> str:
     """One message as compact JSON text; ``ValueError`` naming the field for NaN, infinity
-    or nesting deeper than ``MAX_JSON_DEPTH`` (in ``metadata``, tool arguments, ``usage``).
-    The message is noted as valid (``remember_valid``)."""
+    or nesting deeper than ``MAX_JSON_DEPTH`` (in ``metadata``, tool arguments, ``usage``)."""
     what = f"message {message.id!r}"
     try:
         data = message_to_dict(message)
@@ -309,9 +308,7 @@ def message_json(message: Message) -> str:
         }
         check_json_value(fields, what=what)
         raise ValueError(f"{what}: nested too deeply to store") from exc
-    text = to_json(data, what=what)
-    remember_valid((message,))
-    return text
+    return to_json(data, what=what)
 
 
 def message_from_dict(data: Mapping[str, Any]) -> Message:

@@ -67,7 +67,7 @@ class TurnCheckpoints:
         self._started: list[str] = []
         self._counter = 0
         #: the store encodes what it saves as JSON: the messages saved are known valid
-        self._checks_json = bool(getattr(self.store, "checks_json", False))
+        self._checks_json = self.store.checks_json
 
     def save(self, state: TurnState) -> None:
         """Save the whole state (when durable, or paused), then drop the records it now holds."""
