@@ -25,6 +25,7 @@ import attrs
 import cattrs
 from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn
 
+from ._kept_json import EncodedObject, keep_text, kept_text
 from ._message_codec import LoadCache, message_dict, message_from_canonical
 from .errors import DecryptionError, StoreCorruptError
 from .messages import (
@@ -47,6 +48,7 @@ __all__ = [
     "decode_json_object",
     "dumps",
     "encode_json_object",
+    "kept_message_json",
     "known_valid",
     "loads",
     "message_from_dict",
@@ -101,7 +103,9 @@ def _path(path: tuple[object, ...]) -> str:
 def to_json(value: Any, *, what: str) -> str:
     """Compact JSON text for plain data. ``ValueError`` naming the field for NaN, infinity or
     nesting deeper than ``MAX_JSON_DEPTH``; ``TypeError`` naming ``what`` for a value JSON
-    cannot hold."""
+    cannot hold. An ``EncodedObject`` whose text is made: that text."""
+    if type(value) is EncodedObject and value.text is not None:
+        return value.text
     try:
         text = _ENCODER.encode(value)
     except (ValueError, RecursionError) as exc:
@@ -290,13 +294,34 @@ def remember_valid(messages: Iterable[Message]) -> None:
 
 
 def known_valid(message: Message) -> bool:
-    """Whether ``message`` is one ``remember_valid`` noted (still held)."""
-    return _known_valid.get(id(message)) is message
+    """Whether ``message`` is one ``remember_valid`` noted, or its text is kept (still held)."""
+    return _known_valid.get(id(message)) is message or kept_text(message) is not None
+
+
+#: how deep a record nests a message it holds (a checkpoint's ``results``, a result record's):
+#: a message kept with fewer brackets than the limit less this is spliced in unchecked
+SPLICE_DEPTH = 4
+
+
+def kept_message_json(message: Message, data: Mapping[str, Any]) -> str | None:
+    """``message_json(message)`` made from ``data`` (its ``message_to_dict``) and kept (see
+    ``_kept_json``), so the turn's next checkpoint and its commit use it again; ``None`` when
+    it nests so deep that a record holding it must be encoded whole to be checked."""
+    kept = kept_text(message)
+    if kept is None:
+        text = to_json(data, what=f"message {message.id!r}")
+        shallow = text.count("{") + text.count("[") < MAX_JSON_DEPTH - SPLICE_DEPTH
+        kept = keep_text(message, text, shallow)
+    return kept[1] if kept[2] else None
 
 
 def message_json(message: Message) -> str:
     """One message as compact JSON text; ``ValueError`` naming the field for NaN, infinity
-    or nesting deeper than ``MAX_JSON_DEPTH`` (in ``metadata``, tool arguments, ``usage``)."""
+    or nesting deeper than ``MAX_JSON_DEPTH`` (in ``metadata``, tool arguments, ``usage``).
+    The text a turn's checkpoint made of it, if that is kept."""
+    kept = kept_text(message)
+    if kept is not None:
+        return kept[1]
     what = f"message {message.id!r}"
     try:
         data = message_to_dict(message)

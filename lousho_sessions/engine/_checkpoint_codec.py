@@ -7,19 +7,26 @@ lives here rather than in ``serde``; importing this module registers ``TurnState
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import attrs
 from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
 
+from .._kept_json import EncodedObject
 from .._message_codec import usage_dict
 from ..errors import SchemaVersionError, StoreCorruptError
 from ..messages import Message, Usage
-from ..serde import _describe, converter, message_to_dict
+from ..serde import _describe, converter, kept_message_json, message_to_dict, to_json
 from ._turn_state import CHECKPOINT_FORMAT, CHECKPOINT_VERSION, TurnState, now_iso
 
-__all__ = ["turn_checkpoint", "turn_result_dict", "turn_state_from_checkpoint"]
+__all__ = [
+    "splice_object",
+    "turn_checkpoint",
+    "turn_result_dict",
+    "turn_result_text",
+    "turn_state_from_checkpoint",
+]
 
 #: Checkpoint keys that are not ``TurnState`` fields: written, checked, not kept.
 _CHECKPOINT_KEYS = frozenset({"format", "version", "updated_at"})
@@ -70,21 +77,66 @@ _turn_fields_structure = make_dict_structure_fn(
 )
 
 
-def turn_checkpoint(state: TurnState) -> dict[str, Any]:
+def turn_checkpoint(state: TurnState, *, encoded: bool = False) -> dict[str, Any]:
     """The checkpoint of ``state``: a JSON-able dict (``format``, ``version``, its fields).
 
     ``history`` is left out (the session store holds it); fields a newer release wrote
     (``state.extra``) are written back. Each message is converted once and the dict
     kept in ``state.message_dicts``, so saving again costs only the new messages' work.
+    ``encoded`` (for a store that encodes with ``serde.to_json``): an ``EncodedObject``
+    whose text is made of the fields' and each message's kept text (``kept_message_json``),
+    so a message is encoded once however often it is saved.
     """
     data: dict[str, Any] = {"format": CHECKPOINT_FORMAT, "version": CHECKPOINT_VERSION}
     data.update(_turn_fields(state))
+    head = None
+    if encoded and not state.extra:
+        head = to_json(data, what=f"checkpoint {state.turn_id!r}")
     data["new"] = [_cached_dict(state, m) for m in state.new]
     data["results"] = {k: _cached_dict(state, m) for k, m in state.results.items()}
     data["updated_at"] = now_iso()
+    if head is not None:
+        new = _texts(state, state.new)
+        results = _texts(state, state.results.values())
+        if new is not None and results is not None:
+            spliced = splice_object(zip(state.results, results, strict=True))
+            if spliced is not None:
+                text = (
+                    f'{head[:-1]},"new":[{",".join(new)}],"results":{spliced},'
+                    f'"updated_at":"{data["updated_at"]}"}}'
+                )
+                return EncodedObject(data, text)
     for key, value in state.extra.items():
         data.setdefault(key, value)
     return data
+
+
+def splice_object(items: Iterable[tuple[Any, str]]) -> str | None:
+    """The JSON object of ``items``, each a key and its value's JSON text (``None`` if a key
+    is not a string)."""
+    parts = []
+    for key, text in items:
+        if type(key) is not str:
+            return None
+        parts.append(f"{to_json(key, what='a key')}:{text}")
+    return "{" + ",".join(parts) + "}"
+
+
+def _texts(state: TurnState, messages: Iterable[Message]) -> list[str] | None:
+    """Each message's kept text; ``None`` if one must be checked in its record."""
+    out = []
+    for message in messages:
+        text = kept_message_json(message, _cached_dict(state, message))
+        if text is None:
+            return None
+        out.append(text)
+    return out
+
+
+def turn_result_text(state: TurnState, call_id: str) -> str | None:
+    """The kept text of ``call_id``'s recorded result (``None``: check the record whole)."""
+    message = state.results[call_id]
+    return kept_message_json(message, _cached_dict(state, message))
 
 
 def turn_result_dict(state: TurnState, call_id: str) -> dict[str, Any]:

@@ -24,11 +24,12 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from .._kept_json import EncodedObject
 from ..errors import StoreCorruptError
-from ..serde import message_from_dict, remember_valid
+from ..serde import message_from_dict, remember_valid, to_json
 from ..stores.adapters import adapt_checkpoints
 from ..stores.base import BaseCheckpointStore, CheckpointStore
-from ._checkpoint_codec import turn_checkpoint, turn_result_dict
+from ._checkpoint_codec import splice_object, turn_checkpoint, turn_result_dict, turn_result_text
 from ._turn_state import TurnState
 
 __all__ = ["RESULTS_PER_RECORD", "TurnCheckpoints"]
@@ -64,6 +65,8 @@ class TurnCheckpoints:
         self.input_saved = input_saved
         self._record_key: str | None = None
         self._record: dict[str, Any] = {}
+        #: the record's results' kept texts (``None`` for one to check in the record)
+        self._texts: dict[str, str | None] = {}
         self._started: list[str] = []
         self._counter = 0
         #: the store encodes what it saves as JSON: the messages saved are known valid
@@ -75,9 +78,12 @@ class TurnCheckpoints:
             return
         state.fence = self.fence
         self.store.save_and_delete(
-            state.turn_id or "", turn_checkpoint(state), list(state.records), fence=self.fence
+            state.turn_id or "",
+            turn_checkpoint(state, encoded=self._checks_json),
+            list(state.records),
+            fence=self.fence,
         )
-        self._record_key, self._record, self._started = None, {}, []
+        self._record_key, self._record, self._started, self._texts = None, {}, [], {}
         state.records.clear()
         if self._checks_json:
             remember_valid(state.new)
@@ -98,6 +104,8 @@ class TurnCheckpoints:
             return
         self._next_record(state)
         self._record[call_id] = turn_result_dict(state, call_id)
+        if self._checks_json:
+            self._texts[call_id] = turn_result_text(state, call_id)
         self._write_record(state)
         if self._checks_json:
             remember_valid((state.results[call_id],))
@@ -114,24 +122,35 @@ class TurnCheckpoints:
         if self._record_key is None or len(self._record) >= RESULTS_PER_RECORD:
             self._counter += 1
             self._record_key = f"{state.turn_id}-r{state.steps}-{self._counter}"
-            self._record, self._started = {}, []
+            self._record, self._started, self._texts = {}, [], {}
             state.records.append(self._record_key)
 
     def _write_record(self, state: TurnState) -> None:
         assert self._record_key is not None
+        record = {"format": RECORD_FORMAT, "version": 1, "run_id": state.run_id,
+                  "step": state.steps}  # fmt: skip
+        rest = {**({"started": self._started} if self._started else {}), **tool_state(state)}
+        text = self._record_text(record, rest) if self._checks_json else None
+        record["results"] = self._record
+        record.update(rest)
         self.store.save(
             self._record_key,
-            {
-                "format": RECORD_FORMAT,
-                "version": 1,
-                "run_id": state.run_id,
-                "step": state.steps,
-                "results": self._record,
-                **({"started": self._started} if self._started else {}),
-                **tool_state(state),
-            },
+            record if text is None else EncodedObject(record, text),
             fence=self.fence,
         )
+
+    def _record_text(self, record: dict[str, Any], rest: dict[str, Any]) -> str | None:
+        """The result record's text, the results' kept texts spliced in; ``None``: encode it."""
+        texts = [(key, self._texts.get(key)) for key in self._record]
+        if any(text is None for _, text in texts):
+            return None
+        results = splice_object(texts)  # type: ignore[arg-type]
+        if results is None:
+            return None
+        what = f"checkpoint {self._record_key!r}"
+        head = to_json(record, what=what)[:-1]
+        tail = to_json(rest, what=what)[1:] if rest else "}"
+        return f'{head},"results":{results}{"," if rest else ""}{tail}'
 
     def merge_records(self, state: TurnState) -> None:
         """Add the results saved in records of ``state``'s current step (after a crash)."""
