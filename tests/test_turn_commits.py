@@ -162,9 +162,9 @@ def test_a_store_that_saves_no_start_gets_no_turn_built_before_its_lease(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Only a store that declares ``saves_start_checkpoint`` is offered the turn's first
-    checkpoint; on SQLite (it saves none with the lease) a turn builds its state once."""
+    checkpoint; on a file store (it saves none with the lease) a turn builds its state once."""
     from lousho_sessions.engine._turn import TurnState
-    from lousho_sessions.sqlite import SqliteStore
+    from lousho_sessions.stores.files import file_store
 
     built = 0
     start = TurnState.start
@@ -175,7 +175,7 @@ def test_a_store_that_saves_no_start_gets_no_turn_built_before_its_lease(
         return start(*args, **kwargs)
 
     monkeypatch.setattr(TurnState, "start", counting)
-    store = SqliteStore(tmp_path / "a.db")
+    store = file_store(tmp_path / "a")
     agent = create_agent(provider=FunctionProvider(lambda r: "answer"), store=store)
     session = agent.session("s1")
     session.send("first")  # reads the transcript
@@ -183,7 +183,6 @@ def test_a_store_that_saves_no_start_gets_no_turn_built_before_its_lease(
     for n in range(3):
         assert session.send(f"q{n}").text == "answer"
     agent.close()
-    store.close()
     assert built == 3
 
 

@@ -45,7 +45,7 @@ from ._sqlite_records import (
 )
 from ._sqlite_turns import RECORD_FENCE
 from ._state_requests import commit_text, state_key, with_version
-from ._turn_requests import CommitTurn, ReadAhead, TakenTurn, TakeTurn
+from ._turn_requests import CommitTurn, ReadAhead, TakenTurn, TakeTurn, start_body
 from .base import (
     BaseSessionStore,
     LockScope,
@@ -171,6 +171,7 @@ class SqliteSessionStore(Part, BaseSessionStore):
     commits_state = True
     forks_state = True
     prunes_state = True
+    saves_start_checkpoint = True  # in the transaction that reads what the turn starts from
 
     def __init__(self, store: SqliteStore) -> None:
         super().__init__(store)
@@ -350,17 +351,48 @@ class SqliteSessionStore(Part, BaseSessionStore):
         ahead = ReadAhead(self, request)
         while_waiting = ahead if request.held_length is not None else None
         lease = self.store.turn_lock(id, timeout=request.timeout, while_waiting=while_waiting)
+        here = request.checkpoints
+        ours = isinstance(here, SqliteCheckpointStore) and here.store is self.store
+        saved = False
         try:
-            with self.store.connection() as conn:
-                revision, pending = conn.execute(
-                    _AT_START, (id, f"{id}.", f"{id}/", state_key(id))
-                ).fetchone()
+            text = self._start_text(request, lease) if ours else None
+            if text is None:
+                with self.store.connection() as conn:
+                    revision, pending = conn.execute(
+                        _AT_START, (id, f"{id}.", f"{id}/", state_key(id))
+                    ).fetchone()
+            else:  # the first checkpoint too, if the session is as the turn was built on
+                assert request.checkpoint is not None and lease.fence is not None
+                with self.store.transaction() as conn:
+                    revision, pending = conn.execute(
+                        _AT_START, (id, f"{id}.", f"{id}/", state_key(id))
+                    ).fetchone()
+                    if not pending and revision == request.held_revision:
+                        self.store.check_fence(conn, id, lease.fence)
+                        text = f'{{"fence":{lease.fence},{text[1:]}'
+                        conn.execute(
+                            SAVE_CHECKPOINT, (request.checkpoint.turn_id, text, time.time())
+                        )
+                        saved = True
         except BaseException:
             lease.release()
             raise
-        here = request.checkpoints
-        empty = not pending and isinstance(here, SqliteCheckpointStore) and here.store is self.store
-        return ahead.taken(lease, None if revision is None else int(revision), no_checkpoints=empty)
+        return ahead.taken(
+            lease,
+            None if revision is None else int(revision),
+            no_checkpoints=not pending and ours,
+            saved_checkpoint=saved,
+        )
+
+    def _start_text(self, request: TakeTurn, lease: Lease) -> str | None:
+        """The offered first checkpoint's text without its fence (``start_body``), to save
+        with the lease; ``None``: not one to save (nor with an encrypting store)."""
+        held = request.held_revision
+        if self.store.sealing.encryption is not None or lease.fence is None:
+            return None
+        if not (held is None or type(held) is int):
+            return None
+        return start_body(request)
 
     def take_over(self, id: str) -> int:
         """A fence newer than the holder's, recorded in the ``leases`` row (the holder's
