@@ -106,6 +106,11 @@ def to_json(value: Any, *, what: str) -> str:
     cannot hold. An ``EncodedObject`` whose text is made: that text."""
     if type(value) is EncodedObject and value.text is not None:
         return value.text
+    return _checked_json(value, what)[0]
+
+
+def _checked_json(value: Any, what: str) -> tuple[str, int]:
+    """``to_json``'s text of ``value`` and how many brackets open in it."""
     try:
         text = _ENCODER.encode(value)
     except (ValueError, RecursionError) as exc:
@@ -114,9 +119,10 @@ def to_json(value: Any, *, what: str) -> str:
     except TypeError as exc:
         raise TypeError(f"{what}: not JSON-serialisable: {exc}") from exc
     # Nesting depth is at most the number of brackets: only a text with many is walked.
-    if text.count("{") + text.count("[") >= MAX_JSON_DEPTH:
+    brackets = text.count("{") + text.count("[")
+    if brackets >= MAX_JSON_DEPTH:
         check_json_value(value, what=what)
-    return text
+    return text, brackets
 
 
 def _plain(value: Any) -> Any:
@@ -309,9 +315,8 @@ def kept_message_json(message: Message, data: Mapping[str, Any]) -> str | None:
     it nests so deep that a record holding it must be encoded whole to be checked."""
     kept = kept_text(message)
     if kept is None:
-        text = to_json(data, what=f"message {message.id!r}")
-        shallow = text.count("{") + text.count("[") < MAX_JSON_DEPTH - SPLICE_DEPTH
-        kept = keep_text(message, text, shallow)
+        text, brackets = _checked_json(data, f"message {message.id!r}")
+        kept = keep_text(message, text, brackets < MAX_JSON_DEPTH - SPLICE_DEPTH)
     return kept[1] if kept[2] else None
 
 

@@ -39,7 +39,7 @@ FACE = {
     "_session_state",
 }
 #: Every flat private module sits in a layer; the rest of the engine is in ``engine/``.
-FLAT_PRIVATE = {"_message_codec", "_recover", "_session_history", "_session_state"}
+FLAT_PRIVATE = {"_kept_json", "_message_codec", "_recover", "_session_history", "_session_state"}
 
 
 def module_name(path: Path) -> str:

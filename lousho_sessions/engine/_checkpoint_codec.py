@@ -77,7 +77,9 @@ _turn_fields_structure = make_dict_structure_fn(
 )
 
 
-def turn_checkpoint(state: TurnState, *, encoded: bool = False) -> dict[str, Any]:
+def turn_checkpoint(
+    state: TurnState, *, encoded: bool = False, fence: bool = True
+) -> dict[str, Any]:
     """The checkpoint of ``state``: a JSON-able dict (``format``, ``version``, its fields).
 
     ``history`` is left out (the session store holds it); fields a newer release wrote
@@ -85,10 +87,13 @@ def turn_checkpoint(state: TurnState, *, encoded: bool = False) -> dict[str, Any
     kept in ``state.message_dicts``, so saving again costs only the new messages' work.
     ``encoded`` (for a store that encodes with ``serde.to_json``): an ``EncodedObject``
     whose text is made of the fields' and each message's kept text (``kept_message_json``),
-    so a message is encoded once however often it is saved.
+    so a message is encoded once however often it is saved. ``fence=False``: without the
+    ``"fence"`` field (a first checkpoint the store saves with the lease's fence).
     """
     data: dict[str, Any] = {"format": CHECKPOINT_FORMAT, "version": CHECKPOINT_VERSION}
     data.update(_turn_fields(state))
+    if not fence:
+        del data["fence"]
     head = None
     if encoded and not state.extra:
         head = to_json(data, what=f"checkpoint {state.turn_id!r}")

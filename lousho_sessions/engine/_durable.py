@@ -171,7 +171,13 @@ class SessionTurns:
             turn_id=turn.turn_id,
             run_id=run_id,
         )
-        return Offer(turn, state, StartCheckpoint(turn.turn_id, lambda: turn_checkpoint(state)))
+        return Offer(
+            turn,
+            state,
+            StartCheckpoint(
+                turn.turn_id, lambda: turn_checkpoint(state, encoded=True, fence=False)
+            ),
+        )
 
     def plan(self, taken: TakenTurn, offer: Offer | None = None) -> TurnPlan:
         """What the turn starts from, from what the store answered with the lease."""

@@ -187,7 +187,9 @@ class HttpStream:
         while True:
             sock = self._scope.current
             if sock is not None:
-                sock.settimeout(timeout())
+                wait = timeout()
+                if sock.gettimeout() != wait:  # setting it is a system call
+                    sock.settimeout(wait)
             chunk = next(body, None)
             if chunk is None:
                 return

@@ -27,6 +27,7 @@ from typing import Any
 
 import attrs
 
+from .._kept_json import EncodedObject
 from ..errors import StoreError
 from ..messages import Message
 from ..serde import encode_json_object
@@ -153,8 +154,10 @@ def start_body(request: TakeTurn, sealing: Sealing | None = None) -> str | None:
     try:
         if fence_session_id(validate_turn_id(start.turn_id)) != request.id:
             return None
-        data = dict(start.build())
-        data.pop("fence", None)  # the store writes the lease's
+        data = start.build()
+        if "fence" in data or type(data) is not EncodedObject:
+            data = dict(data)  # (an ``EncodedObject`` without it keeps its text)
+            data.pop("fence", None)  # the store writes the lease's
         what = f"checkpoint {start.turn_id!r}"
         if not data:
             return None  # an empty checkpoint is not one to save with the lease
