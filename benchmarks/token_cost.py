@@ -21,10 +21,13 @@
    request arrived, as a real model takes at least that long. The second is the fair
    comparison of the two lengths and the one a user sees: the client reads the earlier
    events while the model works, and after a wait its code runs from cold caches,
-   whatever the transcript's length. Each time is given twice: by the server's stamps
-   (the request's first line read, the answer's last write; they include both processes'
-   wake-ups) and by the client socket's (the request's last byte sent, the answer's last
-   byte read: what the target names).
+   whatever the transcript's length. Each time is given three ways: by the server's
+   stamps (the request's first line read, the answer's last write; they include both
+   processes' wake-ups), by the client socket's (the request's last byte sent, the
+   answer's last byte read: what the target names; on a 2-CPU machine a send can wait
+   while the server it woke runs on the client's CPU, so these include some of the
+   server's time) and as our process's CPU time (every thread's) over the client
+   socket's spans: our own work, cache misses included, without anyone else's.
 
 Run: ``python benchmarks/token_cost.py`` (``--turns N`` for a shorter cache run).
 """
