@@ -18,7 +18,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_serde import MESSAGES, TURN_STATES
 
-from lousho_sessions import Message, ModelRequest, ToolCall, create_agent, memory_store, serde, tool
+from lousho_sessions import (
+    Message,
+    ModelRequest,
+    ToolCall,
+    create_agent,
+    file_store,
+    memory_store,
+    serde,
+    tool,
+)
 from lousho_sessions._kept_json import KEPT_LIMIT, EncodedObject
 from lousho_sessions.engine._checkpoint_codec import turn_checkpoint
 from lousho_sessions.engine._checkpoints import TurnCheckpoints
@@ -49,7 +58,8 @@ def test_a_checkpoints_text_is_what_encoding_it_gives(state: TurnState, no_extra
 def test_a_result_records_text_is_what_encoding_it_gives(
     results: list[Message], with_state: bool
 ) -> None:
-    store = MemoryCheckpointStore()
+    db = SqliteStore(":memory:")
+    store = db.checkpoints
     saved: list[Any] = []
     real = store.save
 
@@ -71,6 +81,7 @@ def test_a_result_records_text_is_what_encoding_it_gives(
         assert record.text == serde._ENCODER.encode(dict(record))
         assert json.loads(record.text)["results"].keys() == {f"call-{i}" for i in range(n + 1)}
     assert store.load(checkpoints._record_key or "") == json.loads(saved[-1].text)
+    db.close()
 
 
 def test_changing_an_encoded_object_drops_its_text() -> None:
@@ -148,13 +159,19 @@ def tool_then_answer(request: ModelRequest, n: int) -> Message:
     return Message.assistant("the final answer")
 
 
-@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+@pytest.mark.parametrize("kind", ["sqlite", "files", "memory"])
 def test_a_turn_encodes_each_message_once(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, kind: str
 ) -> None:
     """Its input is in both checkpoints and the transcript, the tool's answer in its result
-    record and the transcript: each text is made once and spliced in after that."""
-    store: Any = memory_store() if kind == "memory" else SqliteStore(tmp_path / "s.db")
+    record and the transcript: each text is made once and spliced in after that. The memory
+    stores splice nothing: the session store keeps the messages (encoding none a checkpoint
+    held) and a checkpoint is encoded whole, its input in each."""
+    store: Any = {
+        "sqlite": lambda: SqliteStore(tmp_path / "s.db"),
+        "files": lambda: file_store(tmp_path / "f"),
+        "memory": memory_store,
+    }[kind]()
     agent = create_agent(provider=scripted(tool_then_answer), tools=[lookup], store=store)
     session = agent.session("s")
     made: list[str] = []
@@ -170,7 +187,7 @@ def test_a_turn_encodes_each_message_once(
     result = session.send("the unique question")
     assert result.finish_reason == "stop"
     everything = "\n".join(made)
-    assert everything.count("the unique question") == 1
+    assert everything.count("the unique question") == (2 if kind == "memory" else 1)
     assert everything.count("the tool's own answer zq") == 1
     assert everything.count("the final answer") == 1
     assert [m.text for m in session.load()][::3] == ["the unique question", "the final answer"]

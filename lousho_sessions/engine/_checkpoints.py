@@ -29,6 +29,7 @@ from ..errors import StoreCorruptError
 from ..serde import message_from_dict, remember_valid, to_json
 from ..stores.adapters import adapt_checkpoints
 from ..stores.base import BaseCheckpointStore, CheckpointStore
+from ..stores.memory import MemoryCheckpointStore
 from ._checkpoint_codec import splice_object, turn_checkpoint, turn_result_dict, turn_result_text
 from ._turn_state import TurnState
 
@@ -71,6 +72,10 @@ class TurnCheckpoints:
         self._counter = 0
         #: the store encodes what it saves as JSON: the messages saved are known valid
         self._checks_json = self.store.checks_json
+        #: build what it saves from the messages' kept texts, for the commit to use again
+        #: (not in memory: the memory session store keeps the messages, encoding none of
+        #: those a checkpoint held, and the memory checkpoint store encodes a dict in one go)
+        self._splice = self._checks_json and not isinstance(self.store, MemoryCheckpointStore)
 
     def save(self, state: TurnState) -> None:
         """Save the whole state (when durable, or paused), then drop the records it now holds."""
@@ -79,7 +84,7 @@ class TurnCheckpoints:
         state.fence = self.fence
         self.store.save_and_delete(
             state.turn_id or "",
-            turn_checkpoint(state, encoded=self._checks_json),
+            turn_checkpoint(state, encoded=self._splice),
             list(state.records),
             fence=self.fence,
         )
@@ -104,7 +109,7 @@ class TurnCheckpoints:
             return
         self._next_record(state)
         self._record[call_id] = turn_result_dict(state, call_id)
-        if self._checks_json:
+        if self._splice:
             self._texts[call_id] = turn_result_text(state, call_id)
         self._write_record(state)
         if self._checks_json:
@@ -130,7 +135,7 @@ class TurnCheckpoints:
         record = {"format": RECORD_FORMAT, "version": 1, "run_id": state.run_id,
                   "step": state.steps}  # fmt: skip
         rest = {**({"started": self._started} if self._started else {}), **tool_state(state)}
-        text = self._record_text(record, rest) if self._checks_json else None
+        text = self._record_text(record, rest) if self._splice else None
         record["results"] = self._record
         record.update(rest)
         self.store.save(
