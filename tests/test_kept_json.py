@@ -167,11 +167,13 @@ def test_a_turn_encodes_each_message_once(
     record and the transcript: each text is made once and spliced in after that. The memory
     stores splice nothing: the session store keeps the messages (encoding none a checkpoint
     held) and a checkpoint is encoded whole, its input in each."""
-    store: Any = {
-        "sqlite": lambda: SqliteStore(tmp_path / "s.db"),
-        "files": lambda: file_store(tmp_path / "f"),
-        "memory": memory_store,
-    }[kind]()
+    store: Any
+    if kind == "sqlite":
+        store = SqliteStore(tmp_path / "s.db")
+    elif kind == "files":
+        store = file_store(tmp_path / "f")
+    else:
+        store = memory_store()
     agent = create_agent(provider=scripted(tool_then_answer), tools=[lookup], store=store)
     session = agent.session("s")
     made: list[str] = []
