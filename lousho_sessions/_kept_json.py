@@ -7,40 +7,60 @@ it hands the store an ``EncodedObject``, a dict that carries its text, for which
 ``serde.to_json`` returns that text instead of encoding the dict again. The texts are kept
 here by message identity (a message is frozen, so its text does not change; each is held,
 so its ``id`` is not reused while it is here), at most ``KEPT_LIMIT``, the oldest forgotten
-first, so ``serde.message_json`` finds them when the turn commits.
+first, so ``serde.message_json`` finds them when the turn commits. A message a store encoded
+inside a whole checkpoint is held here without a text (``note_valid``): it is known to encode,
+so the memory store, which only checks what it is given, need not encode it again.
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterable
 from typing import Any
 
 from .messages import Message
 
-__all__ = ["KEPT_LIMIT", "EncodedObject", "keep_text", "kept_text"]
+__all__ = ["KEPT_LIMIT", "EncodedObject", "keep_text", "kept_text", "note_valid"]
 
 #: how many message texts are kept (a turn needs a few; many turns at once share these)
 KEPT_LIMIT = 64
 
-_kept: dict[int, tuple[Message, str, bool]] = {}
+#: ``(message, text, shallow)`` by ``id(message)``; ``text`` ``None``: known to encode only
+Kept = tuple[Message, "str | None", bool]
+
+_kept: dict[int, Kept] = {}
 _lock = threading.Lock()
 
 
-def kept_text(message: Message) -> tuple[Message, str, bool] | None:
-    """``(message, text, shallow)`` if ``message``'s text is kept, else ``None``."""
+def kept_text(message: Message) -> Kept | None:
+    """``(message, text, shallow)`` if ``message`` is held (``text`` ``None``: only known to
+    encode), else ``None``."""
     hit = _kept.get(id(message))
     return hit if hit is not None and hit[0] is message else None
 
 
-def keep_text(message: Message, text: str, shallow: bool) -> tuple[Message, str, bool]:
+def keep_text(message: Message, text: str, shallow: bool) -> Kept:
     """Keep ``text``, ``message``'s stored JSON; ``shallow``: nested little enough to be spliced
     into a record without checking the record's depth again."""
     kept = (message, text, shallow)
     with _lock:
         _kept[id(message)] = kept
-        while len(_kept) > KEPT_LIMIT:
-            del _kept[next(iter(_kept))]
+        _forget_oldest()
     return kept
+
+
+def note_valid(messages: Iterable[Message]) -> None:
+    """Hold ``messages`` as known to encode (a store encoded them), those not held already."""
+    with _lock:
+        for message in messages:
+            if kept_text(message) is None:
+                _kept[id(message)] = (message, None, False)
+        _forget_oldest()
+
+
+def _forget_oldest() -> None:
+    while len(_kept) > KEPT_LIMIT:
+        del _kept[next(iter(_kept))]
 
 
 class EncodedObject(dict[str, Any]):

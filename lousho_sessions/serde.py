@@ -16,7 +16,6 @@ import binascii
 import json
 import json.scanner
 import math
-import threading
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
@@ -25,7 +24,7 @@ import attrs
 import cattrs
 from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn
 
-from ._kept_json import EncodedObject, keep_text, kept_text
+from ._kept_json import EncodedObject, keep_text, kept_text, note_valid
 from ._message_codec import LoadCache, message_dict, message_from_canonical
 from .errors import DecryptionError, StoreCorruptError
 from .messages import (
@@ -280,28 +279,16 @@ def message_to_dict(message: Message) -> dict[str, Any]:
     return data
 
 
-#: how many messages ``remember_valid`` keeps (the oldest forgotten first)
-KNOWN_VALID_LIMIT = 64
-#: messages known to encode (a store wrote them in a checkpoint it encoded with
-#: ``encode_json_object``), by identity: a message is frozen, so
-#: it stays valid; each is held, so its ``id`` is not reused while it is here
-_known_valid: dict[int, Message] = {}
-_known_lock = threading.Lock()
-
-
 def remember_valid(messages: Iterable[Message]) -> None:
     """Note that ``messages`` encode as stored JSON (``message_json`` would not refuse them),
     so that a store only checking them (the memory store) need not encode them again."""
-    with _known_lock:
-        for message in messages:
-            _known_valid[id(message)] = message
-        while len(_known_valid) > KNOWN_VALID_LIMIT:
-            del _known_valid[next(iter(_known_valid))]
+    note_valid(messages)
 
 
 def known_valid(message: Message) -> bool:
-    """Whether ``message`` is one ``remember_valid`` noted, or its text is kept (still held)."""
-    return _known_valid.get(id(message)) is message or kept_text(message) is not None
+    """Whether ``message`` is known to encode: ``remember_valid`` noted it, or its text is
+    kept (still held)."""
+    return kept_text(message) is not None
 
 
 #: how deep a record nests a message it holds (a checkpoint's ``results``, a result record's):
@@ -314,7 +301,7 @@ def kept_message_json(message: Message, data: Mapping[str, Any]) -> str | None:
     ``_kept_json``), so the turn's next checkpoint and its commit use it again; ``None`` when
     it nests so deep that a record holding it must be encoded whole to be checked."""
     kept = kept_text(message)
-    if kept is None:
+    if kept is None or kept[1] is None:
         text, brackets = _checked_json(data, f"message {message.id!r}")
         kept = keep_text(message, text, brackets < MAX_JSON_DEPTH - SPLICE_DEPTH)
     return kept[1] if kept[2] else None
@@ -325,7 +312,7 @@ def message_json(message: Message) -> str:
     or nesting deeper than ``MAX_JSON_DEPTH`` (in ``metadata``, tool arguments, ``usage``).
     The text a turn's checkpoint made of it, if that is kept."""
     kept = kept_text(message)
-    if kept is not None:
+    if kept is not None and kept[1] is not None:
         return kept[1]
     what = f"message {message.id!r}"
     try:

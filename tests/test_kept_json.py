@@ -22,6 +22,7 @@ from lousho_sessions import (
     Message,
     ModelRequest,
     ToolCall,
+    _kept_json,
     create_agent,
     file_store,
     memory_store,
@@ -196,3 +197,17 @@ def test_a_turn_encodes_each_message_once(
     again = agent.session("s")  # what was stored reads back
     assert again.load() == session.load()
     agent.close()
+
+
+def test_a_message_noted_valid_has_no_text_until_one_is_made() -> None:
+    """``remember_valid`` and the kept texts share one table: a noted message is known to
+    encode, ``message_json`` still encodes it, and noting never drops a kept text."""
+    noted = Message.user("noted")
+    serde.remember_valid([noted])
+    assert serde.known_valid(noted)
+    assert serde.message_json(noted) == serde._ENCODER.encode(serde.message_to_dict(noted))
+    text = serde.kept_message_json(noted, serde.message_to_dict(noted))
+    assert text == serde.message_json(noted)
+    serde.remember_valid([noted])  # already held, with its text: kept as it is
+    kept = _kept_json.kept_text(noted)
+    assert kept is not None and kept[1] == text

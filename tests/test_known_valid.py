@@ -14,6 +14,7 @@ from lousho_sessions import (
     ModelRequest,
     ToolCall,
     Usage,
+    _kept_json,
     create_agent,
     memory_store,
     serde,
@@ -91,7 +92,7 @@ def test_known_valid_is_by_identity_and_bounded() -> None:
     serde.remember_valid([first])
     assert serde.known_valid(first)
     assert not serde.known_valid(twin)  # equal is not enough: this one was never checked
-    serde.remember_valid([Message.user(str(n)) for n in range(serde.KNOWN_VALID_LIMIT)])
+    serde.remember_valid([Message.user(str(n)) for n in range(_kept_json.KEPT_LIMIT)])
     assert not serde.known_valid(first)  # the oldest went first
-    held: list[Any] = list(serde._known_valid.values())
-    assert len(held) == serde.KNOWN_VALID_LIMIT
+    held: list[Any] = list(_kept_json._kept.values())
+    assert len(held) == _kept_json.KEPT_LIMIT

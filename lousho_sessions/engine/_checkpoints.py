@@ -66,16 +66,16 @@ class TurnCheckpoints:
         self.input_saved = input_saved
         self._record_key: str | None = None
         self._record: dict[str, Any] = {}
-        #: the record's results' kept texts (``None`` for one to check in the record)
-        self._texts: dict[str, str | None] = {}
         self._started: list[str] = []
         self._counter = 0
-        #: the store encodes what it saves as JSON: the messages saved are known valid
-        self._checks_json = self.store.checks_json
+        checks_json = self.store.checks_json
         #: build what it saves from the messages' kept texts, for the commit to use again
         #: (not in memory: the memory session store keeps the messages, encoding none of
         #: those a checkpoint held, and the memory checkpoint store encodes a dict in one go)
-        self._splice = self._checks_json and not isinstance(self.store, MemoryCheckpointStore)
+        self._splice = checks_json and not isinstance(self.store, MemoryCheckpointStore)
+        #: the store encodes a dict it saves: note its messages as known to encode (those
+        #: spliced in are, their texts kept)
+        self._note_valid = checks_json and not self._splice
 
     def save(self, state: TurnState) -> None:
         """Save the whole state (when durable, or paused), then drop the records it now holds."""
@@ -88,9 +88,9 @@ class TurnCheckpoints:
             list(state.records),
             fence=self.fence,
         )
-        self._record_key, self._record, self._started, self._texts = None, {}, [], {}
+        self._record_key, self._record, self._started = None, {}, []
         state.records.clear()
-        if self._checks_json:
+        if self._note_valid:
             remember_valid(state.new)
             remember_valid(state.results.values())
 
@@ -109,10 +109,8 @@ class TurnCheckpoints:
             return
         self._next_record(state)
         self._record[call_id] = turn_result_dict(state, call_id)
-        if self._splice:
-            self._texts[call_id] = turn_result_text(state, call_id)
         self._write_record(state)
-        if self._checks_json:
+        if self._note_valid:
             remember_valid((state.results[call_id],))
 
     def save_started(self, state: TurnState, call_ids: list[str]) -> None:
@@ -127,7 +125,7 @@ class TurnCheckpoints:
         if self._record_key is None or len(self._record) >= RESULTS_PER_RECORD:
             self._counter += 1
             self._record_key = f"{state.turn_id}-r{state.steps}-{self._counter}"
-            self._record, self._started, self._texts = {}, [], {}
+            self._record, self._started = {}, []
             state.records.append(self._record_key)
 
     def _write_record(self, state: TurnState) -> None:
@@ -135,7 +133,7 @@ class TurnCheckpoints:
         record = {"format": RECORD_FORMAT, "version": 1, "run_id": state.run_id,
                   "step": state.steps}  # fmt: skip
         rest = {**({"started": self._started} if self._started else {}), **tool_state(state)}
-        text = self._record_text(record, rest) if self._splice else None
+        text = self._record_text(state, record, rest) if self._splice else None
         record["results"] = self._record
         record.update(rest)
         self.store.save(
@@ -144,12 +142,17 @@ class TurnCheckpoints:
             fence=self.fence,
         )
 
-    def _record_text(self, record: dict[str, Any], rest: dict[str, Any]) -> str | None:
+    def _record_text(
+        self, state: TurnState, record: dict[str, Any], rest: dict[str, Any]
+    ) -> str | None:
         """The result record's text, the results' kept texts spliced in; ``None``: encode it."""
-        texts = [(key, self._texts.get(key)) for key in self._record]
-        if any(text is None for _, text in texts):
-            return None
-        results = splice_object(texts)  # type: ignore[arg-type]
+        texts = []
+        for call_id in self._record:
+            text = turn_result_text(state, call_id)
+            if text is None:
+                return None
+            texts.append(text)
+        results = splice_object(zip(self._record, texts, strict=True))
         if results is None:
             return None
         what = f"checkpoint {self._record_key!r}"

@@ -356,24 +356,19 @@ class SqliteSessionStore(Part, BaseSessionStore):
         saved = False
         try:
             text = self._start_text(request, lease) if ours else None
-            if text is None:
-                with self.store.connection() as conn:
-                    revision, pending = conn.execute(
-                        _AT_START, (id, f"{id}.", f"{id}/", state_key(id))
-                    ).fetchone()
-            else:  # the first checkpoint too, if the session is as the turn was built on
-                assert request.checkpoint is not None and lease.fence is not None
-                with self.store.transaction() as conn:
-                    revision, pending = conn.execute(
-                        _AT_START, (id, f"{id}.", f"{id}/", state_key(id))
-                    ).fetchone()
-                    if not pending and revision == request.held_revision:
-                        self.store.check_fence(conn, id, lease.fence)
-                        text = f'{{"fence":{lease.fence},{text[1:]}'
-                        conn.execute(
-                            SAVE_CHECKPOINT, (request.checkpoint.turn_id, text, time.time())
-                        )
-                        saved = True
+            # with a first checkpoint to save, in a write transaction
+            hold = self.store.connection() if text is None else self.store.transaction()
+            with hold as conn:
+                revision, pending = conn.execute(
+                    _AT_START, (id, f"{id}.", f"{id}/", state_key(id))
+                ).fetchone()
+                if text is not None and not pending and revision == request.held_revision:
+                    # the session is as the turn was built on: its first checkpoint too
+                    assert request.checkpoint is not None and lease.fence is not None
+                    self.store.check_fence(conn, id, lease.fence)
+                    text = f'{{"fence":{lease.fence},{text[1:]}'
+                    conn.execute(SAVE_CHECKPOINT, (request.checkpoint.turn_id, text, time.time()))
+                    saved = True
         except BaseException:
             lease.release()
             raise
