@@ -16,6 +16,7 @@ import json
 import os
 import signal
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -138,6 +139,23 @@ def hook_checkpoint_writes(checkpoints: Any, at: int, crash: Callable[[], None])
 
     checkpoints.save = hooked(checkpoints.save)
     checkpoints.save_and_delete = hooked(checkpoints.save_and_delete)
+
+
+def die_in_the_call_after(provider: Any, checkpoints: Any, at: int) -> None:
+    """SIGKILL this process at the first event of the model call under way when the
+    ``at``-th checkpoint write ends (a step's last tool result is written once the next
+    call's request has left): the server has answered that call, its answer is lost."""
+    saved = threading.Event()
+    hook_checkpoint_writes(checkpoints, at, saved.set)
+    stream = provider.stream
+
+    def killing(request: Any, signal_: Any) -> Any:
+        for event in stream(request, signal_):
+            if saved.is_set():
+                os.kill(os.getpid(), signal.SIGKILL)
+            yield event
+
+    provider.stream = killing  # on the instance: the class still says it reports sends
 
 
 def hook_commit(sessions: Any, point: str, crash: Callable[[], None]) -> None:

@@ -2,8 +2,9 @@
 
 ``python responses_crash_child.py turn <kind> <where> <base_url> <log>`` runs one
 turn of session "crash" (the model reasons, calls ``lookup``, reasons again and
-answers) and SIGKILLs itself right after the checkpoint that records the tool's
-result: between the tool result and the next model call. ``... resume ...``
+answers) and SIGKILLs itself in the next model call, once the tool's result is saved (the
+turn writes it when that call's request has left) and the server has answered it.
+``... resume ...``
 finishes it in a new process and prints the transcript's reasoning as JSON.
 ``kind`` is ``sqlite`` (``where`` a directory) or ``postgres`` (``where`` a schema).
 """
@@ -11,13 +12,11 @@ finishes it in a new process and prints the transcript's reasoning as JSON.
 from __future__ import annotations
 
 import json
-import os
-import signal
 import sys
 from pathlib import Path
 from typing import Any
 
-from crash_harness import hook_checkpoint_writes, log
+from crash_harness import die_in_the_call_after, log
 
 from lousho_sessions import ReasoningPart, create_agent, tool
 from lousho_sessions.providers import OpenAIResponsesProvider, RetryPolicy
@@ -50,10 +49,6 @@ def main(mode: str, kind: str, where: str, base_url: str, logfile: str) -> None:
         log(logfile, f"lookup {city}")
         return f"18°C in {city}"
 
-    if mode == "turn":
-        hook_checkpoint_writes(
-            store.checkpoints, TOOL_RESULT_SAVED, lambda: os.kill(os.getpid(), signal.SIGKILL)
-        )
     provider = OpenAIResponsesProvider(
         "o4-mini",
         api_key="sk-crash-test",
@@ -61,6 +56,8 @@ def main(mode: str, kind: str, where: str, base_url: str, logfile: str) -> None:
         retry=RetryPolicy(max_retries=0),
         timeout=(5.0, 10.0),
     )
+    if mode == "turn":
+        die_in_the_call_after(provider, store.checkpoints, TOOL_RESULT_SAVED)
     agent = create_agent(provider=provider, tools=[lookup], store=store)
     session = agent.session("crash")
     if mode == "turn":

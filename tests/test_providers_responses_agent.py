@@ -215,7 +215,7 @@ def test_not_found_error_fixture_is_what_fallback_reads(server: ProviderServer, 
     assert [("previous_response_id" in r.body) for r in server.requests] == [False, True, False]
 
 
-# --- durable: killed between a tool result and the next model call ---------------------
+# --- durable: killed in the model call after a tool result ---------------------------
 
 
 @pytest.mark.parametrize("kind", ["sqlite", "postgres"])
@@ -230,7 +230,8 @@ def test_a_killed_turn_resumes_elsewhere_and_replays_the_reasoning_byte_for_byte
     else:
         where = str(tmp_path)
     rules.reply(Think(["Need the weather."]), Call("lookup", {"city": "Paris"}))
-    rules.reply(Think(["It is mild."]), Say("18°C in Paris."))
+    rules.reply(Think(["It is mild."]), Say("18°C in Paris."))  # lost: the child dies reading it
+    rules.reply(Think(["It is mild."]), Say("18°C in Paris."))  # for the resumed turn
     logfile = tmp_path / "log.txt"
     child = [str(Path(__file__).parent / "responses_crash_child.py")]
     args = [kind, where, rules.server.url + "/v1", str(logfile)]
@@ -240,7 +241,7 @@ def test_a_killed_turn_resumes_elsewhere_and_replays_the_reasoning_byte_for_byte
             [*child, "turn", *args], capture_output=True, text=True, env=env, timeout=120
         )
         assert first.returncode == -signal.SIGKILL, first.stderr
-        assert len(rules.server.requests) == 1  # killed before the next model call
+        assert len(rules.server.requests) == 2  # killed in the next model call
         second = fork_server.run(
             [*child, "resume", *args], capture_output=True, text=True, env=env, timeout=120
         )
@@ -252,7 +253,8 @@ def test_a_killed_turn_resumes_elsewhere_and_replays_the_reasoning_byte_for_byte
     assert outcome["text"] == "18°C in Paris."
     assert logfile.read_text().splitlines() == ["lookup Paris"]  # the tool ran once
     assert rules.refused == []
-    follow_up = rules.server.requests[1].body
+    assert len(rules.server.requests) == 3
+    follow_up = rules.server.requests[2].body  # the resumed turn's
     [sent] = [i for i in follow_up["input"] if i["type"] == "reasoning"]
     issued = outcome["reasoning"][0]
     assert sent["id"] == issued["id"] and sent["encrypted_content"] == rules.encrypted[issued["id"]]

@@ -138,9 +138,9 @@ def _texts(state: TurnState, messages: Iterable[Message]) -> list[str] | None:
     return out
 
 
-def turn_result_text(state: TurnState, call_id: str) -> str | None:
-    """The kept text of ``call_id``'s recorded result (``None``: check the record whole)."""
-    message = state.results[call_id]
+def turn_result_text(state: TurnState, message: Message) -> str | None:
+    """The kept text of a recorded result ``message`` of ``state`` (``None``: check the
+    record whole)."""
     return kept_message_json(message, _cached_dict(state, message))
 
 

@@ -15,6 +15,14 @@ are written to the step's current result record (``started``: one small write fo
 calls that start together), so a resumed turn knows which calls may have run
 (``_effects``). Calls to idempotent tools cost no such write.
 
+The last result of a step is *owed* instead (``save_result(defer=True)``): nothing
+with an effect comes between it and the next model call, so the turn writes it once
+that call's request has left (``ModelRequest.on_sent``), while the model works, and
+not on the way to it; ``flush()`` writes it, and every other write holds it already
+(the next write to the record, or the whole save that deletes the records). The turn
+flushes before anything else that has an effect (an approval created) and whenever
+it ends.
+
 Every write carries the fence of the session's lease (``fence``, ``None`` outside a
 lease): a turn whose lease was lost gets ``LeaseLostError`` and writes nothing.
 """
@@ -25,7 +33,9 @@ import logging
 from typing import Any
 
 from .._kept_json import EncodedObject
+from ..abort import AbortController
 from ..errors import StoreCorruptError
+from ..messages import Message
 from ..serde import message_from_dict, remember_valid, to_json
 from ..stores.adapters import adapt_checkpoints
 from ..stores.base import BaseCheckpointStore, CheckpointStore
@@ -33,7 +43,7 @@ from ..stores.memory import MemoryCheckpointStore
 from ._checkpoint_codec import splice_object, turn_checkpoint, turn_result_dict, turn_result_text
 from ._turn_state import TurnState
 
-__all__ = ["RESULTS_PER_RECORD", "TurnCheckpoints"]
+__all__ = ["RESULTS_PER_RECORD", "OwedWrite", "TurnCheckpoints"]
 
 log = logging.getLogger("lousho_sessions.turn")
 
@@ -66,8 +76,14 @@ class TurnCheckpoints:
         self.input_saved = input_saved
         self._record_key: str | None = None
         self._record: dict[str, Any] = {}
+        #: the result messages of ``_record`` (an owed one has left ``state.results`` when
+        #: it is written: the step ended)
+        self._results: dict[str, Message] = {}
         self._started: list[str] = []
         self._counter = 0
+        self._record_step = 0  # the step whose results ``_record`` holds
+        #: the state whose current result record holds a result not written yet (``flush``)
+        self._owed: TurnState | None = None
         checks_json = self.store.checks_json
         #: build what it saves from the messages' kept texts, for the commit to use again
         #: (not in memory: the memory session store keeps the messages, encoding none of
@@ -88,7 +104,8 @@ class TurnCheckpoints:
             list(state.records),
             fence=self.fence,
         )
-        self._record_key, self._record, self._started = None, {}, []
+        self._record_key, self._record, self._results, self._started = None, {}, {}, []
+        self._owed = None  # the whole state holds its results
         state.records.clear()
         if self._note_valid:
             remember_valid(state.new)
@@ -103,15 +120,54 @@ class TurnCheckpoints:
         finally:
             self.durable = durable
 
-    def save_result(self, state: TurnState, call_id: str) -> None:
-        """Save the recorded result of ``call_id`` in the step's current result record."""
+    def save_result(self, state: TurnState, call_id: str, *, defer: bool = False) -> None:
+        """Save the recorded result of ``call_id`` in the step's current result record;
+        ``defer``: only note it, for ``flush`` (or the next write) to save."""
         if not self.durable:
             return
         self._next_record(state)
         self._record[call_id] = turn_result_dict(state, call_id)
+        self._results[call_id] = state.results[call_id]
+        if defer:
+            self._owed = state
+            return
         self._write_record(state)
         if self._note_valid:
             remember_valid((state.results[call_id],))
+
+    @property
+    def owed(self) -> bool:
+        """A result is recorded and not written yet (``flush`` writes it)."""
+        return self._owed is not None
+
+    def flush(self, *, quietly: bool = False) -> None:
+        """Write the result record holding an owed result; nothing when none is owed. Once
+        called, nothing is owed, whether the write succeeds or not. ``quietly``: on the way
+        out with another error, a failure is logged, not raised."""
+        state = self._owed
+        if state is None:
+            return
+        self._owed = None
+        try:
+            self._write_record(state)
+        except Exception:
+            if not quietly:
+                raise
+            log.warning("turn %s: its last tool result could not be saved", state.turn_id,
+                        exc_info=True)  # fmt: skip
+            return
+        if self._note_valid:
+            remember_valid(self._results.values())
+
+    def owed_write(self, provider: object, controller: AbortController) -> OwedWrite | None:
+        """Before a model call: ``None`` when nothing is owed, or written now (a provider
+        that does not report its request sent); else the call's ``on_sent``."""
+        if self._owed is None:
+            return None
+        if getattr(provider, "reports_sent", False):  # a Provider need not say
+            return OwedWrite(self, controller)
+        self.flush()
+        return None
 
     def save_started(self, state: TurnState, call_ids: list[str]) -> None:
         """Record that the calls ``call_ids`` begin (their intent), before they run."""
@@ -124,14 +180,16 @@ class TurnCheckpoints:
     def _next_record(self, state: TurnState) -> None:
         if self._record_key is None or len(self._record) >= RESULTS_PER_RECORD:
             self._counter += 1
+            self._record_step = state.steps  # an owed record is written in the next step
             self._record_key = f"{state.turn_id}-r{state.steps}-{self._counter}"
-            self._record, self._started = {}, []
+            self._record, self._results, self._started = {}, {}, []
             state.records.append(self._record_key)
 
     def _write_record(self, state: TurnState) -> None:
         assert self._record_key is not None
+        self._owed = None  # the record written holds every result recorded
         record = {"format": RECORD_FORMAT, "version": 1, "run_id": state.run_id,
-                  "step": state.steps}  # fmt: skip
+                  "step": self._record_step}  # fmt: skip
         rest = {**({"started": self._started} if self._started else {}), **tool_state(state)}
         text = self._record_text(state, record, rest) if self._splice else None
         record["results"] = self._record
@@ -147,8 +205,8 @@ class TurnCheckpoints:
     ) -> str | None:
         """The result record's text, the results' kept texts spliced in; ``None``: encode it."""
         texts = []
-        for call_id in self._record:
-            text = turn_result_text(state, call_id)
+        for message in self._results.values():
+            text = turn_result_text(state, message)
             if text is None:
                 return None
             texts.append(text)
@@ -197,9 +255,37 @@ class TurnCheckpoints:
 
     def forget(self, state: TurnState) -> None:
         """Delete the turn's checkpoint and its result records."""
+        self._owed = None
         for key in self.keys(state):
             self.store.delete(key, fence=self.fence)
         state.records.clear()
+
+
+class OwedWrite:
+    """A model call's ``on_sent``: writes the owed result once the request has left. A
+    failure stops the call (``controller``) and is kept in ``failed`` for the turn to
+    raise: raised into the provider, it would be taken for the provider's own."""
+
+    __slots__ = ("checkpoints", "controller", "failed")
+
+    def __init__(self, checkpoints: TurnCheckpoints, controller: AbortController) -> None:
+        self.checkpoints = checkpoints
+        self.controller = controller
+        self.failed: BaseException | None = None
+
+    def __call__(self) -> None:
+        try:
+            self.checkpoints.flush()
+        except BaseException as exc:
+            self.failed = exc
+            self.controller.abort("the turn's checkpoint could not be saved")
+
+    def settle(self) -> None:
+        """After the call: raise why the write failed; write it if it was never called (the
+        request never left, or a provider did not call it)."""
+        if self.failed is not None:
+            raise self.failed
+        self.checkpoints.flush()
 
 
 def tool_state(state: TurnState) -> dict[str, Any]:

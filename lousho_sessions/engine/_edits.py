@@ -7,6 +7,7 @@ with the decision into ``TurnState.decisions`` (its checkpoint). The call then r
 them, and the assistant message that asked for it is replaced by one whose call holds
 them, the model's kept in ``ToolCall.extra["original_arguments"]``: the model reads what
 ran. The replaced message is saved with the turn's checkpoint before the call runs.
+``decide`` gives a call's decision: none needed, pending, or the one recorded or given.
 """
 
 from __future__ import annotations
@@ -16,11 +17,14 @@ from typing import Any
 
 import attrs
 
+from ..errors import PropagatingToolError
 from ..messages import Message, ToolCall, thaw
+from ..tools import Tool
+from ._approvals import ApprovalRequest, approval_id_for
 from ._turn_config import TurnConfig
 from ._turn_state import TurnState
 
-__all__ = ["ORIGINAL_ARGUMENTS", "decision_of", "edited", "show_edits"]
+__all__ = ["ORIGINAL_ARGUMENTS", "decide", "decision_of", "edited", "show_edits"]
 
 #: The key of ``ToolCall.extra`` holding the model's arguments of an edited call.
 ORIGINAL_ARGUMENTS = "original_arguments"
@@ -61,3 +65,32 @@ def show_edits(
     if config.checkpoints is not None:
         config.checkpoints.save(state)
     return assistant
+
+
+def decide(
+    state: TurnState, config: TurnConfig, call: ToolCall, tool: Tool
+) -> dict[str, Any] | str | None:
+    """Whether ``call`` may run: None, no approval needed; "pending", wait; else the decision
+    (kept in ``state.decisions``: asked once)."""
+    if call.id in state.decisions:
+        return state.decisions[call.id]
+    try:
+        needed = tool.requires_approval(call.arguments)
+    except Exception as exc:
+        raise PropagatingToolError(f"needs_approval of tool {tool.name!r} raised: {exc}") from exc
+    if not needed:
+        return None
+    approval_id = approval_id_for(state.run_id, call.id)
+    record = config.approvals.get(approval_id)
+    if record is not None and record.get("status") in ("approved", "denied"):
+        decision = decision_of(record)
+    elif config.approve is not None:
+        request = ApprovalRequest(approval_id, state.session_id, state.turn_id, state.run_id, call)
+        answer = config.approve(request)
+        if answer is None:
+            return "pending"
+        decision = {"approved": bool(answer), "reason": None}
+    else:
+        return "pending"
+    state.decisions[call.id] = decision
+    return decision

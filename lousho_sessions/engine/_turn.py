@@ -9,7 +9,8 @@ on the tool calls a model sends are ``_tool_calls``'.
 
 The state is the checkpoint: ``_checkpoint_codec.turn_checkpoint(state)`` is saved after the
 input is taken, after each model response that asks for tools and after each tool
-result (a final answer is recorded by the commit that ends the turn), and
+result (a final answer is recorded by the commit that ends the turn; a step's last
+result once the next model call's request has left, see ``_checkpoints``), and
 ``_checkpoint_codec.turn_state_from_checkpoint()`` resumes it without asking the model again
 for a recorded response or running a recorded tool again.
 """
@@ -47,9 +48,9 @@ from ..providers.base import (
 )
 from ..results import ExecutionResult, FinishReason
 from ..stores._state_requests import turn_state
-from ..tools import Tool, ToolContext, tool_error_text
-from ._approvals import ApprovalRequest, approval_id_for, new_record
-from ._edits import decision_of, edited, show_edits
+from ..tools import ToolContext, tool_error_text
+from ._approvals import approval_id_for, new_record
+from ._edits import decide, edited, show_edits
 from ._effects import RERUN_NOTE, ledger, rerun_approval_id
 from ._inbox import Inbox, take_queued
 from ._limits import limit_reached, tool_calls_left
@@ -114,6 +115,9 @@ class Turn:
             return self._result(finish.reason, finish.limit)
         except AbortedError:
             return self._result("aborted")
+        except BaseException:
+            self._flush(quietly=True)  # the turn is kept to be tried again: with its results
+            raise
 
     # -- steps --------------------------------------------------------------
 
@@ -179,6 +183,10 @@ class Turn:
             inbox.set_steer_hook(steer)
             if inbox.has_steer():
                 steer()
+        checkpoints = config.checkpoints
+        on_sent = (
+            None if checkpoints is None else checkpoints.owed_write(config.provider, controller)
+        )
         request = ModelRequest(  # by position, as far as it goes: keywords cost a dict
             config.system,
             (*state.history, *state.new),  # messages
@@ -187,6 +195,7 @@ class Turn:
             controller.signal,
             config.output.schema if config.output is not None else None,  # output_schema
             session_id=state.session_id,
+            on_sent=on_sent,
         )
         chat = config.trace.chat(request.messages) if config.trace is not None else None
         response: ModelResponse | None = None
@@ -209,6 +218,8 @@ class Turn:
                 elif isinstance(event, ModelResponse):
                     response = event
         except Exception as exc:
+            if on_sent is not None and on_sent.failed is not None:  # why the call stopped
+                raise on_sent.failed from None
             error = self._call_error(controller, exc)
             if chat is not None:
                 chat.end(None, error)
@@ -225,6 +236,8 @@ class Turn:
             remove()
             if inbox is not None:
                 inbox.set_steer_hook(None)
+        if on_sent is not None:
+            on_sent.settle()  # raises why it failed; writes it if the request never left
         if response is None or config.signal.aborted or controller.signal.aborted:
             error = self._call_error(controller, None)
             if chat is not None:
@@ -281,7 +294,7 @@ class Turn:
             except ToolArgumentsError as exc:
                 self.record(call, tool_error_text(exc), True, checkpoint=False, exception=exc)
                 continue
-            decision = self._decision(call, tool)
+            decision = decide(state, config, call, tool)
             if decision is None:
                 runnable.append(call)
             elif isinstance(decision, str):  # "pending"
@@ -315,40 +328,11 @@ class Turn:
         state.results.clear()
         state.started.clear()
 
-    def _decision(self, call: ToolCall, tool: Tool) -> dict[str, Any] | str | None:
-        """None: no approval needed; "pending": wait; else the decision."""
-        state, config = self.state, self.config
-        if call.id in state.decisions:
-            return state.decisions[call.id]
-        try:
-            needed = tool.requires_approval(call.arguments)
-        except Exception as exc:
-            raise PropagatingToolError(
-                f"needs_approval of tool {tool.name!r} raised: {exc}"
-            ) from exc
-        if not needed:
-            return None
-        approval_id = approval_id_for(state.run_id, call.id)
-        record = config.approvals.get(approval_id)
-        if record is not None and record.get("status") in ("approved", "denied"):
-            decision = decision_of(record)
-        elif config.approve is not None:
-            request = ApprovalRequest(
-                approval_id, state.session_id, state.turn_id, state.run_id, call
-            )
-            answer = config.approve(request)
-            if answer is None:
-                return "pending"
-            decision = {"approved": bool(answer), "reason": None}
-        else:
-            return "pending"
-        state.decisions[call.id] = decision
-        return decision
-
     def _pause(
         self, call: ToolCall, approval_id: str | None = None, note: str | None = None
     ) -> None:
         state, config = self.state, self.config
+        self._flush()  # the results before the approval is asked for
         approval_id = approval_id or approval_id_for(state.run_id, call.id)
         if config.approvals.get(approval_id) is None:
             record = new_record(
@@ -405,7 +389,9 @@ class Turn:
     ) -> None:
         state = self.state
         propagate: BaseException | None = None
+        left = len(calls)
         for index, outcome in outcomes:
+            left -= 1
             call = calls[index]
             state.tool_calls += 1
             if isinstance(outcome, PropagatingToolError):
@@ -418,7 +404,9 @@ class Turn:
                 output, is_error, exception = tool_error_text(outcome), True, outcome
             else:
                 output, is_error = outcome
-            self.record(call, output, is_error, checkpoint=True, exception=exception)
+            # the step's last result is owed: written once the next request has left
+            self.record(call, output, is_error, checkpoint=True, exception=exception,
+                        defer=not left)  # fmt: skip
             self._check_abort()
         if propagate is not None:
             raise propagate
@@ -431,6 +419,7 @@ class Turn:
         *,
         checkpoint: bool,
         exception: BaseException | None = None,
+        defer: bool = False,
     ) -> None:
         self.state.results[call.id] = Message.tool(call.id, output, is_error)
         if self.config.emit is not None:  # built only when someone listens
@@ -438,7 +427,7 @@ class Turn:
                 ToolResultEvent(self.state.run_id, call.id, output, is_error, exception=exception)
             )
         if checkpoint and self.config.checkpoints is not None:
-            self.config.checkpoints.save_result(self.state, call.id)
+            self.config.checkpoints.save_result(self.state, call.id, defer=defer)
 
     def _apply_queued(self, *, final: bool) -> bool:
         """Move queued input into the turn; at the final answer, close the inbox if none waits."""
@@ -467,12 +456,17 @@ class Turn:
         if self.config.checkpoints is not None:
             self.config.checkpoints.save(self.state)
 
+    def _flush(self, *, quietly: bool = False) -> None:
+        if self.config.checkpoints is not None:
+            self.config.checkpoints.flush(quietly=quietly)
+
     def _emit(self, event: Event) -> None:
         if self.config.emit is not None:
             self.config.emit(event)
 
     def _result(self, reason: FinishReason, limit: str | None = None) -> ExecutionResult:
         state = self.state
+        self._flush()  # a turn kept pending holds every result it recorded
         text = ""
         for message in reversed(state.new):
             if message.role == "assistant":

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import http.client
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import urllib3.response
@@ -167,8 +167,10 @@ class DirectRoute:
         timeout: tuple[float, float],
         scope: AbortScope,
         extra: Mapping[str, str] | None = None,
+        sent: Callable[[], None] | None = None,
     ) -> DirectResponse:
-        """Send ``body`` (``extra`` headers too) and read the response's head.
+        """Send ``body`` (``extra`` headers too) and read the response's head; ``sent`` is
+        called between the two.
 
         ``timeout`` is (connect, read): connect bounds connecting and sending, read the
         wait for the head. The socket joins ``scope``, so an abort shuts it down.
@@ -192,6 +194,8 @@ class DirectRoute:
                     sock.sendall(body)
             except BrokenPipeError:
                 pass  # the server stopped reading: it may have answered why (as urllib3 does)
+            if sent is not None:
+                sent()
             sock.settimeout(timeout[1])
             return DirectResponse.read_head(connection, self)
         except BaseException:

@@ -36,7 +36,7 @@ import json
 import logging
 import re
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TypeVar
 
 import requests
@@ -290,10 +290,16 @@ class HttpClient:
 
     @contextlib.contextmanager
     def stream(
-        self, path: str, body: Mapping[str, Any] | bytes, signal: AbortSignal
+        self,
+        path: str,
+        body: Mapping[str, Any] | bytes,
+        signal: AbortSignal,
+        sent: Callable[[], None] | None = None,
     ) -> Iterator[HttpStream]:
         """POST ``body`` (a JSON object, or its UTF-8 JSON text already encoded with
         :meth:`encode`) to ``path`` (retrying as the policy says) and give the open stream.
+        ``sent`` is called after each attempt's request has left, before its answer is
+        waited for (``ModelRequest.on_sent``).
 
         The response is closed when the ``with`` block ends, however it ends.
         """
@@ -302,7 +308,7 @@ class HttpClient:
         remove = signal.add_callback(scope.abort)
         response: Response | None = None
         try:
-            response = self._send(path, body, signal, scope, deadline)
+            response = self._send(path, body, signal, scope, deadline, sent)
             yield HttpStream(self, response, signal, scope, deadline)
         finally:
             remove()
@@ -338,6 +344,7 @@ class HttpClient:
         signal: AbortSignal,
         scope: AbortScope,
         deadline: Deadline,
+        sent: Callable[[], None] | None = None,
     ) -> Response:
         url = f"{self.base_url}/{path.lstrip('/')}"
         data = body if isinstance(body, bytes) else self.encode(body)
@@ -345,7 +352,7 @@ class HttpClient:
         while True:
             if signal.aborted:
                 raise AbortedError(signal.reason)
-            outcome, delay = self._attempt(url, data, signal, scope, deadline)
+            outcome, delay = self._attempt(url, data, signal, scope, deadline, sent)
             if not isinstance(outcome, ProviderError):
                 return outcome
             error = outcome
@@ -391,13 +398,19 @@ class HttpClient:
                 raise AbortedError(signal.reason)
 
     def _attempt(
-        self, url: str, data: bytes, signal: AbortSignal, scope: AbortScope, deadline: Deadline
+        self,
+        url: str,
+        data: bytes,
+        signal: AbortSignal,
+        scope: AbortScope,
+        deadline: Deadline,
+        sent: Callable[[], None] | None = None,
     ) -> tuple[ProviderError | Response, float | None]:
         """One request: the open response, or the error and the wait the server asked for."""
         started = time.monotonic()
         timeout = (deadline.cap(self.timeout[0]), deadline.cap(self.timeout[1]))
         try:
-            response = self._transport.post(url, data, timeout, scope)
+            response = self._transport.post(url, data, timeout, scope, sent)
         except NETWORK_ERRORS as exc:
             if signal.aborted:
                 raise AbortedError(signal.reason) from None

@@ -234,6 +234,7 @@ class HttpProvider(ProviderBase):
     works afterwards).
     """
 
+    reports_sent: ClassVar[bool] = True  # ``request.on_sent`` once the request has left
     KIND: ClassVar[str]
     KEY_ENV: ClassVar[str]
     BASE_URL_ENV: ClassVar[str]
@@ -313,7 +314,7 @@ class HttpProvider(ProviderBase):
                 retryable=False,
             )
         body = self.encode_body(request)
-        with self._http.stream(self.path(), body, signal) as stream:
+        with self._http.stream(self.path(), body, signal, request.on_sent) as stream:
             reply = Reply(self.name, stream.request_id, output_tool=self.output_tool(request))
             yield from self._read(stream.events(), reply)
             if reply.done:

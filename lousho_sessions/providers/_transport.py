@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import http.client
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Protocol
 
 import requests
@@ -149,10 +149,17 @@ class Transport:
         self._pool.close()
 
     def post(
-        self, url: str, body: bytes, timeout: tuple[float, float], scope: AbortScope
+        self,
+        url: str,
+        body: bytes,
+        timeout: tuple[float, float],
+        scope: AbortScope,
+        sent: Callable[[], None] | None = None,
     ) -> Response:
         """POST ``body`` to ``url``; the response, once its head is read. ``timeout`` is
-        (connect, read); the sockets used join ``scope``."""
+        (connect, read); the sockets used join ``scope``. ``sent`` is called once the
+        request has left (straight to the server: before the head is waited for; through
+        requests: once it is read)."""
         route = self._route(url)
         if route is not None:
             extra = None
@@ -161,7 +168,7 @@ class Transport:
                     self._session.cookies, self._prepare(url)
                 )
                 extra = {"Cookie": cookie} if cookie else None
-            response = route.post(body, timeout, scope, extra)
+            response = route.post(body, timeout, scope, extra, sent)
             if response.set_cookies:
                 self._keep_cookies(url, response.set_cookies)
             if not (300 <= response.status < 400 and "location" in response.headers):
@@ -169,10 +176,16 @@ class Transport:
             response.close()  # a redirect: requests follows it
         self._cookies = True  # requests keeps what it is sent in the jar
         with scoped(scope):
-            sent = self._session.post(
+            answer = self._session.post(
                 url, data=body, headers=self._headers, stream=True, timeout=timeout
             )
-        return RequestsResponse(sent)
+        if sent is not None:
+            try:
+                sent()
+            except BaseException:
+                answer.close()
+                raise
+        return RequestsResponse(answer)
 
     def _route(self, url: str) -> DirectRoute | None:
         environ = _environment()

@@ -8,8 +8,8 @@ call simply drains the iterator (:func:`complete`).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from typing import Any, Literal, Protocol, TypeVar, Union, runtime_checkable
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, ClassVar, Literal, Protocol, TypeVar, Union, runtime_checkable
 
 import attrs
 
@@ -73,6 +73,10 @@ class ModelRequest:
     ``None`` for free text.
     ``session_id`` is the session the call is made for (``None`` outside one); it is
     not shown to the model — providers use it to route the call to a prompt cache.
+    ``on_sent``: called (no arguments, on the calling thread) once the request has left,
+    before the provider waits for the answer, by providers whose ``reports_sent`` is
+    true; the turn saves its last tool result then, while the model works. It does not
+    raise: it stops the call through the signal instead (the turn then raises why).
     """
 
     system: str | None
@@ -82,6 +86,9 @@ class ModelRequest:
     signal: AbortSignal = attrs.field(factory=AbortSignal, repr=False, eq=False)
     output_schema: OutputSchema | None = None
     session_id: str | None = attrs.field(default=None, kw_only=True)
+    on_sent: Callable[[], None] | None = attrs.field(
+        default=None, kw_only=True, repr=False, eq=False
+    )
 
 
 @attrs.frozen
@@ -151,10 +158,14 @@ class ProviderBase:
     """A base for providers: a ``close()`` that does nothing, and use as a context manager.
 
     Subclasses set ``name`` and write ``stream``; a provider that holds
-    something (a connection pool) overrides ``close``.
+    something (a connection pool) overrides ``close``. One that calls
+    ``ModelRequest.on_sent`` once its request has left sets ``reports_sent``.
     """
 
     name: str
+    #: this provider calls ``request.on_sent`` once the request has left (else the turn
+    #: saves what it owes before the call)
+    reports_sent: ClassVar[bool] = False
 
     def stream(self, request: ModelRequest, signal: AbortSignal) -> Iterator[ModelEvent]:
         raise NotImplementedError

@@ -268,7 +268,7 @@ class OpenAIResponsesProvider(HttpProvider):
         self, request: ModelRequest, body: _Encoded, signal: AbortSignal
     ) -> Iterator[ModelEvent]:
         output = _Output()
-        with self._http.stream(self.PATH, body.data, signal) as stream:
+        with self._http.stream(self.PATH, body.data, signal, request.on_sent) as stream:
             reply = Reply(self.name, stream.request_id)
             yield from _read(stream.events(), reply, output)
             if reply.done:

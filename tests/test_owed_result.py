@@ -1,0 +1,241 @@
+"""A step's last tool result is written once the next model call's request has left.
+
+Nothing with an effect comes between a step's last tool result and the next model call,
+so a durable turn writes that result while the model works (``ModelRequest.on_sent``,
+called by the HTTP providers once the request is sent) instead of on the way to the
+call: one checkpoint write less between the model's answers. Real parts: a SQLite
+file, a loopback server speaking Anthropic's wire, a second SQLite connection holding
+the write lock where a test must see the order of things.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from provider_server import ProviderServer, SSEReply, sse_events
+
+from lousho_sessions import AbortController, FunctionProvider, Message, ToolCall, create_agent
+from lousho_sessions import tool as make_tool
+from lousho_sessions.errors import LeaseLostError, ProviderError
+from lousho_sessions.providers import RetryPolicy
+from lousho_sessions.providers.anthropic import AnthropicProvider
+from lousho_sessions.sqlite import SqliteStore
+
+WAIT = 30.0
+SESSION = "owed"
+
+
+def tool_use(**headers: str) -> SSEReply:
+    """The model asks for ``get_weather`` and ``get_time`` at once."""
+    return SSEReply(sse_events("anthropic", "tool_use"), headers=headers)
+
+
+def answer() -> SSEReply:
+    return SSEReply(sse_events("anthropic", "text"))
+
+
+def checkpoints(path: Path) -> dict[str, dict[str, Any]]:
+    """The turn's checkpoint and result records stored, read on a connection of the test's
+    own."""
+    conn = sqlite3.connect(path)
+    try:
+        rows = conn.execute(
+            "SELECT turn_id, json FROM checkpoints WHERE turn_id LIKE ?", (f"{SESSION}.%",)
+        ).fetchall()
+    finally:
+        conn.close()
+    return {key: json.loads(text) for key, text in rows}
+
+
+def results_stored(path: Path) -> set[str]:
+    """The names of the tools whose results the stored checkpoints hold (in a result
+    record, or in the turn's checkpoint)."""
+    held = []
+    for data in checkpoints(path).values():
+        held += [*data.get("results", {}).values(), *data.get("new", ())]
+    return {m["content"][0]["text"].split(":")[0] for m in held if m["role"] == "tool"}
+
+
+def wait_for(condition: Any, what: str) -> None:
+    done = threading.Event()
+    for _ in range(int(WAIT / 0.01)):
+        if condition():
+            return
+        done.wait(0.01)  # a condition in another process's file: looked at again
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def requests_reach(server: ProviderServer, count: int) -> None:
+    """Wait until ``server`` has recorded ``count`` requests."""
+    while len(server.requests) < count:
+        server.received.clear()
+        if len(server.requests) >= count:
+            return
+        assert server.received.wait(WAIT), f"the server never got request {count}"
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Iterator[Path]:
+    yield tmp_path / "owed.db"
+
+
+def provider(url: str) -> AnthropicProvider:
+    return AnthropicProvider(
+        "claude-sonnet-4-5", api_key="k", base_url=url, retry=RetryPolicy(max_retries=0)
+    )
+
+
+def weather_and_time(db: Path, last: Any) -> tuple[list[str], list[Any]]:
+    """The two tools of ``tool_use``: ``get_time`` ends last (once ``get_weather``'s result
+    is stored) and calls ``last()`` just before it returns."""
+    ran: list[str] = []
+
+    @make_tool
+    def get_weather(city: str) -> str:
+        """The weather in ``city``."""
+        ran.append("get_weather")
+        return "get_weather: mild"
+
+    @make_tool
+    def get_time(zone: str) -> str:
+        """The time in ``zone``."""
+        wait_for(lambda: "get_weather" in results_stored(db), "get_weather's result")
+        ran.append("get_time")
+        last()
+        return "get_time: noon"
+
+    return ran, [get_weather, get_time]
+
+
+def test_the_last_result_is_written_after_the_next_request_has_left(db: Path) -> None:
+    """The second call's request reaches the server while a second connection holds
+    SQLite's write lock, so the last result cannot be written yet; the earlier result of
+    the step was written as it finished. Writing the last result before the call (as a
+    checkpoint store did before) never lets the request leave."""
+    blocker = sqlite3.connect(db, check_same_thread=False, isolation_level=None)
+    ran, tools = weather_and_time(db, lambda: blocker.execute("BEGIN IMMEDIATE"))
+    store = SqliteStore(db)
+    with ProviderServer() as server:
+        server.reply(tool_use(), answer())
+        agent = create_agent(provider=provider(server.url), tools=tools, store=store)
+        outcome: list[Any] = []
+        sender = threading.Thread(
+            target=lambda: outcome.append(agent.session(SESSION).send("Weather and time?"))
+        )
+        sender.start()
+        try:
+            requests_reach(server, 2)
+            assert results_stored(db) == {"get_weather"}  # the last one is not written yet
+        finally:
+            blocker.execute("ROLLBACK")
+            sender.join(WAIT)
+        assert not sender.is_alive()
+        [result] = outcome
+        assert result.text and result.finish_reason == "stop"
+        assert sorted(ran) == ["get_time", "get_weather"]
+        assert [m.role for m in store.sessions.load(SESSION) or ()] == [
+            "user", "assistant", "tool", "tool", "assistant",
+        ]  # fmt: skip
+        assert checkpoints(db) == {}  # the commit deleted the turn's checkpoints
+        agent.close()
+    blocker.close()
+    store.close()
+
+
+def test_a_lease_lost_before_the_last_result_is_written_stops_the_call(db: Path) -> None:
+    """Another holder takes the session over while the last tool runs: writing its result
+    once the request has left is refused (``LeaseLostError``), the call is dropped and the
+    turn ends with that error, committing nothing."""
+    store = SqliteStore(db)
+    ran, tools = weather_and_time(db, lambda: store.sessions.take_over(SESSION))
+    with ProviderServer() as server:
+        server.reply(tool_use(), answer())
+        agent = create_agent(provider=provider(server.url), tools=tools, store=store)
+        with pytest.raises(LeaseLostError):
+            agent.session(SESSION).send("Weather and time?")
+        assert len(server.requests) == 2  # it had left
+        assert sorted(ran) == ["get_time", "get_weather"]
+        assert results_stored(db) == {"get_weather"}
+        assert not store.sessions.load(SESSION)  # nothing committed
+        agent.close()
+    store.close()
+
+
+def test_a_call_that_never_leaves_still_writes_the_last_result(db: Path) -> None:
+    """The server goes away while the last tool runs (its first answer said
+    ``Connection: close``): the next call fails before its request leaves, the turn keeps
+    both results, and a resume in a new agent does not run either tool again."""
+    store = SqliteStore(db)
+    servers: list[ProviderServer] = []
+    ran, tools = weather_and_time(db, lambda: servers[0].stop())
+    server = ProviderServer().start()
+    servers.append(server)
+    server.reply(tool_use(Connection="close"))
+    agent = create_agent(provider=provider(server.url), tools=tools, store=store)
+    with pytest.raises(ProviderError):
+        agent.session(SESSION).send("Weather and time?")
+    agent.close()
+    assert len(server.requests) == 1
+    assert results_stored(db) == {"get_weather", "get_time"}
+    with ProviderServer() as second:
+        second.reply(answer())
+        again = create_agent(provider=provider(second.url), tools=tools, store=store)
+        result = again.session(SESSION).resume()
+        assert result is not None and result.finish_reason == "stop"
+        again.close()
+    assert sorted(ran) == ["get_time", "get_weather"]  # each once
+    store.close()
+
+
+def test_an_abort_as_the_last_tool_ends_keeps_its_result(db: Path) -> None:
+    """The turn is aborted as its last tool ends (no model call follows): the turn is kept
+    pending with both results written, and resuming it runs no tool again."""
+    controller = AbortController()
+    store = SqliteStore(db)
+    ran, tools = weather_and_time(db, lambda: controller.abort("enough"))
+    with ProviderServer() as server:
+        server.reply(tool_use(), answer())
+        agent = create_agent(provider=provider(server.url), tools=tools, store=store)
+        session = agent.session(SESSION)
+        result = session.send("Weather and time?", signal=controller.signal)
+        assert result.pending is not None
+        assert results_stored(db) == {"get_weather", "get_time"}
+        assert len(server.requests) == 1
+        resumed = session.resume()
+        assert resumed is not None and resumed.finish_reason == "stop"
+        agent.close()
+    assert sorted(ran) == ["get_time", "get_weather"]
+    store.close()
+
+
+def test_a_provider_that_does_not_report_its_request_sent_gets_the_result_first(
+    db: Path,
+) -> None:
+    """``FunctionProvider`` (``reports_sent`` false): the last result is written before the
+    model is called, as every result was before."""
+    stored_at_call: list[set[str]] = []
+
+    def model(request: Any) -> Message:
+        if request.messages[-1].role == "tool":
+            stored_at_call.append(results_stored(db))
+            return Message.assistant("done")
+        return Message.assistant("", tool_calls=[ToolCall("c1", "get_weather", {"city": "P"})])
+
+    @make_tool
+    def get_weather(city: str) -> str:
+        """The weather in ``city``."""
+        return "get_weather: mild"
+
+    store = SqliteStore(db)
+    agent = create_agent(provider=FunctionProvider(model), tools=[get_weather], store=store)
+    assert FunctionProvider.reports_sent is False and AnthropicProvider.reports_sent is True
+    assert agent.session(SESSION).send("Weather?").text == "done"
+    assert stored_at_call == [{"get_weather"}]
+    agent.close()
+    store.close()
