@@ -27,7 +27,10 @@
    answer's last byte read: what the target names; on a 2-CPU machine a send can wait
    while the server it woke runs on the client's CPU, so these include some of the
    server's time) and as our process's CPU time (every thread's) over the client
-   socket's spans: our own work, cache misses included, without anyone else's.
+   socket's spans: our own work, cache misses included, without anyone else's. A third
+   run, for comparison only, uses an instant server (it answers as soon as it has read the
+   body, from its last message, checking nothing): no wait of the server's cools our
+   process's caches, so it shows what our code costs warm.
 
 Run: ``python benchmarks/token_cost.py`` (``--turns N`` for a shorter cache run).
 """
@@ -149,13 +152,13 @@ def prefill(n: int) -> list[Message]:
 
 
 @contextlib.contextmanager
-def server_process(hold: float = 0.0) -> Iterator[str]:
+def server_process(hold: float = 0.0, instant: bool = False) -> Iterator[str]:
     """``tests/cache_server.py`` in a process of its own (its clock, ``perf_counter``, is
     the machine's monotonic clock), answering ``hold`` seconds after a request arrives at
-    the soonest: its base URL."""
+    the soonest (``instant``: as soon as it is read, checking nothing): its base URL."""
     script = Path(__file__).resolve().parent.parent / "tests" / "cache_server.py"
     child = subprocess.Popen(
-        [sys.executable, str(script), str(hold)],
+        [sys.executable, str(script), str(hold), *(["instant"] if instant else [])],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
@@ -227,13 +230,18 @@ def client_side(log: list[Stamp], start: float, end: float, clock: int = 1) -> f
 
 
 def overhead(
-    wire: str, store_factory: Callable[[], Any], stored: int, turns: int, hold: float = 0.0
+    wire: str,
+    store_factory: Callable[[], Any],
+    stored: int,
+    turns: int,
+    hold: float = 0.0,
+    instant: bool = False,
 ) -> tuple[list[float], list[float], list[float]]:
     """Our seconds per model call, one value per turn, with ``stored`` messages before: as
     the server's stamps tell, as the client's socket tells, and our process's CPU time over
     the client socket's spans."""
     log: list[Stamp] = []
-    with server_process(hold) as url, requests.Session() as control, client_stamps(log):
+    with server_process(hold, instant) as url, requests.Session() as control, client_stamps(log):
         store = store_factory()
         agent = create_agent(
             SYSTEM, provider=provider(wire, url, True), tools=[search], store=store
@@ -259,14 +267,15 @@ def overhead(
         return per_call, client, cpu
 
 
-def timing_report(turns: int, hold: float) -> tuple[float, float, float]:
+def timing_report(turns: int, hold: float, instant: bool = False) -> tuple[float, float, float]:
     """Print our time per model call; the worst medians at 1,000 messages (ms), by the
     server's stamps, by the client's and in our CPU time."""
-    when = (
-        f"each answer streamed, its last event {hold * 1000:.0f} ms after the request"
-        if hold
-        else ("the server answering as soon as it can")
-    )
+    if instant:
+        when = "an instant server (it reads the body, checks nothing, answers at once)"
+    elif hold:
+        when = f"each answer streamed, its last event {hold * 1000:.0f} ms after the request"
+    else:
+        when = "the server answering as soon as it can"
     print(f"\nour time per model call (ms), {when}: median / p90 over turns,")
     print("  by the server's stamps | by the client socket's | our process's CPU time")
     worst = worst_client = worst_cpu = 0.0
@@ -283,7 +292,7 @@ def timing_report(turns: int, hold: float) -> tuple[float, float, float]:
         for wire in ("anthropic", "openai"):
             for name, factory in stores.items():
                 for stored in (10, 1000):
-                    server, client, cpu = overhead(wire, factory, stored, turns, hold)
+                    server, client, cpu = overhead(wire, factory, stored, turns, hold, instant)
                     median, p90 = _summary(server)
                     client_median, client_p90 = _summary(client)
                     cpu_median, cpu_p90 = _summary(cpu)
@@ -314,6 +323,7 @@ def main() -> None:
     cached = cache_report(args.turns)
     at_once = timing_report(args.timed_turns, 0.0)
     held = timing_report(max(args.timed_turns // 2, 5), args.hold) if args.hold else at_once
+    warm = timing_report(args.timed_turns, 0.0, instant=True)
     print(f"\ncache targets {'met' if cached else 'MISSED'}")
     hows = ("the server's stamps", "the client socket's stamps", "our process's CPU time")
     for n, how in enumerate(hows):
@@ -321,6 +331,10 @@ def main() -> None:
         print(f"time target (<= 1 ms at 1,000 messages) by {how}: "
               f"{'met' if worst <= 1.0 else 'MISSED'}: "
               f"{at_once[n]:.3f} ms answered at once, {held[n]:.3f} ms streamed")  # fmt: skip
+    print(
+        f"for comparison, not the target: an instant server (no wait cools our caches), "
+        f"{warm[2]:.3f} ms of our CPU time, {warm[1]:.3f} ms by the client socket's stamps"
+    )
 
 
 if __name__ == "__main__":

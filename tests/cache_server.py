@@ -27,7 +27,10 @@ client's), and ``last_byte`` just before the rest of the reply, its last event a
 end of the chunked body, leaves in one write. With ``hold`` the server streams as a model
 does: the head and every event but the last go out at once, the last event and the
 body's end when ``hold`` seconds have passed since the request arrived (its
-``last_byte``), so a client reads the earlier events while it waits.
+``last_byte``), so a client reads the earlier events while it waits. With ``instant`` it
+answers as soon as the body is read, from its last message alone, checking nothing and
+keeping no cache (usage zero): what a benchmark sees of the client when no wait of the
+server's cools its caches.
 """
 
 from __future__ import annotations
@@ -121,13 +124,20 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         received = self.arrived
         owner = self.server.owner
-        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
-        problem = request_problem(self.path, body)
-        if problem is not None:  # the vendor's published request type refuses it
-            with owner._lock:
-                owner.wire_problems.append(f"POST {self.path}: {problem}")
+        raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
         wire = "anthropic" if self.path.endswith("/messages") else "openai"
-        served = owner._serve(wire, body, received)
+        if owner.instant:
+            body = {"messages": [_last_message(raw)]}
+            served = Served(wire, None, _NO_USAGE[wire], received)
+            with owner._lock:
+                owner.served.append(served)
+        else:
+            body = json.loads(raw)
+            problem = request_problem(self.path, body)
+            if problem is not None:  # the vendor's published request type refuses it
+                with owner._lock:
+                    owner.wire_problems.append(f"POST {self.path}: {problem}")
+            served = owner._serve(wire, body, received)
         events = list(owner._events(wire, body, served.usage))
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
@@ -161,6 +171,25 @@ class _Handler(BaseHTTPRequestHandler):
     def _chunk(self, data: bytes) -> None:
         self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
         self.wfile.flush()
+
+
+#: the usage an ``instant`` server reports
+_NO_USAGE: dict[str, dict[str, Any]] = {
+    "anthropic": {"input_tokens": 0, "output_tokens": 0},
+    "openai": {"prompt_tokens": 0, "total_tokens": 0},
+}
+
+
+def _last_message(raw: bytes) -> Any:
+    """The last message of a request body whose ``messages`` array ends it (as the
+    clients' bodies do), parsed alone; else the whole body's."""
+    start = raw.rfind(b'{"role": ')
+    if start >= 0 and raw.endswith(b"]}"):
+        try:
+            return json.loads(raw[start:-2])
+        except ValueError:
+            pass
+    return json.loads(raw)["messages"][-1]
 
 
 class _HTTPServer(ThreadingHTTPServer):
@@ -197,6 +226,8 @@ class CacheServer:
     #: benchmark's client then waits as long at any transcript length, as it waits for a
     #: real model streaming its answer
     hold: float = 0.0
+    #: answer as soon as the body is read, from its last message, checking nothing
+    instant: bool = False
     served: list[Served] = field(default_factory=list)
     #: bodies their vendor's published request type refuses (tests/wire_types.py): leaving
     #: the server fails the test that sent them
@@ -355,10 +386,13 @@ class CacheServer:
 def main() -> None:
     """Serve until stdin closes, after printing the base URL (a server in a process of its
     own, so that timing a client is not timing the two sharing one interpreter lock); the
-    first argument, if any, is ``hold`` in seconds."""
+    first argument, if any, is ``hold`` in seconds, the second ``instant`` for an instant
+    server."""
     import sys
 
-    with CacheServer(hold=float(sys.argv[1]) if len(sys.argv) > 1 else 0.0) as server:
+    hold = float(sys.argv[1]) if len(sys.argv) > 1 else 0.0
+    instant = len(sys.argv) > 2 and sys.argv[2] == "instant"
+    with CacheServer(hold=hold, instant=instant) as server:
         print(server.url, flush=True)
         sys.stdin.read()
 
