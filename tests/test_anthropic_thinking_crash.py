@@ -1,4 +1,5 @@
-"""A worker SIGKILLed between a tool result and the next model call: another process finishes
+"""A worker SIGKILLed in the model call after a tool result, once that result is saved (it is
+written when the call's request has left): another process finishes
 the turn and gives the model back the same thinking blocks, byte for byte (the server
 enforces the API's thinking rules and compares the two requests)."""
 
@@ -8,6 +9,7 @@ import json
 import os
 import signal
 import subprocess
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,6 +18,8 @@ import pytest
 from anthropic_rules import AnthropicThinkingRules
 from provider_server import ProviderServer, SSEReply, StallReply, sse_events
 from services_pg import drop_schema, postgres_url, require_postgres, schema_for
+
+from lousho_sessions import open_store
 
 WORKER = str(Path(__file__).with_name("thinking_worker.py"))
 TESTS = str(Path(__file__).parent)
@@ -35,6 +39,19 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
 
 def worker(*args: str) -> list[str]:
     return [WORKER, *args]
+
+
+def wait_for_a_result(url: str) -> None:
+    """Wait until a checkpoint of session "trip" holds a tool result (another process
+    writes it: its store is looked at again every 20 ms, for up to 30 s)."""
+    pause = threading.Event()
+    with open_store(url) as store:
+        for _ in range(1500):
+            for key in store.checkpoints.list("trip."):
+                if (store.checkpoints.load(key) or {}).get("results"):
+                    return
+            pause.wait(0.02)
+    raise AssertionError("no tool result of the killed worker's turn was saved")
 
 
 def test_a_killed_worker_resumes_elsewhere_with_the_same_thinking(
@@ -62,6 +79,8 @@ def test_a_killed_worker_resumes_elsewhere_with_the_same_thinking(
             while not server.stalled.wait(0.2) and first.poll() is None:
                 pass
             assert server.stalled.is_set(), "the worker never made its second model call"
+            # the tool's result is written once that call's request has left: wait for it
+            wait_for_a_result(store_url)
         finally:
             os.kill(first.pid, signal.SIGKILL)
             _, err = first.communicate(timeout=30)

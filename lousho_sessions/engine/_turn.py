@@ -219,6 +219,8 @@ class Turn:
                     response = event
         except Exception as exc:
             if on_sent is not None and on_sent.failed is not None:  # why the call stopped
+                if chat is not None:
+                    chat.end(None, on_sent.failed)
                 raise on_sent.failed from None
             error = self._call_error(controller, exc)
             if chat is not None:
@@ -237,7 +239,12 @@ class Turn:
             if inbox is not None:
                 inbox.set_steer_hook(None)
         if on_sent is not None:
-            on_sent.settle()  # raises why it failed; writes it if the request never left
+            try:  # raises why it failed; writes it if the request never left
+                on_sent.settle()
+            except BaseException as exc:
+                if chat is not None:
+                    chat.end(None, exc)
+                raise
         if response is None or config.signal.aborted or controller.signal.aborted:
             error = self._call_error(controller, None)
             if chat is not None:
