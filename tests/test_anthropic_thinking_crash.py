@@ -46,9 +46,11 @@ def wait_for_a_result(url: str) -> None:
     writes it: its store is looked at again every 20 ms, for up to 30 s)."""
     pause = threading.Event()
     with open_store(url) as store:
+        checkpoints = store.checkpoints
+        assert checkpoints is not None
         for _ in range(1500):
-            for key in store.checkpoints.list("trip."):
-                if (store.checkpoints.load(key) or {}).get("results"):
+            for key in checkpoints.list("trip."):
+                if (checkpoints.load(key) or {}).get("results"):
                     return
             pause.wait(0.02)
     raise AssertionError("no tool result of the killed worker's turn was saved")
