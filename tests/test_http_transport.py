@@ -24,7 +24,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from http_proxy import ForwardProxy
-from provider_server import JSONReply, ProviderServer, SSEReply, sse_events
+from provider_server import JSONReply, ProviderServer, Recorded, SSEReply, sse_events
 from tcp_proxy import FreezableProxy
 
 from lousho_sessions import Message
@@ -141,6 +141,57 @@ def test_a_netrc_entry_for_the_host_is_sent_as_requests_sends_it(
     sent = server.requests[0].headers
     assert sent["authorization"] == "Basic " + base64.b64encode(b"ann:s3cret").decode()
     assert sent["x-api-key"] == KEY
+
+
+def test_on_sent_is_called_once_the_request_has_left_before_the_answer_comes(
+    server: ProviderServer,
+) -> None:
+    """Straight to the server, ``ModelRequest.on_sent`` is called once the body is sent:
+    the server here answers only after the test saw the call."""
+    sent, gate = threading.Event(), threading.Event()
+
+    def held(recorded: Recorded) -> SSEReply:
+        gate.wait(10)
+        return SSEReply(sse_events("anthropic", "text"))
+
+    server.route = held
+    request = ModelRequest(None, (Message.user("hi"),), session_id="s", on_sent=sent.set)
+    provider = AnthropicProvider("claude-x", api_key=KEY, base_url=server.url, retry=NO_RETRY)
+    answers: list[str] = []
+    caller = threading.Thread(target=lambda: answers.append(answer_to(provider, request)))
+    caller.start()
+    try:
+        assert sent.wait(10), "on_sent was not called before the answer came"
+    finally:
+        gate.set()
+        caller.join(10)
+    assert answers and answers[0]
+    assert AnthropicProvider.reports_sent and OpenAIProvider.reports_sent
+    provider.close()
+
+
+def test_on_sent_is_called_through_requests_before_any_event(
+    server: ProviderServer, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Through ``requests`` (a ``.netrc`` entry), ``on_sent`` is called once the response's
+    head is read, before the first event is given."""
+    netrc = tmp_path / "with-entry"
+    netrc.write_text("machine 127.0.0.1 login ann password s3cret\n")
+    netrc.chmod(0o600)
+    monkeypatch.setenv("NETRC", str(netrc))
+    server.reply(SSEReply(sse_events("anthropic", "text")))
+    seen: list[str] = []
+    request = ModelRequest(
+        None, (Message.user("hi"),), session_id="s", on_sent=lambda: seen.append("sent")
+    )
+    with AnthropicProvider("claude-x", api_key=KEY, base_url=server.url, retry=NO_RETRY) as p:
+        seen += [type(event).__name__ for event in p.stream(request, request.signal)]
+    assert seen[0] == "sent" and seen.count("sent") == 1 and seen[-1] == "ModelResponse"
+    assert "authorization" in server.requests[0].headers  # it went through requests
+
+
+def answer_to(provider: AnthropicProvider, request: ModelRequest) -> str:
+    return complete(provider, request).message.text
 
 
 def test_the_default_headers_of_requests_are_sent(server: ProviderServer) -> None:
