@@ -26,6 +26,7 @@ from lousho_sessions.errors import LeaseLostError, ProviderError
 from lousho_sessions.providers import RetryPolicy
 from lousho_sessions.providers.anthropic import AnthropicProvider
 from lousho_sessions.sqlite import SqliteStore
+from lousho_sessions.stores.base import AgentStore
 
 WAIT = 30.0
 SESSION = "owed"
@@ -212,6 +213,66 @@ def test_an_abort_as_the_last_tool_ends_keeps_its_result(db: Path) -> None:
         agent.close()
     assert sorted(ran) == ["get_time", "get_weather"]
     store.close()
+
+
+def split_store(tmp: Path) -> tuple[AgentStore, SqliteStore, SqliteStore, Path]:
+    """Sessions in one SQLite file, checkpoints in another: the store cannot save a turn's
+    input with its lease, so the turn saves it (the checkpoints' file, returned last)."""
+    sessions, held = SqliteStore(tmp / "sessions.db"), SqliteStore(tmp / "checkpoints.db")
+    return AgentStore(sessions.sessions, held.checkpoints), sessions, held, tmp / "checkpoints.db"
+
+
+def test_a_turns_input_is_saved_after_its_first_request_has_left(tmp_path: Path) -> None:
+    """The first call's request reaches the server while a second connection holds the
+    checkpoints' write lock: the input's checkpoint is written after it left (before,
+    the request waited for it and never left)."""
+    store, sessions, held, path = split_store(tmp_path)
+    blocker = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+    blocker.execute("BEGIN IMMEDIATE")
+    with ProviderServer() as server:
+        server.reply(answer())
+        agent = create_agent(provider=provider(server.url), store=store)
+        outcome: list[Any] = []
+        sender = threading.Thread(target=lambda: outcome.append(agent.session(SESSION).send("Hi")))
+        sender.start()
+        try:
+            requests_reach(server, 1)
+            assert checkpoints(path) == {}  # not written yet
+        finally:
+            blocker.execute("ROLLBACK")
+            sender.join(WAIT)
+        assert not sender.is_alive()
+        [result] = outcome
+        assert result.finish_reason == "stop"
+        assert [m.role for m in sessions.sessions.load(SESSION) or ()] == ["user", "assistant"]
+        agent.close()
+    blocker.close()
+    sessions.close()
+    held.close()
+
+
+def test_a_first_call_that_never_leaves_still_saves_the_input(tmp_path: Path) -> None:
+    """Nothing listens where the first call goes: the turn fails before its request leaves,
+    its input is saved (pending), and a resume against a server finishes it."""
+    store, sessions, held, path = split_store(tmp_path)
+    gone = ProviderServer().start()
+    url = gone.url
+    gone.stop()
+    agent = create_agent(provider=provider(url), store=store)
+    with pytest.raises(ProviderError):
+        agent.session(SESSION).send("Hi")
+    agent.close()
+    [saved] = checkpoints(path).values()
+    assert saved["new"][0]["content"][0]["text"] == "Hi"
+    with ProviderServer() as server:
+        server.reply(answer())
+        again = create_agent(provider=provider(server.url), store=store)
+        result = again.session(SESSION).resume()
+        assert result is not None and result.finish_reason == "stop"
+        again.close()
+    assert [m.role for m in sessions.sessions.load(SESSION) or ()] == ["user", "assistant"]
+    sessions.close()
+    held.close()
 
 
 def test_a_provider_that_does_not_report_its_request_sent_gets_the_result_first(

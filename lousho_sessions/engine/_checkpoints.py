@@ -19,9 +19,10 @@ The last result of a step is *owed* instead (``save_result(defer=True)``): nothi
 with an effect comes between it and the next model call, so the turn writes it once
 that call's request has left (``ModelRequest.on_sent``), while the model works, and
 not on the way to it; ``flush()`` writes it, and every other write holds it already
-(the next write to the record, or the whole save that deletes the records). The turn
-flushes before anything else that has an effect (an approval created) and whenever
-it ends.
+(the next write to the record, or the whole save that deletes the records). The
+state saved when the input is taken is owed the same way (``save(defer=True)``: the
+state as it was then), unless the store saved it with the lease. The turn flushes
+before anything else that has an effect (an approval created) and whenever it ends.
 
 Every write carries the fence of the session's lease (``fence``, ``None`` outside a
 lease): a turn whose lease was lost gets ``LeaseLostError`` and writes nothing.
@@ -84,6 +85,9 @@ class TurnCheckpoints:
         self._record_step = 0  # the step whose results ``_record`` holds
         #: the state whose current result record holds a result not written yet (``flush``)
         self._owed: TurnState | None = None
+        #: a whole state not saved yet (``save(defer=True)``): its key, checkpoint, the
+        #: records it deletes and its messages
+        self._owed_whole: tuple[str, Any, list[str], list[Message]] | None = None
         checks_json = self.store.checks_json
         #: build what it saves from the messages' kept texts, for the commit to use again
         #: (not in memory: the memory session store keeps the messages, encoding none of
@@ -93,23 +97,29 @@ class TurnCheckpoints:
         #: spliced in are, their texts kept)
         self._note_valid = checks_json and not self._splice
 
-    def save(self, state: TurnState) -> None:
-        """Save the whole state (when durable, or paused), then drop the records it now holds."""
+    def save(self, state: TurnState, *, defer: bool = False) -> None:
+        """Save the whole state (when durable, or paused), then drop the records it now holds;
+        ``defer``: the state as it is now, saved by ``flush`` (a turn's input, once the first
+        request has left)."""
         if not (self.durable or state.status == "awaiting-approval"):
             return
         state.fence = self.fence
-        self.store.save_and_delete(
-            state.turn_id or "",
-            turn_checkpoint(state, encoded=self._splice),
-            list(state.records),
-            fence=self.fence,
-        )
+        whole = (state.turn_id or "", turn_checkpoint(state, encoded=self._splice),
+                 list(state.records), [*state.new, *state.results.values()])  # fmt: skip
+        self._owed_whole = None  # this state is newer
+        if defer:
+            self._owed_whole = whole
+        else:
+            self._save_whole(whole)
         self._record_key, self._record, self._results, self._started = None, {}, {}, []
         self._owed = None  # the whole state holds its results
         state.records.clear()
+
+    def _save_whole(self, whole: tuple[str, Any, list[str], list[Message]]) -> None:
+        turn_id, checkpoint, records, messages = whole
+        self.store.save_and_delete(turn_id, checkpoint, records, fence=self.fence)
         if self._note_valid:
-            remember_valid(state.new)
-            remember_valid(state.results.values())
+            remember_valid(messages)
 
     def keep(self, state: TurnState) -> None:
         """Save the whole state even when not durable (an aborted turn that stays pending:
@@ -137,32 +147,34 @@ class TurnCheckpoints:
 
     @property
     def owed(self) -> bool:
-        """A result is recorded and not written yet (``flush`` writes it)."""
-        return self._owed is not None
+        """A state or a result is recorded and not written yet (``flush`` writes it)."""
+        return self._owed is not None or self._owed_whole is not None
 
     def flush(self, *, quietly: bool = False) -> None:
-        """Write the result record holding an owed result; nothing when none is owed. Once
-        called, nothing is owed, whether the write succeeds or not. ``quietly``: on the way
-        out with another error, a failure is logged, not raised."""
-        state = self._owed
-        if state is None:
-            return
-        self._owed = None
+        """Write what is owed: the whole state, the result record holding an owed result;
+        nothing when none is owed. Once called, nothing is owed, whether the write succeeds
+        or not. ``quietly``: on the way out with another error, a failure is logged, not
+        raised."""
+        whole, state = self._owed_whole, self._owed
+        self._owed_whole = self._owed = None
         try:
-            self._write_record(state)
+            if whole is not None:
+                self._save_whole(whole)
+            if state is not None:
+                self._write_record(state)
         except Exception:
             if not quietly:
                 raise
-            log.warning("turn %s: its last tool result could not be saved", state.turn_id,
-                        exc_info=True)  # fmt: skip
+            log.warning("turn %s: what it owed its checkpoint could not be saved",
+                        whole[0] if whole else state and state.turn_id, exc_info=True)  # fmt: skip
             return
-        if self._note_valid:
+        if state is not None and self._note_valid:
             remember_valid(self._results.values())
 
     def owed_write(self, provider: object, controller: AbortController) -> OwedWrite | None:
         """Before a model call: ``None`` when nothing is owed, or written now (a provider
         that does not report its request sent); else the call's ``on_sent``."""
-        if self._owed is None:
+        if not self.owed:
             return None
         if getattr(provider, "reports_sent", False):  # a Provider need not say
             return OwedWrite(self, controller)
@@ -187,6 +199,9 @@ class TurnCheckpoints:
 
     def _write_record(self, state: TurnState) -> None:
         assert self._record_key is not None
+        if self._owed_whole is not None:  # the state the record adds to, first
+            whole, self._owed_whole = self._owed_whole, None
+            self._save_whole(whole)
         self._owed = None  # the record written holds every result recorded
         record = {"format": RECORD_FORMAT, "version": 1, "run_id": state.run_id,
                   "step": self._record_step}  # fmt: skip
@@ -255,7 +270,7 @@ class TurnCheckpoints:
 
     def forget(self, state: TurnState) -> None:
         """Delete the turn's checkpoint and its result records."""
-        self._owed = None
+        self._owed = self._owed_whole = None
         for key in self.keys(state):
             self.store.delete(key, fence=self.fence)
         state.records.clear()

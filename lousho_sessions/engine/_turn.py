@@ -95,9 +95,15 @@ class Turn:
             config.inbox.emit = config.emit
         if config.emit is not None:  # events are built only when someone listens
             config.emit(RunStart(state.run_id))
-        saved = config.checkpoints is not None and config.checkpoints.input_saved  # with the lease
-        if state.steps == 0 and not state.results and state.status == "running" and not saved:
-            self._checkpoint()  # the input is taken
+        checkpoints = config.checkpoints  # the input is taken: saved once it is sent
+        if (
+            checkpoints is not None
+            and not checkpoints.input_saved  # with the lease
+            and state.steps == 0
+            and not state.results
+            and state.status == "running"
+        ):
+            checkpoints.save(state, defer=True)
         try:
             while True:
                 self._check_abort()
