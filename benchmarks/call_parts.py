@@ -11,19 +11,24 @@ thread's) and of the wall time. The spans from a request's last byte to its answ
 last byte are the model's; the others are ours. The marks add about 15% to a turn.
 
 Run: ``python benchmarks/call_parts.py [--wire anthropic|openai] [--messages N]
-[--hold S] [--turns N] [--store memory|sqlite]``.
+[--hold S] [--turns N] [--store memory|sqlite|postgres|redis]`` (PostgreSQL in a schema of
+its own and Redis under a key prefix of its own, dropped at the end; the servers of
+``LOUSHO_POSTGRES_URL`` and ``LOUSHO_REDIS_URL``).
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import functools
+import os
 import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -88,6 +93,41 @@ def mark_parts() -> None:
     token_cost._Stamped = Marked  # type: ignore[misc]
 
 
+@contextlib.contextmanager
+def store_factory(kind: str) -> Iterator[Callable[[], Any]]:
+    """Makes a store of ``kind`` for each run; what they keep is dropped at the end."""
+    name = "call_parts_" + uuid.uuid4().hex[:12]
+    with tempfile.TemporaryDirectory() as tmp:
+        if kind == "sqlite":
+            yield lambda: SqliteStore(Path(tmp) / "s.db")
+        elif kind == "memory":
+            yield memory_store
+        elif kind == "postgres":
+            import psycopg
+
+            from lousho_sessions.postgres import PostgresStore
+
+            url = os.environ.get("LOUSHO_POSTGRES_URL") or "postgresql://postgres@127.0.0.1/test"
+            try:
+                yield lambda: PostgresStore(url, schema=name, max_size=2)
+            finally:
+                with psycopg.connect(url, autocommit=True) as conn:
+                    conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
+        else:
+            import redis
+
+            from lousho_sessions.redis import RedisStore
+
+            url = os.environ.get("LOUSHO_REDIS_URL") or "redis://127.0.0.1:6379/0"
+            try:
+                yield lambda: RedisStore(url, prefix=name)
+            finally:
+                client = redis.Redis.from_url(url)
+                for key in client.scan_iter(match=f"{name}*", count=1000):
+                    client.delete(key)
+                client.close()
+
+
 def turns_of(marks: list[Mark]) -> list[list[Mark]]:
     """The marks of each ``send()``, runs of sends and of reads each kept as their last."""
     turns: list[list[Mark]] = []
@@ -111,14 +151,12 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=1000)
     parser.add_argument("--hold", type=float, default=0.1)
     parser.add_argument("--turns", type=int, default=20)
-    parser.add_argument("--store", choices=("memory", "sqlite"), default="sqlite")
+    parser.add_argument(
+        "--store", choices=("memory", "sqlite", "postgres", "redis"), default="sqlite"
+    )
     args = parser.parse_args()
     mark_parts()
-    with tempfile.TemporaryDirectory() as tmp:
-
-        def store() -> Any:
-            return SqliteStore(Path(tmp) / "s.db") if args.store == "sqlite" else memory_store()
-
+    with store_factory(args.store) as store:
         _, _, cpu = token_cost.overhead(args.wire, store, args.messages, args.turns, args.hold)
     turns = turns_of(MARKS)[2:]  # not the warm-up's, nor the first timed one
     shapes = collections.Counter(tuple(m[0] for m in turn) for turn in turns)
