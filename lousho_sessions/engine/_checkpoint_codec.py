@@ -23,8 +23,8 @@ from ._turn_state import CHECKPOINT_FORMAT, CHECKPOINT_VERSION, TurnState, now_i
 __all__ = [
     "splice_object",
     "turn_checkpoint",
-    "turn_result_dict",
-    "turn_result_text",
+    "turn_message_dict",
+    "turn_message_texts",
     "turn_state_from_checkpoint",
 ]
 
@@ -94,15 +94,14 @@ def turn_checkpoint(
     data.update(_turn_fields(state))
     if not fence:
         del data["fence"]
-    head = None
-    if encoded and not state.extra:
-        head = to_json(data, what=f"checkpoint {state.turn_id!r}")
-    data["new"] = [_cached_dict(state, m) for m in state.new]
-    data["results"] = {k: _cached_dict(state, m) for k, m in state.results.items()}
+    splice = encoded and not state.extra
+    head = to_json(data, what=f"checkpoint {state.turn_id!r}") if splice else ""
+    data["new"] = [turn_message_dict(state, m) for m in state.new]
+    data["results"] = {k: turn_message_dict(state, m) for k, m in state.results.items()}
     data["updated_at"] = now_iso()
-    if head is not None:
-        new = _texts(state, state.new)
-        results = _texts(state, state.results.values())
+    if splice:
+        new = turn_message_texts(state, state.new)
+        results = turn_message_texts(state, state.results.values())
         if new is not None and results is not None:
             spliced = splice_object(zip(state.results, results, strict=True))
             if spliced is not None:
@@ -127,29 +126,20 @@ def splice_object(items: Iterable[tuple[Any, str]]) -> str | None:
     return "{" + ",".join(parts) + "}"
 
 
-def _texts(state: TurnState, messages: Iterable[Message]) -> list[str] | None:
-    """Each message's kept text; ``None`` if one must be checked in its record."""
+def turn_message_texts(state: TurnState, messages: Iterable[Message]) -> list[str] | None:
+    """Each message's kept text (``kept_message_json`` of its ``turn_message_dict``);
+    ``None`` if one must be checked in the record that holds it."""
     out = []
     for message in messages:
-        text = kept_message_json(message, _cached_dict(state, message))
+        text = kept_message_json(message, turn_message_dict(state, message))
         if text is None:
             return None
         out.append(text)
     return out
 
 
-def turn_result_text(state: TurnState, message: Message) -> str | None:
-    """The kept text of a recorded result ``message`` of ``state`` (``None``: check the
-    record whole)."""
-    return kept_message_json(message, _cached_dict(state, message))
-
-
-def turn_result_dict(state: TurnState, call_id: str) -> dict[str, Any]:
-    """The recorded result of ``call_id`` as its checkpoint holds it (from the cache)."""
-    return _cached_dict(state, state.results[call_id])
-
-
-def _cached_dict(state: TurnState, message: Message) -> dict[str, Any]:
+def turn_message_dict(state: TurnState, message: Message) -> dict[str, Any]:
+    """``message`` as a checkpoint of ``state`` holds it, converted once (``message_dicts``)."""
     cached = state.message_dicts.get(id(message))
     if cached is None or cached[0] is not message:
         cached = state.message_dicts[id(message)] = (message, message_to_dict(message))

@@ -41,7 +41,12 @@ from ..serde import message_from_dict, remember_valid, to_json
 from ..stores.adapters import adapt_checkpoints
 from ..stores.base import BaseCheckpointStore, CheckpointStore
 from ..stores.memory import MemoryCheckpointStore
-from ._checkpoint_codec import splice_object, turn_checkpoint, turn_result_dict, turn_result_text
+from ._checkpoint_codec import (
+    splice_object,
+    turn_checkpoint,
+    turn_message_dict,
+    turn_message_texts,
+)
 from ._turn_state import TurnState
 
 __all__ = ["RESULTS_PER_RECORD", "OwedWrite", "TurnCheckpoints"]
@@ -76,13 +81,12 @@ class TurnCheckpoints:
         #: the turn does not save it again
         self.input_saved = input_saved
         self._record_key: str | None = None
-        self._record: dict[str, Any] = {}
-        #: the result messages of ``_record`` (an owed one has left ``state.results`` when
-        #: it is written: the step ended)
+        #: the results the current record holds, by call id (an owed one has left
+        #: ``state.results`` when it is written: the step ended)
         self._results: dict[str, Message] = {}
         self._started: list[str] = []
         self._counter = 0
-        self._record_step = 0  # the step whose results ``_record`` holds
+        self._record_step = 0  # the step whose results the current record holds
         #: the state whose current result record holds a result not written yet (``flush``)
         self._owed: TurnState | None = None
         #: a whole state not saved yet (``save(defer=True)``): its key, checkpoint, the
@@ -111,7 +115,7 @@ class TurnCheckpoints:
             self._owed_whole = whole
         else:
             self._save_whole(whole)
-        self._record_key, self._record, self._results, self._started = None, {}, {}, []
+        self._record_key, self._results, self._started = None, {}, []
         self._owed = None  # the whole state holds its results
         state.records.clear()
 
@@ -136,7 +140,6 @@ class TurnCheckpoints:
         if not self.durable:
             return
         self._next_record(state)
-        self._record[call_id] = turn_result_dict(state, call_id)
         self._results[call_id] = state.results[call_id]
         if defer:
             self._owed = state
@@ -166,7 +169,7 @@ class TurnCheckpoints:
             if not quietly:
                 raise
             log.warning("turn %s: what it owed its checkpoint could not be saved",
-                        whole[0] if whole else state and state.turn_id, exc_info=True)  # fmt: skip
+                        whole[0] if whole is not None else self._record_key, exc_info=True)  # fmt: skip
             return
         if state is not None and self._note_valid:
             remember_valid(self._results.values())
@@ -190,11 +193,11 @@ class TurnCheckpoints:
         self._write_record(state)
 
     def _next_record(self, state: TurnState) -> None:
-        if self._record_key is None or len(self._record) >= RESULTS_PER_RECORD:
+        if self._record_key is None or len(self._results) >= RESULTS_PER_RECORD:
             self._counter += 1
             self._record_step = state.steps  # an owed record is written in the next step
             self._record_key = f"{state.turn_id}-r{state.steps}-{self._counter}"
-            self._record, self._results, self._started = {}, {}, []
+            self._results, self._started = {}, []
             state.records.append(self._record_key)
 
     def _write_record(self, state: TurnState) -> None:
@@ -207,7 +210,7 @@ class TurnCheckpoints:
                   "step": self._record_step}  # fmt: skip
         rest = {**({"started": self._started} if self._started else {}), **tool_state(state)}
         text = self._record_text(state, record, rest) if self._splice else None
-        record["results"] = self._record
+        record["results"] = {k: turn_message_dict(state, m) for k, m in self._results.items()}
         record.update(rest)
         self.store.save(
             self._record_key,
@@ -219,13 +222,10 @@ class TurnCheckpoints:
         self, state: TurnState, record: dict[str, Any], rest: dict[str, Any]
     ) -> str | None:
         """The result record's text, the results' kept texts spliced in; ``None``: encode it."""
-        texts = []
-        for message in self._results.values():
-            text = turn_result_text(state, message)
-            if text is None:
-                return None
-            texts.append(text)
-        results = splice_object(zip(self._record, texts, strict=True))
+        texts = turn_message_texts(state, self._results.values())
+        if texts is None:
+            return None
+        results = splice_object(zip(self._results, texts, strict=True))
         if results is None:
             return None
         what = f"checkpoint {self._record_key!r}"
