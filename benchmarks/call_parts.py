@@ -11,7 +11,7 @@ thread's) and of the wall time. The spans from a request's last byte to its answ
 last byte are the model's; the others are ours. The marks add about 15% to a turn.
 
 Run: ``python benchmarks/call_parts.py [--wire anthropic|openai] [--messages N]
-[--hold S] [--turns N] [--store memory|sqlite|postgres|redis]`` (PostgreSQL in a schema of
+[--hold S] [--instant] [--not-read-only] [--turns N] [--store memory|sqlite|postgres|redis]`` (PostgreSQL in a schema of
 its own and Redis under a key prefix of its own, dropped at the end; the servers of
 ``LOUSHO_POSTGRES_URL`` and ``LOUSHO_REDIS_URL``).
 """
@@ -152,12 +152,30 @@ def main() -> None:
     parser.add_argument("--hold", type=float, default=0.1)
     parser.add_argument("--turns", type=int, default=20)
     parser.add_argument(
+        "--instant",
+        action="store_true",
+        help="the instant server: reads the body, checks nothing, answers at once",
+    )
+    parser.add_argument(
+        "--not-read-only",
+        action="store_true",
+        help="the tool not declared read-only (its step's response saved first)",
+    )
+    parser.add_argument(
         "--store", choices=("memory", "sqlite", "postgres", "redis"), default="sqlite"
     )
     args = parser.parse_args()
     mark_parts()
     with store_factory(args.store) as store:
-        _, _, cpu = token_cost.overhead(args.wire, store, args.messages, args.turns, args.hold)
+        _, _, cpu = token_cost.overhead(
+            args.wire,
+            store,
+            args.messages,
+            args.turns,
+            args.hold,
+            args.instant,
+            not args.not_read_only,
+        )
     turns = turns_of(MARKS)[2:]  # not the warm-up's, nor the first timed one
     shapes = collections.Counter(tuple(m[0] for m in turn) for turn in turns)
     shape = shapes.most_common(1)[0][0]

@@ -21,8 +21,12 @@ that call's request has left (``ModelRequest.on_sent``), while the model works, 
 not on the way to it; ``flush()`` writes it, and every other write holds it already
 (the next write to the record, or the whole save that deletes the records). The
 state saved when the input is taken is owed the same way (``save(defer=True)``: the
-state as it was then), unless the store saved it with the lease. The turn flushes
-before anything else that has an effect (an approval created) and whenever it ends.
+state as it was then), unless the store saved it with the lease. So is the state saved
+after a model response whose calls are all to ``read_only`` tools: nothing they do needs
+it first, and each result joins the owed state (it is taken again) rather than a record,
+so the step costs one write, in the next call's wait. The turn flushes before anything
+else that has an effect (an approval created, an intent recorded: ``_write_record``
+writes the owed state first) and whenever it ends.
 
 Every write carries the fence of the session's lease (``fence``, ``None`` outside a
 lease): a turn whose lease was lost gets ``LeaseLostError`` and writes nothing.
@@ -89,9 +93,9 @@ class TurnCheckpoints:
         self._record_step = 0  # the step whose results the current record holds
         #: the state whose current result record holds a result not written yet (``flush``)
         self._owed: TurnState | None = None
-        #: a whole state not saved yet (``save(defer=True)``): its key, checkpoint, the
-        #: records it deletes and its messages
-        self._owed_whole: tuple[str, Any, list[str], list[Message]] | None = None
+        #: a whole state not saved yet (``save(defer=True)``): the state as it was (its
+        #: ``snapshot``) and the records it deletes
+        self._owed_whole: tuple[TurnState, list[str]] | None = None
         checks_json = self.store.checks_json
         #: build what it saves from the messages' kept texts, for the commit to use again
         #: (not in memory: the memory session store keeps the messages, encoding none of
@@ -108,22 +112,22 @@ class TurnCheckpoints:
         if not (self.durable or state.status == "awaiting-approval"):
             return
         state.fence = self.fence
-        whole = (state.turn_id or "", turn_checkpoint(state, encoded=self._splice),
-                 list(state.records), [*state.new, *state.results.values()])  # fmt: skip
         self._owed_whole = None  # this state is newer
-        if defer:
-            self._owed_whole = whole
+        if defer:  # encoded when written, off the way to the next call
+            self._owed_whole = (state.snapshot(), list(state.records))
         else:
-            self._save_whole(whole)
+            self._save_whole((state, list(state.records)))
         self._record_key, self._results, self._started = None, {}, []
         self._owed = None  # the whole state holds its results
         state.records.clear()
 
-    def _save_whole(self, whole: tuple[str, Any, list[str], list[Message]]) -> None:
-        turn_id, checkpoint, records, messages = whole
-        self.store.save_and_delete(turn_id, checkpoint, records, fence=self.fence)
+    def _save_whole(self, whole: tuple[TurnState, list[str]]) -> None:
+        """Save ``whole``: a state (as it was, for an owed one) and the records it deletes."""
+        state, records = whole
+        checkpoint = turn_checkpoint(state, encoded=self._splice)
+        self.store.save_and_delete(state.turn_id or "", checkpoint, records, fence=self.fence)
         if self._note_valid:
-            remember_valid(messages)
+            remember_valid([*state.new, *state.results.values()])
 
     def keep(self, state: TurnState) -> None:
         """Save the whole state even when not durable (an aborted turn that stays pending:
@@ -138,6 +142,9 @@ class TurnCheckpoints:
         """Save the recorded result of ``call_id`` in the step's current result record;
         ``defer``: only note it, for ``flush`` (or the next write) to save."""
         if not self.durable:
+            return
+        if self._owed_whole is not None:  # a step of read-only calls: the result joins it
+            self.save(state, defer=True)
             return
         self._next_record(state)
         self._results[call_id] = state.results[call_id]
@@ -169,7 +176,8 @@ class TurnCheckpoints:
             if not quietly:
                 raise
             log.warning("turn %s: what it owed its checkpoint could not be saved",
-                        whole[0] if whole is not None else self._record_key, exc_info=True)  # fmt: skip
+                        whole[0].turn_id if whole is not None else self._record_key,
+                        exc_info=True)  # fmt: skip
             return
         if state is not None and self._note_valid:
             remember_valid(self._results.values())

@@ -12,15 +12,21 @@ replays it; one with an intent and no result may have run:
   model an error result.
 
 Calls to idempotent tools (the default) record no intent and simply run again.
+
+Calls to tools declared ``read_only`` change nothing: a step of only such calls
+(``reads_only``) does not save the model's response before they run; it is saved with
+their results once the next request has left (``TurnCheckpoints.save(defer=True)``), and
+a crash while they run asks the model again.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal, Protocol
 
 from ..messages import ToolCall
 from ..stores.base import BaseApprovalStore
-from ..tools import ToolContext
+from ..tools import Tool, ToolContext
 from ._approvals import approval_id_for
 from ._turn_config import TurnConfig
 from ._turn_state import TurnState
@@ -31,6 +37,7 @@ __all__ = [
     "LedgerTurn",
     "Rerun",
     "ledger",
+    "reads_only",
     "rerun_approval_id",
     "rerun_decision",
 ]
@@ -78,6 +85,15 @@ class LedgerTurn(Protocol):
         checkpoint: bool,
         exception: BaseException | None = None,
     ) -> None: ...
+
+
+def reads_only(calls: Sequence[ToolCall], tools: Mapping[str, Tool]) -> bool:
+    """True when every one of ``calls`` is to a known tool declared ``read_only``."""
+    for call in calls:
+        tool = tools.get(call.name)
+        if tool is None or not tool.read_only:
+            return False
+    return True
 
 
 def ledger(turn: LedgerTurn, calls: list[ToolCall]) -> tuple[list[ToolCall], ToolCall | None]:

@@ -51,7 +51,7 @@ from ..stores._state_requests import turn_state
 from ..tools import ToolContext, tool_error_text
 from ._approvals import approval_id_for, new_record
 from ._edits import decide, edited, show_edits
-from ._effects import RERUN_NOTE, ledger, rerun_approval_id
+from ._effects import RERUN_NOTE, ledger, reads_only, rerun_approval_id
 from ._inbox import Inbox, take_queued
 from ._limits import limit_reached, tool_calls_left
 from ._tool_calls import MAX_MALFORMED_TOOL_CALLS, check_malformed, malformed_text, unique_call_ids
@@ -165,8 +165,8 @@ class Turn:
             message = with_usage_and_calls(message, usage, calls)
         state.new.append(message)
         state.usage = state.usage + usage
-        if calls:  # a final answer is not saved here: the commit records it with the turn
-            self._checkpoint()
+        if calls:  # a final answer: the commit saves it; calls that only read: their results
+            self._checkpoint(defer=reads_only(calls, config.tools))
         if config.emit is not None:
             for call in calls:
                 config.emit(ToolCallEvent(state.run_id, call))
@@ -465,9 +465,9 @@ class Turn:
         if self.config.signal.aborted:
             raise AbortedError(self.config.signal.reason)
 
-    def _checkpoint(self) -> None:
+    def _checkpoint(self, *, defer: bool = False) -> None:
         if self.config.checkpoints is not None:
-            self.config.checkpoints.save(self.state)
+            self.config.checkpoints.save(self.state, defer=defer)
 
     def _flush(self, *, quietly: bool = False) -> None:
         if self.config.checkpoints is not None:

@@ -80,6 +80,21 @@ class TurnState:
         factory=dict, init=False, eq=False, repr=False
     )
 
+    def snapshot(self) -> TurnState:
+        """The state as it is now, to be saved later: its own lists and dicts (the messages
+        in them shared: they are frozen) and the message dicts converted so far."""
+        copy = attrs.evolve(
+            self,
+            new=list(self.new),
+            results=dict(self.results),
+            decisions=dict(self.decisions),
+            queued=list(self.queued),
+            started=list(self.started),
+            extra=dict(self.extra),
+        )
+        copy.message_dicts = self.message_dicts
+        return copy
+
     @classmethod
     def start(
         cls,

@@ -102,6 +102,13 @@ class Tool:
     unless ``reconcile(ctx)`` says it did not happen (``None``) — it returns the
     result text when it did — or, without ``reconcile``, a human approves running it
     again (the turn parks as awaiting approval). See docs/durable.md.
+
+    ``read_only`` (default ``False``): the call changes nothing anywhere (a search, a
+    lookup; MCP's ``readOnlyHint``). A durable turn whose step calls only such tools does
+    not save the model's response before they run: it saves the response with their
+    results once the next model request has left, one write in the model's wait instead
+    of one before the tools and one after. A crash while they run asks the model again.
+    A read-only tool is idempotent (``idempotent=False`` with it is refused).
     """
 
     fn: Callable[..., Any]
@@ -113,6 +120,7 @@ class Tool:
     raise_errors: bool = False
     idempotent: bool = True
     reconcile: Reconcile | None = None
+    read_only: bool = False
     signature: Parameters = attrs.field(
         default=attrs.Factory(_parameters_of, takes_self=True), eq=False, repr=False
     )
@@ -214,6 +222,7 @@ def tool(
     raise_errors: bool = False,
     idempotent: bool = True,
     reconcile: Reconcile | None = None,
+    read_only: bool = False,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
@@ -227,13 +236,14 @@ def tool(
     raise_errors: bool = False,
     idempotent: bool = True,
     reconcile: Reconcile | None = None,
+    read_only: bool = False,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Make a ``Tool`` of ``fn``; use bare (``@tool``) or with options (``@tool(needs_approval=True)``).
 
     Raises ``ToolDefinitionError`` (a ``TypeError`` and ``ValueError``) naming the tool
     and the parameter when a name is invalid or a parameter type has no JSON schema,
-    or ``reconcile`` is given but is not callable. ``idempotent`` and ``reconcile``:
-    see ``Tool``.
+    or ``reconcile`` is given but is not callable, or ``read_only`` with
+    ``idempotent=False``. ``idempotent``, ``reconcile`` and ``read_only``: see ``Tool``.
     """
     if reconcile is not None and not callable(reconcile):
         raise ToolDefinitionError(
@@ -245,6 +255,11 @@ def tool(
         if not tool_name or not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", tool_name):
             raise ToolDefinitionError(
                 f"invalid tool name {tool_name!r}: tool names must match ^[A-Za-z0-9_-]{{1,64}}$"
+            )
+        if read_only and not idempotent:
+            raise ToolDefinitionError(
+                f"tool {tool_name!r}: read_only=True with idempotent=False: a call that "
+                "changes nothing can run again (drop one of them)"
             )
         signature = describe_parameters(f, tool_name, ToolContext)
         doc_summary, _ = parse_doc(inspect.getdoc(f) or "")
@@ -258,6 +273,7 @@ def tool(
             raise_errors=raise_errors,
             idempotent=bool(idempotent),
             reconcile=reconcile,
+            read_only=bool(read_only),
             signature=signature,
         )
 
