@@ -19,7 +19,7 @@ from lousho_sessions import (
     create_agent,
     tool,
 )
-from lousho_sessions.errors import LeaseLostError, StoreError
+from lousho_sessions.errors import StoreError
 from lousho_sessions.messages import Message
 from lousho_sessions.sqlite import SqliteStore
 from lousho_sessions.stores import _lockfile
@@ -189,7 +189,7 @@ def test_a_read_ahead_that_fails_is_left_to_the_look_under_the_lease(
         agent.close()
 
 
-# -- the turn's first checkpoint, saved in the transaction that starts it -----------------
+# -- the turn's first checkpoint: written by the turn once its first request has left -----
 
 
 def offer(
@@ -197,7 +197,6 @@ def offer(
     revision: object = None,
     *,
     turn_id: str = "s.turn-0",
-    checkpoints: object = None,
     build: Callable[[], dict[str, object]] = lambda: {"format": "test", "n": 1},
 ) -> TakenTurn:
     """``take_turn`` of session "s", offering ``build()`` as the first checkpoint of
@@ -205,7 +204,7 @@ def offer(
     return store.sessions.take_turn(
         TakeTurn(
             "s",
-            checkpoints=store.checkpoints if checkpoints is None else checkpoints,
+            checkpoints=store.checkpoints,
             held_length=0,
             held_revision=revision,
             checkpoint=StartCheckpoint(turn_id, build),
@@ -213,85 +212,36 @@ def offer(
     )
 
 
-def raw_checkpoint(store: SqliteStore, turn_id: str) -> str | None:
-    with store.connection() as conn:
-        row = conn.execute("SELECT json FROM checkpoints WHERE turn_id = ?", (turn_id,)).fetchone()
-    return None if row is None else str(row[0])
-
-
 @pytest.mark.parametrize("where", ["file", ":memory:"])
-def test_the_first_checkpoint_is_saved_with_the_lease_and_its_fence_first(
+def test_an_offered_first_checkpoint_is_not_saved_with_the_lease(
     tmp_path: Path, where: str
 ) -> None:
+    """SQLite does not save a turn's first checkpoint in the read that takes the turn (a
+    write transaction there cost more on the way to the model than the turn's own write
+    once the request has left); the engine does not offer it."""
+    built: list[int] = []
+
+    def build() -> dict[str, object]:
+        built.append(1)
+        return {"format": "test", "n": 1}
+
     with SqliteStore(tmp_path / "db.sqlite" if where == "file" else where) as store:
-        taken = offer(store)
-        with taken.lease as lease:
-            assert taken.saved_checkpoint and taken.no_checkpoints and taken.revision is None
-            text = raw_checkpoint(store, "s.turn-0")
-            assert text is not None and text.startswith(f'{{"fence":{lease.fence},')
-            assert store.checkpoints.load("s.turn-0") == {
-                "fence": lease.fence,
-                "format": "test",
-                "n": 1,
-            }
-            # the lease's fence is recorded: an older one is refused
-            with pytest.raises(LeaseLostError):
-                store.checkpoints.save("s.turn-0", {"n": 2}, fence=lease.fence - 1)
-
-
-def test_nothing_is_saved_when_the_revision_moved_or_a_checkpoint_is_stored(
-    tmp_path: Path,
-) -> None:
-    with SqliteStore(tmp_path / "db.sqlite") as store:
-        store.sessions.append("s", [Message.user("hi")], 0)
-        taken = offer(store, None)  # built before that append
+        assert store.sessions.saves_start_checkpoint is False
+        taken = offer(store, build=build)
         with taken.lease:
-            assert not taken.saved_checkpoint
-            assert taken.revision == store.sessions.revision("s")
-        assert store.checkpoints.list() == []
-        store.checkpoints.save("s.turn-9", {"other": True})  # a pending turn
-        taken = offer(store, store.sessions.revision("s"), turn_id="s.turn-1")
-        with taken.lease:
-            assert not taken.saved_checkpoint and not taken.no_checkpoints
-        assert store.checkpoints.list() == ["s.turn-9"]
-        store.checkpoints.delete("s.turn-9")
-        taken = offer(store, store.sessions.revision("s"), turn_id="s.turn-1")
-        with taken.lease:
-            assert taken.saved_checkpoint
-        assert store.checkpoints.list() == ["s.turn-1"]
-
-
-def test_an_offer_that_is_not_this_stores_or_this_sessions_is_not_saved(tmp_path: Path) -> None:
-    elsewhere = MemoryCheckpointStore()
-    with SqliteStore(tmp_path / "db.sqlite") as store:
-        offers: list[Callable[[], TakenTurn]] = [
-            lambda: offer(store, checkpoints=elsewhere),
-            lambda: offer(store, turn_id="other.turn-0"),  # another session's turn
-            lambda: offer(store, build=lambda: {}),  # nothing to save
-            lambda: offer(store, build=lambda: {"x": object()}),  # not JSON: the turn says so
-            lambda: offer(store, "not a revision of ours"),
-        ]
-        for make in offers:
-            taken = make()
-            with taken.lease:
-                assert not taken.saved_checkpoint
-        assert store.checkpoints.list() == []
-        assert elsewhere.list() == []
-    keys = {"k1": bytes(range(1, 33))}
-    with SqliteStore(tmp_path / "sealed.sqlite", encryption=keys) as sealed:
-        taken = offer(sealed)  # encrypted: the turn saves it sealed itself
-        with taken.lease:
-            assert not taken.saved_checkpoint
-        assert sealed.checkpoints.list() == []
+            assert not taken.saved_checkpoint and taken.no_checkpoints
+            assert taken.revision is None
+        assert store.checkpoints.list() == [] and built == []
 
 
 @pytest.mark.parametrize("tools", [0, 1])
 def test_a_durable_sqlite_turn_is_one_transaction_and_two_per_tool_call(
     tmp_path: Path, tools: int
 ) -> None:
-    """Once the session has read its transcript: the lease's transaction, which saves the
-    first checkpoint, then (per tool call) the model's answer and the tool's result, then
-    the commit."""
+    """Once the session has read its transcript: the read under the lease (one statement,
+    no transaction), the first checkpoint (before the call: ``FunctionProvider`` does not
+    report its request sent), then (per tool call) the model's answer and the tool's
+    result, then the commit: every write in a transaction."""
 
     def model(request: ModelRequest) -> Message:
         if tools and request.messages[-1].role == "user":
@@ -312,17 +262,16 @@ def test_a_durable_sqlite_turn_is_one_transaction_and_two_per_tool_call(
         agent.close()
         begins = [s for s in statements if s.startswith("BEGIN")]
         assert len(begins) == 3 * (2 + 2 * tools)
-        outside, inside = [], False  # every statement is inside a transaction
+        outside, inside = [], False  # every statement but the start's read is in a transaction
         for statement in statements:
             inside = inside or statement.startswith("BEGIN")
             if not inside:
                 outside.append(statement)
             inside = inside and not statement.startswith("COMMIT")
-        assert outside == []
+        assert [s[:24] for s in outside] == ["SELECT (SELECT revision "] * 3
         starts = [n for n, s in enumerate(statements) if s.startswith("SELECT (SELECT revision")]
-        assert len(starts) == 3
         for n in starts:  # the read that starts a turn, then its first checkpoint
-            assert statements[n - 1] == "BEGIN IMMEDIATE"
-            assert any(s.startswith("INSERT INTO checkpoints") for s in statements[n : n + 4])
+            assert statements[n + 1] == "BEGIN IMMEDIATE"
+            assert any(s.startswith("INSERT INTO checkpoints") for s in statements[n : n + 5])
         assert store.checkpoints.list() == []
         assert len(store.sessions.load("s") or []) == 4 * (2 + 2 * tools)

@@ -45,7 +45,7 @@ from ._sqlite_records import (
 )
 from ._sqlite_turns import RECORD_FENCE
 from ._state_requests import commit_text, state_key, with_version
-from ._turn_requests import CommitTurn, ReadAhead, TakenTurn, TakeTurn, start_body
+from ._turn_requests import CommitTurn, ReadAhead, TakenTurn, TakeTurn
 from .base import (
     BaseSessionStore,
     LockScope,
@@ -171,7 +171,9 @@ class SqliteSessionStore(Part, BaseSessionStore):
     commits_state = True
     forks_state = True
     prunes_state = True
-    saves_start_checkpoint = True  # in the transaction that reads what the turn starts from
+    #: the turn's first checkpoint is written by the turn once its first request has left
+    #: (measured: cheaper on the way to the model than a write transaction in the take)
+    saves_start_checkpoint = False
 
     def __init__(self, store: SqliteStore) -> None:
         super().__init__(store)
@@ -345,49 +347,27 @@ class SqliteSessionStore(Part, BaseSessionStore):
     def take_turn(self, request: TakeTurn) -> TakenTurn:
         """The lease (``SqliteStore.turn_lock``), then one statement reading the session's
         revision and whether a checkpoint of it is stored, then only what was added since
-        what the caller holds. While the turn waits in line, when the turn just ahead of it
-        is the last, it reads ahead what the turns before appended (``ReadAhead``)."""
+        what the caller holds. An offered first checkpoint is not saved here (the turn writes
+        it once its first request has left). While the turn waits in line, when the turn just
+        ahead of it is the last, it reads ahead what the turns before appended
+        (``ReadAhead``)."""
         id = request.id
         ahead = ReadAhead(self, request)
         while_waiting = ahead if request.held_length is not None else None
         lease = self.store.turn_lock(id, timeout=request.timeout, while_waiting=while_waiting)
         here = request.checkpoints
         ours = isinstance(here, SqliteCheckpointStore) and here.store is self.store
-        saved = False
         try:
-            text = self._start_text(request, lease) if ours else None
-            # with a first checkpoint to save, in a write transaction
-            hold = self.store.connection() if text is None else self.store.transaction()
-            with hold as conn:
+            with self.store.connection() as conn:  # one statement: one snapshot
                 revision, pending = conn.execute(
                     _AT_START, (id, f"{id}.", f"{id}/", state_key(id))
                 ).fetchone()
-                if text is not None and not pending and revision == request.held_revision:
-                    # the session is as the turn was built on: its first checkpoint too
-                    assert request.checkpoint is not None and lease.fence is not None
-                    self.store.check_fence(conn, id, lease.fence)
-                    text = f'{{"fence":{lease.fence},{text[1:]}'
-                    conn.execute(SAVE_CHECKPOINT, (request.checkpoint.turn_id, text, time.time()))
-                    saved = True
         except BaseException:
             lease.release()
             raise
         return ahead.taken(
-            lease,
-            None if revision is None else int(revision),
-            no_checkpoints=not pending and ours,
-            saved_checkpoint=saved,
+            lease, None if revision is None else int(revision), no_checkpoints=not pending and ours
         )
-
-    def _start_text(self, request: TakeTurn, lease: Lease) -> str | None:
-        """The offered first checkpoint's text without its fence (``start_body``), to save
-        with the lease; ``None``: not one to save (nor with an encrypting store)."""
-        held = request.held_revision
-        if self.store.sealing.encryption is not None or lease.fence is None:
-            return None
-        if not (held is None or type(held) is int):
-            return None
-        return start_body(request)
 
     def take_over(self, id: str) -> int:
         """A fence newer than the holder's, recorded in the ``leases`` row (the holder's
