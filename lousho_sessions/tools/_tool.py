@@ -88,6 +88,10 @@ def _parameters_of(tool: Tool) -> Parameters:
     return describe_parameters(tool.fn, tool.name, ToolContext)
 
 
+def _spec_of(tool: Tool) -> ToolSpec:
+    return ToolSpec(tool.name, tool.description, tool.parameters)
+
+
 @attrs.frozen
 class Tool:
     """A callable the model may use. Build one with :func:`tool`.
@@ -124,10 +128,11 @@ class Tool:
     signature: Parameters = attrs.field(
         default=attrs.Factory(_parameters_of, takes_self=True), eq=False, repr=False
     )
-
-    @property
-    def spec(self) -> ToolSpec:
-        return ToolSpec(self.name, self.description, self.parameters)
+    #: what the model is told about the tool: made once (every model call sends it, and a
+    #: provider compares it with the previous call's by identity first)
+    spec: ToolSpec = attrs.field(
+        init=False, default=attrs.Factory(_spec_of, takes_self=True), eq=False, repr=False
+    )
 
     @property
     def is_async(self) -> bool:
