@@ -85,6 +85,51 @@ class DirectConnection:
                 raise http.client.IncompleteRead(rest)
             self.buffer, self.at = rest + data, 0
 
+    def head_lines(self) -> list[str] | None:
+        """The header lines up to the blank line, decoded and consumed, when all of them are
+        buffered and plainly framed (each ending in CRLF, none too long, not too many);
+        ``None``: not here whole or not plain, nothing consumed (read them one by one)."""
+        buffer, at = self.buffer, self.at
+        if buffer.startswith(b"\r\n", at):
+            self.at = at + 2
+            return []
+        end = buffer.find(b"\r\n\r\n", at)
+        if end < 0 or end - at > _MAX_LINE:
+            return None
+        block = buffer[at:end]
+        crlf = block.count(b"\r\n")
+        if block.count(b"\n") != crlf or block.count(b"\r") != crlf or crlf >= _MAX_HEADERS:
+            return None  # a bare LF or CR, or too many lines: each as ``line`` reads it
+        self.at = end + 4
+        return block.decode("latin-1").split("\r\n")
+
+    def whole_chunks(self, pieces: list[bytes]) -> bool:
+        """Add to ``pieces`` the data of the chunks buffered whole (a plain size line, the
+        data, CRLF), consuming them; stop before a chunk not all here, the last chunk
+        (size 0) and anything ``_DirectResponse._chunked`` must judge (extensions, spaces,
+        a bad size or line end). True if any was added."""
+        buffer, at = self.buffer, self.at
+        added = False
+        while True:
+            eol = buffer.find(b"\r\n", at, at + 18)
+            if eol <= at:
+                break
+            text = buffer[at:eol]
+            if not text.isalnum():
+                break
+            try:
+                size = int(text, 16)
+            except ValueError:
+                break
+            start = eol + 2
+            stop = start + size
+            if size == 0 or buffer[stop : stop + 2] != b"\r\n":
+                break
+            pieces.append(buffer[start:stop])
+            at, added = stop + 2, True
+        self.at = at
+        return added
+
     def take(self, limit: int) -> bytes:
         """At most ``limit`` bytes: those buffered, else what one read gives (b"" at EOF)."""
         if self.at < len(self.buffer):
@@ -335,6 +380,8 @@ class DirectResponse:
         assert connection is not None
         pieces: list[bytes] = []
         while True:
+            if connection.buffered:  # the chunks here whole, at once
+                connection.whole_chunks(pieces)
             if pieces and not connection.has_line():
                 yield b"".join(pieces)
                 pieces = []
@@ -377,11 +424,16 @@ def _read_headers(connection: DirectConnection) -> tuple[dict[str, str], list[st
     headers: dict[str, str] = {}
     set_cookies: list[str] = []
     last = ""
+    whole = connection.head_lines()  # all buffered: no call per line
+    lines = iter(whole) if whole is not None else None
     for _ in range(_MAX_HEADERS + 1):
-        line = connection.line()
-        if not line:
+        if lines is not None:
+            text = next(lines, "")
+        else:
+            line = connection.line()
+            text = line.decode("latin-1")
+        if not text:
             return headers, set_cookies
-        text = line.decode("latin-1")
         if text[0] in " \t" and last:  # obsolete line folding: part of the header before
             headers[last] += " " + text.strip()
             continue
