@@ -106,7 +106,7 @@ class DirectConnection:
     def whole_chunks(self, pieces: list[bytes]) -> bool:
         """Add to ``pieces`` the data of the chunks buffered whole (a plain size line, the
         data, CRLF), consuming them; stop before a chunk not all here, the last chunk
-        (size 0) and anything ``_DirectResponse._chunked`` must judge (extensions, spaces,
+        (size 0) and anything ``DirectResponse._chunked`` must judge (extensions, spaces,
         a bad size or line end). True if any was added."""
         buffer, at = self.buffer, self.at
         added = False
