@@ -10,48 +10,37 @@ the write lock where a test must see the order of things.
 
 from __future__ import annotations
 
-import json
 import sqlite3
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import owed_harness as harness
 import pytest
-from provider_server import ProviderServer, SSEReply, sse_events
+from owed_harness import (
+    WAIT,
+    answer,
+    answering_agent,
+    provider,
+    requests_reach,
+    sent_while_locked,
+    tool_use,
+)
+from provider_server import ProviderServer
 
 from lousho_sessions import AbortController, FunctionProvider, Message, ToolCall, create_agent
 from lousho_sessions import tool as make_tool
 from lousho_sessions.errors import LeaseLostError, ProviderError
-from lousho_sessions.providers import RetryPolicy
 from lousho_sessions.providers.anthropic import AnthropicProvider
 from lousho_sessions.sqlite import SqliteStore
 from lousho_sessions.stores.base import AgentStore
 
-WAIT = 30.0
 SESSION = "owed"
 
 
-def tool_use(**headers: str) -> SSEReply:
-    """The model asks for ``get_weather`` and ``get_time`` at once."""
-    return SSEReply(sse_events("anthropic", "tool_use"), headers=headers)
-
-
-def answer() -> SSEReply:
-    return SSEReply(sse_events("anthropic", "text"))
-
-
 def checkpoints(path: Path) -> dict[str, dict[str, Any]]:
-    """The turn's checkpoint and result records stored, read on a connection of the test's
-    own."""
-    conn = sqlite3.connect(path)
-    try:
-        rows = conn.execute(
-            "SELECT turn_id, json FROM checkpoints WHERE turn_id LIKE ?", (f"{SESSION}.%",)
-        ).fetchall()
-    finally:
-        conn.close()
-    return {key: json.loads(text) for key, text in rows}
+    return harness.checkpoints(path, SESSION)
 
 
 def results_stored(path: Path) -> set[str]:
@@ -72,24 +61,9 @@ def wait_for(condition: Any, what: str) -> None:
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def requests_reach(server: ProviderServer, count: int) -> None:
-    """Wait until ``server`` has recorded ``count`` requests."""
-    while len(server.requests) < count:
-        server.received.clear()
-        if len(server.requests) >= count:
-            return
-        assert server.received.wait(WAIT), f"the server never got request {count}"
-
-
 @pytest.fixture
 def db(tmp_path: Path) -> Iterator[Path]:
     yield tmp_path / "owed.db"
-
-
-def provider(url: str) -> AnthropicProvider:
-    return AnthropicProvider(
-        "claude-sonnet-4-5", api_key="k", base_url=url, retry=RetryPolicy(max_retries=0)
-    )
 
 
 def weather_and_time(db: Path, last: Any) -> tuple[list[str], list[Any]]:
@@ -122,21 +96,10 @@ def test_the_last_result_is_written_after_the_next_request_has_left(db: Path) ->
     blocker = sqlite3.connect(db, check_same_thread=False, isolation_level=None)
     ran, tools = weather_and_time(db, lambda: blocker.execute("BEGIN IMMEDIATE"))
     store = SqliteStore(db)
-    with ProviderServer() as server:
-        server.reply(tool_use(), answer())
-        agent = create_agent(provider=provider(server.url), tools=tools, store=store)
-        outcome: list[Any] = []
-        sender = threading.Thread(
-            target=lambda: outcome.append(agent.session(SESSION).send("Weather and time?"))
-        )
-        sender.start()
-        try:
-            requests_reach(server, 2)
+    with answering_agent(tools, store) as (server, agent):
+        send = lambda: agent.session(SESSION).send("Weather and time?")  # noqa: E731
+        with sent_while_locked(send, server, blocker, 2) as outcome:
             assert results_stored(db) == {"get_weather"}  # the last one is not written yet
-        finally:
-            blocker.execute("ROLLBACK")
-            sender.join(WAIT)
-        assert not sender.is_alive()
         [result] = outcome
         assert result.text and result.finish_reason == "stop"
         assert sorted(ran) == ["get_time", "get_weather"]
@@ -144,7 +107,6 @@ def test_the_last_result_is_written_after_the_next_request_has_left(db: Path) ->
             "user", "assistant", "tool", "tool", "assistant",
         ]  # fmt: skip
         assert checkpoints(db) == {}  # the commit deleted the turn's checkpoints
-        agent.close()
     blocker.close()
     store.close()
 
@@ -155,16 +117,13 @@ def test_a_lease_lost_before_the_last_result_is_written_stops_the_call(db: Path)
     turn ends with that error, committing nothing."""
     store = SqliteStore(db)
     ran, tools = weather_and_time(db, lambda: store.sessions.take_over(SESSION))
-    with ProviderServer() as server:
-        server.reply(tool_use(), answer())
-        agent = create_agent(provider=provider(server.url), tools=tools, store=store)
+    with answering_agent(tools, store) as (server, agent):
         with pytest.raises(LeaseLostError):
             agent.session(SESSION).send("Weather and time?")
         requests_reach(server, 2)  # it had left
         assert sorted(ran) == ["get_time", "get_weather"]
         assert results_stored(db) == {"get_weather"}
         assert not store.sessions.load(SESSION)  # nothing committed
-        agent.close()
     store.close()
 
 
@@ -200,9 +159,7 @@ def test_an_abort_as_the_last_tool_ends_keeps_its_result(db: Path) -> None:
     controller = AbortController()
     store = SqliteStore(db)
     ran, tools = weather_and_time(db, lambda: controller.abort("enough"))
-    with ProviderServer() as server:
-        server.reply(tool_use(), answer())
-        agent = create_agent(provider=provider(server.url), tools=tools, store=store)
+    with answering_agent(tools, store) as (server, agent):
         session = agent.session(SESSION)
         result = session.send("Weather and time?", signal=controller.signal)
         assert result.pending is not None
@@ -210,7 +167,6 @@ def test_an_abort_as_the_last_tool_ends_keeps_its_result(db: Path) -> None:
         assert len(server.requests) == 1
         resumed = session.resume()
         assert resumed is not None and resumed.finish_reason == "stop"
-        agent.close()
     assert sorted(ran) == ["get_time", "get_weather"]
     store.close()
 
@@ -232,17 +188,11 @@ def test_a_turns_input_is_saved_after_its_first_request_has_left(tmp_path: Path)
     with ProviderServer() as server:
         server.reply(answer())
         agent = create_agent(provider=provider(server.url), store=store)
-        outcome: list[Any] = []
-        sender = threading.Thread(target=lambda: outcome.append(agent.session(SESSION).send("Hi")))
-        sender.start()
-        try:
-            requests_reach(server, 1)
+        with sent_while_locked(
+            lambda: agent.session(SESSION).send("Hi"), server, blocker, 1
+        ) as out:
             assert checkpoints(path) == {}  # not written yet
-        finally:
-            blocker.execute("ROLLBACK")
-            sender.join(WAIT)
-        assert not sender.is_alive()
-        [result] = outcome
+        [result] = out
         assert result.finish_reason == "stop"
         assert [m.role for m in sessions.sessions.load(SESSION) or ()] == ["user", "assistant"]
         agent.close()

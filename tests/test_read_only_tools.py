@@ -12,7 +12,6 @@ things, a real child process killed inside its tool.
 
 from __future__ import annotations
 
-import json
 import sqlite3
 import threading
 from pathlib import Path
@@ -20,31 +19,20 @@ from typing import Any
 
 import fork_server
 import pytest
-from provider_server import ProviderServer, SSEReply, sse_events
+from owed_harness import answering_agent, checkpoints, requests_reach, sent_while_locked
 from read_only_child import build
 
-from lousho_sessions import AbortController, create_agent
+from lousho_sessions import AbortController
 from lousho_sessions import tool as make_tool
 from lousho_sessions.errors import LeaseLostError, ToolDefinitionError
-from lousho_sessions.providers import RetryPolicy
-from lousho_sessions.providers.anthropic import AnthropicProvider
 from lousho_sessions.sqlite import SqliteStore
 
-WAIT = 30.0
 SESSION = "ro"
 CHILD = str(Path(__file__).with_name("read_only_child.py"))
 
 
 def stored(path: Path) -> dict[str, dict[str, Any]]:
-    """The turn's checkpoint and result records, read on a connection of the test's own."""
-    conn = sqlite3.connect(path)
-    try:
-        rows = conn.execute(
-            "SELECT turn_id, json FROM checkpoints WHERE turn_id LIKE ?", (f"{SESSION}.%",)
-        ).fetchall()
-    finally:
-        conn.close()
-    return {key: json.loads(text) for key, text in rows}
+    return checkpoints(path, SESSION)
 
 
 def roles_stored(path: Path) -> list[list[str]]:
@@ -54,20 +42,6 @@ def roles_stored(path: Path) -> list[list[str]]:
         held = [*data.get("new", ()), *data.get("results", {}).values()]
         out.append([m["role"] for m in held])
     return sorted(out)
-
-
-def requests_reach(server: ProviderServer, count: int) -> None:
-    while len(server.requests) < count:
-        server.received.clear()
-        if len(server.requests) >= count:
-            return
-        assert server.received.wait(WAIT), f"the server never got request {count}"
-
-
-def provider(url: str) -> AnthropicProvider:
-    return AnthropicProvider(
-        "claude-sonnet-4-5", api_key="k", base_url=url, retry=RetryPolicy(max_retries=0)
-    )
 
 
 def weather_tools(read_only: bool, inside: Any) -> tuple[list[str], list[Any]]:
@@ -92,14 +66,6 @@ def weather_tools(read_only: bool, inside: Any) -> tuple[list[str], list[Any]]:
     return ran, [get_weather, get_time]
 
 
-def tool_use() -> SSEReply:
-    return SSEReply(sse_events("anthropic", "tool_use"))
-
-
-def answer() -> SSEReply:
-    return SSEReply(sse_events("anthropic", "text"))
-
-
 @pytest.mark.parametrize("read_only", [True, False])
 def test_what_is_stored_while_the_tools_run(tmp_path: Path, read_only: bool) -> None:
     """While the tools run, a step of read-only calls has stored only the turn's input;
@@ -108,11 +74,8 @@ def test_what_is_stored_while_the_tools_run(tmp_path: Path, read_only: bool) -> 
     seen: list[list[list[str]]] = []
     ran, tools = weather_tools(read_only, lambda name: seen.append(roles_stored(db)))
     store = SqliteStore(db)
-    with ProviderServer() as server:
-        server.reply(tool_use(), answer())
-        agent = create_agent(provider=provider(server.url), tools=tools, store=store)
+    with answering_agent(tools, store) as (_, agent):
         result = agent.session(SESSION).send("Weather and time?")
-        agent.close()
     assert result.finish_reason == "stop" and sorted(ran) == ["get_time", "get_weather"]
     first = seen[0]
     assert first == ([["user"]] if read_only else [["user", "assistant"]])
@@ -141,30 +104,18 @@ def test_the_response_and_results_are_written_after_the_next_request_has_left(
 
     ran, tools = weather_tools(True, inside)
     store = SqliteStore(db)
-    with ProviderServer() as server:
-        server.reply(tool_use(), answer())
-        agent = create_agent(provider=provider(server.url), tools=tools, store=store)
-        outcome: list[Any] = []
-        sender = threading.Thread(
-            target=lambda: outcome.append(agent.session(SESSION).send("Weather and time?"))
-        )
-        sender.start()
-        try:
-            requests_reach(server, 2)
+    with answering_agent(tools, store) as (server, agent):
+        send = lambda: agent.session(SESSION).send("Weather and time?")  # noqa: E731
+        with sent_while_locked(send, server, blocker, 2) as outcome:
             assert roles_stored(db) == [["user"]]  # the step is not written yet
             sent = server.requests[1].body
             assert [m["role"] for m in sent["messages"]] == ["user", "assistant", "user"]
-        finally:
-            blocker.execute("ROLLBACK")
-            sender.join(WAIT)
-        assert not sender.is_alive()
         [result] = outcome
         assert result.finish_reason == "stop" and sorted(ran) == ["get_time", "get_weather"]
         assert stored(db) == {}
         assert [m.role for m in store.sessions.load(SESSION) or ()] == [
             "user", "assistant", "tool", "tool", "assistant",
         ]  # fmt: skip
-        agent.close()
     blocker.close()
     store.close()
 
@@ -183,9 +134,7 @@ def test_an_abort_inside_a_read_only_step_keeps_its_response_and_results(tmp_pat
 
     ran, tools = weather_tools(True, inside)
     store = SqliteStore(db)
-    with ProviderServer() as server:
-        server.reply(tool_use(), answer())
-        agent = create_agent(provider=provider(server.url), tools=tools, store=store)
+    with answering_agent(tools, store) as (server, agent):
         session = agent.session(SESSION)
         result = session.send("Weather and time?", signal=controller.signal)
         assert result.pending is not None
@@ -193,7 +142,6 @@ def test_an_abort_inside_a_read_only_step_keeps_its_response_and_results(tmp_pat
         assert len(server.requests) == 1
         resumed = session.resume()
         assert resumed is not None and resumed.finish_reason == "stop"
-        agent.close()
     assert sorted(ran) == ["get_time", "get_weather"]  # each once
     store.close()
 
@@ -205,13 +153,10 @@ def test_a_lease_lost_inside_a_read_only_step_stops_the_next_call(tmp_path: Path
     db = tmp_path / "ro.db"
     store = SqliteStore(db)
     ran, tools = weather_tools(True, lambda name: store.sessions.take_over(SESSION))
-    with ProviderServer() as server:
-        server.reply(tool_use(), answer())
-        agent = create_agent(provider=provider(server.url), tools=tools, store=store)
+    with answering_agent(tools, store) as (server, agent):
         with pytest.raises(LeaseLostError):
             agent.session(SESSION).send("Weather and time?")
         requests_reach(server, 2)  # it had left
-        agent.close()
     assert sorted(ran) == ["get_time", "get_weather"]
     assert roles_stored(db) == [["user"]]
     assert not store.sessions.load(SESSION)
