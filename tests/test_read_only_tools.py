@@ -19,10 +19,18 @@ from typing import Any
 
 import fork_server
 import pytest
-from owed_harness import answering_agent, checkpoints, requests_reach, sent_while_locked
+from owed_harness import (
+    answer,
+    answering_agent,
+    checkpoints,
+    provider,
+    requests_reach,
+    sent_while_locked,
+)
+from provider_server import ProviderServer
 from read_only_child import build
 
-from lousho_sessions import AbortController
+from lousho_sessions import AbortController, create_agent
 from lousho_sessions import tool as make_tool
 from lousho_sessions.errors import LeaseLostError, ToolDefinitionError
 from lousho_sessions.sqlite import SqliteStore
@@ -206,3 +214,48 @@ def test_read_only_with_idempotent_false_is_refused() -> None:
         return key
 
     assert plain.read_only is False
+
+
+def test_a_read_only_step_that_needs_an_approval_is_saved_before_it_is_asked(
+    tmp_path: Path,
+) -> None:
+    """One call of the step runs, the other needs an approval: the response and the first
+    result are written before the approval is created (the turn pauses on it), and
+    approving it in a new agent runs only the approved call."""
+    db = tmp_path / "ro.db"
+    ran: list[str] = []
+
+    @make_tool(read_only=True)
+    def get_weather(city: str) -> str:
+        """The weather in ``city``."""
+        ran.append("get_weather")
+        return "get_weather: mild"
+
+    @make_tool(read_only=True, needs_approval=True)
+    def get_time(zone: str) -> str:
+        """The time in ``zone``."""
+        ran.append("get_time")
+        return "get_time: noon"
+
+    store = SqliteStore(db)
+    with answering_agent([get_weather, get_time], store) as (_, agent):
+        result = agent.session(SESSION).send("Weather and time?")
+        assert result.finish_reason == "awaiting-approval" and result.approval_id
+        assert ran == ["get_weather"]
+        assert roles_stored(db) == [["user", "assistant", "tool"]]
+        [saved] = stored(db).values()
+        assert saved["status"] == "awaiting-approval"
+    with ProviderServer() as server:
+        server.reply(answer())
+        again = create_agent(
+            provider=provider(server.url), tools=[get_weather, get_time], store=store
+        )
+        final = again.approvals.resolve(id=result.approval_id, approved=True)
+        again.close()
+        assert final is not None and final.finish_reason == "stop"
+        assert len(server.requests) == 1
+    assert ran == ["get_weather", "get_time"]
+    assert [m.role for m in store.sessions.load(SESSION) or ()] == [
+        "user", "assistant", "tool", "tool", "assistant",
+    ]  # fmt: skip
+    store.close()
