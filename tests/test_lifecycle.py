@@ -138,7 +138,7 @@ def test_agent_close_leaves_no_thread_of_ours() -> None:
     agent = create_agent(provider=provider, tools=[pause, look])
     session = agent.session()
     assert session.send("a").text == "one"
-    assert session.send("b").text == "two"
+    assert session.stream("b").result(WAIT).text == "two"  # on a worker thread
     assert agent.send("c").text == "three"
     started = ours() - before
     names = {t.name.split("_")[0] for t in started}

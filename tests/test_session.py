@@ -280,14 +280,14 @@ def test_idle_workers_exit(monkeypatch: pytest.MonkeyPatch) -> None:
     agent = create_agent(provider=echo_provider())
     sessions = [agent.session() for _ in range(50)]
     threads: set[threading.Thread] = set()
-    for s in sessions:
-        s.send("hi")
+    for s in sessions:  # streamed: the turn runs on a worker thread
+        s.stream("hi").result(WAIT)
         threads.update(agent.runtime.workers.threads())
     for t in threads:
         t.join(WAIT)
     assert threads and not any(t.is_alive() for t in threads)
     assert agent.runtime.workers.threads() == []
-    assert sessions[0].send("back").text == "3:back"  # a new worker starts on demand
+    assert sessions[0].stream("back").result(WAIT).text == "3:back"  # a new worker on demand
 
 
 def test_close_ends_the_thread_running_the_session_once_its_work_is_done() -> None:

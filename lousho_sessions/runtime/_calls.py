@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import _thread
+import logging
+import signal
+import threading
 from collections.abc import Callable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -10,7 +14,9 @@ from typing import Any
 from ..abort import AbortController, AbortSignal
 from ..results import ExecutionResult
 
-__all__ = ["Stop", "Stoppable", "chain", "linked", "saved", "wait"]
+__all__ = ["Stop", "Stoppable", "chain", "linked", "run_here", "saved", "wait"]
+
+log = logging.getLogger("lousho_sessions.worker")
 
 #: Stops a queued or running turn, given the reason.
 Stop = Callable[[Any], None]
@@ -70,6 +76,60 @@ def wait(
         return future.result()
 
 
+def run_here(future: Future[Any], stop: Stop, here: Callable[[], bool]) -> Any:
+    """The turn's result, run on this thread by ``here()`` when its lane is idle (queued
+    and waited for as ``wait`` does when it is not: ``here()`` answers False). Only where
+    ``can_run_here()``.
+
+    On the main thread a Ctrl-C must not land inside the turn's own code: while it runs,
+    SIGINT's handler (Python's default one, see ``can_run_here``) is replaced by one that
+    stops the turn from a thread of its own, as ``wait`` does, and the call then raises
+    ``KeyboardInterrupt`` unless the turn was saved first (its result is returned); a
+    second Ctrl-C raises at once, inside the turn (which unwinds as after any exception)."""
+    if threading.current_thread() is not threading.main_thread():
+        return future.result() if here() else wait(future, stop, None)
+    interrupts = 0
+
+    def interrupted(signum: int, frame: Any) -> None:
+        nonlocal interrupts
+        interrupts += 1
+        if interrupts > 1:
+            raise KeyboardInterrupt
+        # not here: the turn's code holds whatever it holds (a thread of threading's own
+        # would need threading's locks, which that code may hold too)
+        _thread.start_new_thread(_stop_quietly, (stop,))
+
+    previous = signal.signal(signal.SIGINT, interrupted)
+    try:
+        ran = here()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if not ran:
+        result = wait(future, stop, None)  # queued behind another: Ctrl-C as ``wait`` has it
+        if not interrupts:
+            return result
+    if interrupts and not _saved(future):
+        raise KeyboardInterrupt
+    return future.result()
+
+
+def can_run_here() -> bool:
+    """Whether a blocking call may run its turn on this thread (see ``run_here``): any
+    thread but the main one, and the main one while SIGINT has Python's default handler
+    (with another handler, the application's own, the turn goes to a worker thread as
+    before, so that handler sees the signal where it always did)."""
+    if threading.current_thread() is not threading.main_thread():
+        return True
+    return signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def _stop_quietly(stop: Stop) -> None:
+    try:
+        stop("interrupted")
+    except BaseException:  # pragma: no cover - nobody to raise it to on this thread
+        log.exception("could not stop the interrupted turn")
+
+
 def saved(result: object) -> bool:
     """Whether what a stopped turn ended with was saved: a result, not "aborted" (``None``:
     no turn ran). A caller stopped by Ctrl-C or a cancelled task is given it after all."""
@@ -93,19 +153,30 @@ class Stoppable:
     cancelled. Each blocking call makes one (``SessionLane.call``).
     """
 
-    __slots__ = ("future", "start", "stop")
+    __slots__ = ("future", "here", "start", "stop")
 
     def __init__(
-        self, future: Future[Any], stop: Stop | None, start: Callable[[], None] | None = None
+        self,
+        future: Future[Any],
+        stop: Stop | None,
+        start: Callable[[], None] | None = None,
+        here: Callable[[], bool] | None = None,
     ) -> None:
         self.future = future
         self.stop = stop  # None: a turn joined, stopped by its own caller
         self.start = start  # queues the turn (in ``wait``); None: queued already
+        #: runs the turn on the waiting thread when its lane is idle (``run_here``)
+        self.here = here
 
     def __call__(self) -> Any:
         return self.wait(None)
 
     def wait(self, timeout: float | None) -> Any:
+        here, stop = self.here, self.stop
+        idle_path = timeout is None and self.start is not None and here is not None
+        if idle_path and stop is not None and can_run_here():
+            assert here is not None
+            return run_here(self.future, stop, here)
         return wait(self.future, self.stop, timeout, self.start)
 
     def queued(self) -> tuple[Future[Any], Stop | None]:

@@ -96,7 +96,12 @@ class SessionLane:
             if self.workers.withdraw(self.key, job):
                 job.future.set_result(skipped())
 
-        return Stoppable(job.future, stop, partial(self.workers.submit, self.key, job, self.owner))
+        return Stoppable(
+            job.future,
+            stop,
+            partial(self.workers.submit, self.key, job, self.owner),
+            partial(self.workers.run_here, self.key, job, self.owner),
+        )
 
     # -- what the lane holds --------------------------------------------------------
 

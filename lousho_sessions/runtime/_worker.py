@@ -110,36 +110,77 @@ class Workers:
         self._threads: set[threading.Thread] = set()
         self._starter: threading.Thread | None = None
         self._generation = 0  # close() ends the threads of earlier generations once idle
+        self._inline = 0  # jobs running on their callers' threads (``run_here``)
+        self._inline_done = threading.Condition(self._lock)
 
     # -- callers ----------------------------------------------------------------
 
     def submit(self, key: Hashable, job: Job, owner: Any = None) -> None:
         """Queue ``job`` on the lane of ``key``; never starts a thread on this thread."""
-        start_starter = False
         with self._lock:
             lane = self._lanes.get(key)
             if lane is None:
                 lane = self._lanes[key] = Lane(key, owner)
             lane.queue.append(job)
-            if not lane.scheduled:
-                lane.scheduled = True
-                self._ready.append(lane)
-                if len(self._ready) > self._idle + self._coming:
-                    self._coming += 1
-                    self._to_start += 1
-                    if self._starter is None:
-                        self._starter = threading.Thread(
-                            target=self._start_threads, name=f"{self._name}-starter", daemon=True
-                        )
-                        start_starter = True
-                    else:
-                        self._spawn.notify()
-                else:
-                    self._work.notify()
-            starter = self._starter
-        if start_starter:
-            assert starter is not None
+            starter = self._schedule(lane) if not lane.scheduled else None
+        if starter is not None:
             starter.start()  # once per burst, outside the lock
+
+    def run_here(self, key: Hashable, job: Job, owner: Any = None) -> bool:
+        """Run ``job`` on this thread, now, if the lane of ``key`` has nothing running or
+        waiting (no handoff to a worker thread and back: two thread wake-ups less a call);
+        True once it ran (or was withdrawn first). Else queue it (``submit``) and answer
+        False. Jobs queued behind it meanwhile go to the worker threads when it ends."""
+        with self._lock:
+            if job.withdrawn:
+                return True
+            lane = self._lanes.get(key)
+            if lane is not None:
+                lane = None
+            else:
+                lane = self._lanes[key] = Lane(key, owner)
+                lane.scheduled = True
+                lane.thread, lane.current = threading.current_thread(), job
+                self._inline += 1
+        if lane is None:
+            self.submit(key, job, owner)
+            return False
+        starter = None
+        try:
+            job.run(key)
+        finally:
+            with self._lock:
+                lane.current = lane.thread = None
+                self._inline -= 1
+                self._inline_done.notify_all()
+                if lane.queue:  # sent while it ran: the workers take them in order
+                    lane.scheduled = False
+                    starter = self._schedule(lane)
+                else:
+                    lane.scheduled = False
+                    if self._lanes.get(key) is lane:
+                        del self._lanes[key]
+            if starter is not None:
+                starter.start()
+        return True
+
+    def _schedule(self, lane: Lane) -> threading.Thread | None:
+        """Holding the lock: put ``lane`` in line for a thread, asking for one if none is
+        idle; the starter thread to start (outside the lock) when there is none yet."""
+        lane.scheduled = True
+        self._ready.append(lane)
+        if len(self._ready) <= self._idle + self._coming:
+            self._work.notify()
+            return None
+        self._coming += 1
+        self._to_start += 1
+        if self._starter is not None:
+            self._spawn.notify()
+            return None
+        self._starter = threading.Thread(
+            target=self._start_threads, name=f"{self._name}-starter", daemon=True
+        )
+        return self._starter
 
     def withdraw(self, key: Hashable, job: Job) -> bool:
         """Take ``job`` out of its lane if it has not started; True if it will never run:
@@ -209,6 +250,12 @@ class Workers:
         if _inside.get():  # one of our jobs: joining would wait for itself
             return False
         deadline = None if timeout is None else time.monotonic() + timeout
+        with self._lock:  # jobs running on their callers' threads end first
+            while self._inline:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return False
+                self._inline_done.wait(left)
         me = threading.current_thread()
         while True:
             threads = [t for t in self.threads() if t is not me and t.is_alive()]
