@@ -21,7 +21,7 @@ from typing import Any
 
 from helpers import WAIT, Gate, gated
 
-from lousho_sessions import FunctionProvider, ModelRequest, create_agent, tool
+from lousho_sessions import FunctionProvider, Message, ModelRequest, ToolCall, create_agent, tool
 
 CHILD = str(Path(__file__).with_name("run_here_child.py"))
 
@@ -36,8 +36,6 @@ def test_a_send_runs_on_the_calling_thread_when_its_session_is_idle() -> None:
         return "here"
 
     def model(request: ModelRequest) -> Any:
-        from lousho_sessions import Message, ToolCall
-
         if request.messages[-1].role == "user":
             return Message.assistant("", tool_calls=[ToolCall("w", "where", {})])
         return "done"
@@ -66,10 +64,11 @@ def test_a_send_while_the_session_is_busy_waits_in_line_on_a_worker() -> None:
     second = threading.Thread(target=lambda: results.append(session.send("after")))
     second.start()
     lane = session._core.lane
-    for _ in range(int(WAIT / 0.01)):  # queued behind the first
+    looked = threading.Event()  # no hook tells when the second is queued: looked at again
+    for _ in range(int(WAIT / 0.01)):
         if len(lane.jobs()) == 2:
             break
-        threading.Event().wait(0.01)
+        looked.wait(0.01)
     assert len(lane.jobs()) == 2
     gate.open()
     first.join(WAIT)
