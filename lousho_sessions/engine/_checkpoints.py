@@ -94,8 +94,8 @@ class TurnCheckpoints:
         #: the state whose current result record holds a result not written yet (``flush``)
         self._owed: TurnState | None = None
         #: a whole state not saved yet (``save(defer=True)``): the state as it was (its
-        #: ``snapshot``) and the records it deletes
-        self._owed_whole: tuple[TurnState, list[str]] | None = None
+        #: ``snapshot``, with the records its save deletes)
+        self._owed_whole: TurnState | None = None
         checks_json = self.store.checks_json
         #: build what it saves from the messages' kept texts, for the commit to use again
         #: (not in memory: the memory session store keeps the messages, encoding none of
@@ -114,17 +114,17 @@ class TurnCheckpoints:
         state.fence = self.fence
         self._owed_whole = None  # this state is newer
         if defer:  # encoded when written, off the way to the next call
-            self._owed_whole = (state.snapshot(), list(state.records))
+            self._owed_whole = state.snapshot()
         else:
-            self._save_whole((state, list(state.records)))
+            self._save_whole(state)
         self._record_key, self._results, self._started = None, {}, []
         self._owed = None  # the whole state holds its results
         state.records.clear()
 
-    def _save_whole(self, whole: tuple[TurnState, list[str]]) -> None:
-        """Save ``whole``: a state (as it was, for an owed one) and the records it deletes."""
-        state, records = whole
+    def _save_whole(self, state: TurnState) -> None:
+        """Save ``state`` (as it was, for an owed one) and delete the records it holds."""
         checkpoint = turn_checkpoint(state, encoded=self._splice)
+        records = list(state.records)
         self.store.save_and_delete(state.turn_id or "", checkpoint, records, fence=self.fence)
         if self._note_valid:
             remember_valid([*state.new, *state.results.values()])
@@ -176,7 +176,7 @@ class TurnCheckpoints:
             if not quietly:
                 raise
             log.warning("turn %s: what it owed its checkpoint could not be saved",
-                        whole[0].turn_id if whole is not None else self._record_key,
+                        whole.turn_id if whole is not None else self._record_key,
                         exc_info=True)  # fmt: skip
             return
         if state is not None and self._note_valid:

@@ -82,7 +82,7 @@ class TurnState:
 
     def snapshot(self) -> TurnState:
         """The state as it is now, to be saved later: its own lists and dicts (the messages
-        in them shared: they are frozen) and the message dicts converted so far."""
+        in them shared: they are frozen), its records and the message dicts converted so far."""
         copy = attrs.evolve(
             self,
             new=list(self.new),
@@ -92,6 +92,7 @@ class TurnState:
             started=list(self.started),
             extra=dict(self.extra),
         )
+        copy.records = list(self.records)
         copy.message_dicts = self.message_dicts
         return copy
 

@@ -103,13 +103,12 @@ class DirectConnection:
         self.at = end + 4
         return block.decode("latin-1").split("\r\n")
 
-    def whole_chunks(self, pieces: list[bytes]) -> bool:
+    def whole_chunks(self, pieces: list[bytes]) -> None:
         """Add to ``pieces`` the data of the chunks buffered whole (a plain size line, the
         data, CRLF), consuming them; stop before a chunk not all here, the last chunk
         (size 0) and anything ``DirectResponse._chunked`` must judge (extensions, spaces,
-        a bad size or line end). True if any was added."""
+        a bad size or line end)."""
         buffer, at = self.buffer, self.at
-        added = False
         while True:
             eol = buffer.find(b"\r\n", at, at + 18)
             if eol <= at:
@@ -126,9 +125,8 @@ class DirectConnection:
             if size == 0 or buffer[stop : stop + 2] != b"\r\n":
                 break
             pieces.append(buffer[start:stop])
-            at, added = stop + 2, True
+            at = stop + 2
         self.at = at
-        return added
 
     def take(self, limit: int) -> bytes:
         """At most ``limit`` bytes: those buffered, else what one read gives (b"" at EOF)."""

@@ -173,11 +173,9 @@ class Stoppable:
 
     def wait(self, timeout: float | None) -> Any:
         here, stop = self.here, self.stop
-        idle_path = timeout is None and self.start is not None and here is not None
-        if idle_path and stop is not None and can_run_here():
-            assert here is not None
+        if here and stop and timeout is None and self.start is not None and can_run_here():
             return run_here(self.future, stop, here)
-        return wait(self.future, self.stop, timeout, self.start)
+        return wait(self.future, stop, timeout, self.start)
 
     def queued(self) -> tuple[Future[Any], Stop | None]:
         """Queue the turn now (for a caller Ctrl-C does not interrupt: aio)."""

@@ -134,15 +134,13 @@ class Workers:
         with self._lock:
             if job.withdrawn:
                 return True
-            lane = self._lanes.get(key)
-            if lane is not None:
-                lane = None
-            else:
+            busy = key in self._lanes
+            if not busy:
                 lane = self._lanes[key] = Lane(key, owner)
                 lane.scheduled = True
                 lane.thread, lane.current = threading.current_thread(), job
                 self._inline += 1
-        if lane is None:
+        if busy:
             self.submit(key, job, owner)
             return False
         starter = None
@@ -151,15 +149,13 @@ class Workers:
         finally:
             with self._lock:
                 lane.current = lane.thread = None
+                lane.scheduled = False
                 self._inline -= 1
                 self._inline_done.notify_all()
                 if lane.queue:  # sent while it ran: the workers take them in order
-                    lane.scheduled = False
                     starter = self._schedule(lane)
-                else:
-                    lane.scheduled = False
-                    if self._lanes.get(key) is lane:
-                        del self._lanes[key]
+                elif self._lanes.get(key) is lane:
+                    del self._lanes[key]
             if starter is not None:
                 starter.start()
         return True
