@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import gc
 import pathlib
 import subprocess
 import sys
@@ -137,7 +138,15 @@ def test_ticker_keeps_cadence_while_twenty_sessions_block_in_their_models() -> N
         assert elapsed < one_after_another / 4, f"the sessions did not overlap: {elapsed:.2f} s"
         return list(lengths), gaps
 
-    lengths, gaps = asyncio.run(main())
+    # a full collection of this test process's heap (thousands of tests' objects) once
+    # stalled the loop 378 ms in CI: not what this test is about
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        lengths, gaps = asyncio.run(main())
+    finally:
+        if collecting:
+            gc.enable()
     assert lengths == [4] * 20 and len(model_calls) == 40
     # the ticker ran throughout: the turns take at least two model calls (0.6 s), and no
     # gap reaches model_seconds / 2, so at least four ticks (a count, not a rate: load-proof)

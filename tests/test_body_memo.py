@@ -365,3 +365,63 @@ def test_a_mark_spliced_into_a_turns_text_is_the_marked_turn_encoded(
     for index in marked:
         content[index % len(content)]["cache_control"] = dict(mark)
     assert marked_turn(turn, plain, encode) == encode(turn)
+
+
+def buffered() -> list[HttpProvider]:
+    """The wire formats that keep the body itself for the session's next call."""
+    return [p for p in providers() if isinstance(p, (AnthropicProvider, OpenAIProvider))]
+
+
+def test_the_body_is_cut_and_extended_in_place_not_joined_again() -> None:
+    """A call writes into the buffer the session's previous call sent from: the same
+    buffer, rewritten only from where the turns it reuses end."""
+    transcript = (Message.user("q"), Message.assistant("a")) * 200
+    for provider in buffered():
+        provider.encode_body(ModelRequest("sys", transcript, TOOLS, session_id="s"))
+        first = provider._memos._memos["s"].body
+        assert first is not None
+        kept = first.data
+        transcript_2 = (*transcript, Message.user("next"), Message.assistant("ok"))
+        request = ModelRequest("sys", transcript_2, TOOLS, session_id="s")
+        body = provider.encode_body(request)
+        assert json.loads(body) == provider.build_body(request)
+        written = provider._memos._memos["s"].body
+        assert written is first and written.data is kept, type(provider).__name__
+        assert written.data == body
+
+
+def test_a_view_of_the_last_body_still_held_is_never_changed() -> None:
+    """A body the transport (or anyone) still holds a view of stays as it was sent: the
+    next call cannot cut that buffer (Python refuses to resize it) and writes a new one."""
+    transcript: tuple[Message, ...] = (Message.user("q"), Message.assistant("a")) * 50
+    for provider in buffered():
+        request = ModelRequest("sys", transcript, TOOLS, session_id="s")
+        held = provider._request_body(request)
+        assert isinstance(held, memoryview)
+        sent = bytes(held)
+        for n in range(3):
+            more = (*transcript, Message.user(f"q{n}"), Message.assistant(f"a{n}"))
+            later = ModelRequest("sys", more, TOOLS, session_id="s")
+            same(provider, later)
+            assert bytes(held) == sent, type(provider).__name__
+        held.release()
+        same(provider, ModelRequest("sys", (*transcript, Message.user("z")), session_id="s"))
+
+
+def test_a_call_for_the_same_session_meanwhile_builds_its_own_body() -> None:
+    """A call takes its session's memo out until its body is made: another call for the
+    same session in the meantime (another thread) finds none, builds afresh, and writes
+    nothing into the buffer the first call owns."""
+    transcript = (Message.user("q"), Message.assistant("a")) * 20
+    for provider in buffered():
+        provider.encode_body(ModelRequest("sys", transcript, session_id="s"))
+        first = ModelRequest("sys", (*transcript, Message.user("one")), session_id="s")
+        memos = provider._memos
+        taken = memos.head("s", first.messages, len(first.messages))  # as the first call does
+        assert taken.memo is not None and taken.memo.body is not None
+        owned = bytes(taken.memo.body.data)
+        assert "s" not in memos._memos
+        same(
+            provider, ModelRequest("sys", (*first.messages, Message.assistant("x")), session_id="s")
+        )
+        assert taken.memo.body.data == owned, type(provider).__name__

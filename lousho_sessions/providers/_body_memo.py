@@ -26,11 +26,21 @@ encoded with the memo too, with what it was made of (``frame_of``): a call whose
 has the same system text, tools, settings and output schema (equal, compared each call)
 reuses it rather than building and encoding a few kilobytes again.
 
+The body itself is kept too, in one buffer (:class:`Body`): the frame, then the turns,
+each ending where the memo noted. A call cuts it where what it reuses ends and writes
+only what follows (the turns after, the marked tail), so a call's work stays in
+proportion to what is new at a thousand messages as at ten: no joining of the whole
+body, no copy of the turn lists. It is sent as a view of that buffer; while any view
+of it lives the buffer cannot be cut (Python refuses to resize it) and a call that
+finds it so copies what it reuses into a new one.
+
 Turns are stored without any per-call mark, or with both forms; the tail is built by
 the same code that builds a whole body, so a body from the memo and one built afresh
 are equal (a property test checks it). Memos are bounded (``LIMIT`` sessions, the oldest dropped
-first) and replaced, never changed in place, so sessions sharing a provider on
-several threads never see one another's.
+first). A call takes its session's memo out (:meth:`BodyMemos.head`) and puts the new
+one back (:meth:`BodyMemos.keep`): what it took is its own, so it may extend the memo's
+lists and buffer in place, and a call on another thread for the same session meanwhile
+finds no memo and builds its body afresh.
 """
 
 from __future__ import annotations
@@ -44,7 +54,7 @@ import attrs
 
 from ..messages import Message
 
-__all__ = ["LIMIT", "BodyMemos", "Memo", "frame_of", "join", "opening", "splice"]
+__all__ = ["LIMIT", "Body", "BodyMemos", "Memo", "frame_of", "join", "opening", "splice", "write"]
 
 #: how many sessions' memos a provider keeps
 LIMIT = 32
@@ -65,6 +75,8 @@ class Memo:
     state: Any = None
     #: ``(parts, value)``: the wire format's encoded frame and what it was made of
     frame: tuple[tuple[Any, ...], Any] | None = None
+    #: the body this call sent, for the next to cut and extend (see :func:`write`)
+    body: Body | None = None
 
 
 def frame_of(memo: Memo | None, parts: tuple[Any, ...]) -> Any:
@@ -77,14 +89,19 @@ def frame_of(memo: Memo | None, parts: tuple[Any, ...]) -> Any:
 
 @attrs.frozen
 class Head:
-    """The turns reused for a call: ``turns`` come from messages before ``start``."""
+    """The turns reused for a call: the memo's first ``count``, from messages before ``start``."""
 
     start: int
-    turns: list[bytes]
+    count: int
     memo: Memo | None
 
+    @property
+    def turns(self) -> list[bytes]:
+        """The reused turns (a copy)."""
+        return [] if self.memo is None else self.memo.turns[: self.count]
 
-_NONE = Head(0, [], None)
+
+_NONE = Head(0, 0, None)
 
 
 class BodyMemos:
@@ -98,8 +115,10 @@ class BodyMemos:
     def head(self, key: Hashable, messages: Sequence[Message], boundary: int) -> Head:
         """The memo's turns that ``messages`` can reuse: those ending before the last
         memo turn and before message ``boundary``; none when ``messages`` does not start
-        with the memo's messages."""
-        memo = self._memos.get(key)
+        with the memo's messages. The memo is taken out: it is the caller's to change and
+        to :meth:`keep` (changed or not) once the call's body is made."""
+        with self._lock:
+            memo = self._memos.pop(key, None)
         if memo is None or not memo.turns:
             return _NONE
         known = len(memo.messages)
@@ -108,8 +127,8 @@ class BodyMemos:
         # the turn holding ``boundary`` (never past the last one, which may grow)
         turn = min(bisect_right(memo.firsts, boundary), len(memo.turns)) - 1
         if turn <= 0:
-            return Head(0, [], memo)
-        return Head(memo.firsts[turn], memo.turns[:turn], memo)
+            return Head(0, 0, memo)
+        return Head(memo.firsts[turn], turn, memo)
 
     def keep(self, key: Hashable, memo: Memo) -> None:
         with self._lock:
@@ -154,3 +173,61 @@ def join(opening: bytes, items: list[bytes], *, gaps: bool = False) -> bytes:
     items[0] = opening + items[0]
     items[-1] = items[-1] + b"]}"
     return b",".join(items)
+
+
+class Body:
+    """A call's body in one buffer: ``front`` (the frame up to the opening of the turns'
+    array), the items joined by commas, ``]}``; ``ends[i]``: where item ``i`` of the ones
+    a next call may reuse ends (an empty item, left out, ends where the one before does)."""
+
+    __slots__ = ("data", "ends", "front")
+
+    def __init__(self, front: bytes) -> None:
+        self.data = bytearray(front)
+        self.front = front
+        self.ends: list[int] = []
+
+
+def write(
+    body: Body | None,
+    front: bytes,
+    stable: Sequence[tuple[Sequence[bytes], int]],
+    tail: Sequence[bytes] = (),
+) -> tuple[Body, memoryview]:
+    """The body of ``front``, the items of ``stable`` (each ``(items, n)``: the first ``n``
+    of ``items``) and those of ``tail``, empty items left out, written into ``body`` (the
+    previous call's, when its memo was this call's: its items are the first of ``stable``,
+    as many as it has ends) from where the items they share end: the body and a view of
+    its bytes. A next call may reuse the items of ``stable``, not those of ``tail``."""
+    reuse = 0
+    if body is not None and body.front is front:
+        reuse = min(len(body.ends), sum(n for _, n in stable))
+        end = body.ends[reuse - 1] if reuse else len(front)
+        try:
+            del body.data[end:]
+        except BufferError:  # a view of the last body still lives: leave it be
+            body.data = body.data[:end]
+        del body.ends[reuse:]
+    else:
+        body = Body(front)
+    data, ends, bare = body.data, body.ends, len(front)
+    skip = reuse
+    for items, n in stable:
+        if skip >= n:
+            skip -= n
+            continue
+        for at in range(skip, n):  # only what the last body did not hold
+            item = items[at]
+            if item:
+                if len(data) > bare:
+                    data += b","
+                data += item
+            ends.append(len(data))
+        skip = 0
+    for item in tail:
+        if item:
+            if len(data) > bare:
+                data += b","
+            data += item
+    data += b"]}"
+    return body, memoryview(data)

@@ -206,7 +206,7 @@ class DirectRoute:
 
     def post(
         self,
-        body: bytes,
+        body: bytes | memoryview,
         timeout: tuple[float, float],
         scope: AbortScope,
         extra: Mapping[str, str] | None = None,

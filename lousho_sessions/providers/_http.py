@@ -292,7 +292,7 @@ class HttpClient:
     def stream(
         self,
         path: str,
-        body: Mapping[str, Any] | bytes,
+        body: Mapping[str, Any] | bytes | memoryview,
         signal: AbortSignal,
         sent: Callable[[], None] | None = None,
     ) -> Iterator[HttpStream]:
@@ -340,14 +340,14 @@ class HttpClient:
     def _send(
         self,
         path: str,
-        body: Mapping[str, Any] | bytes,
+        body: Mapping[str, Any] | bytes | memoryview,
         signal: AbortSignal,
         scope: AbortScope,
         deadline: Deadline,
         sent: Callable[[], None] | None = None,
     ) -> Response:
         url = f"{self.base_url}/{path.lstrip('/')}"
-        data = body if isinstance(body, bytes) else self.encode(body)
+        data = body if isinstance(body, (bytes, memoryview)) else self.encode(body)
         attempt = 0
         while True:
             if signal.aborted:
@@ -400,7 +400,7 @@ class HttpClient:
     def _attempt(
         self,
         url: str,
-        data: bytes,
+        data: bytes | memoryview,
         signal: AbortSignal,
         scope: AbortScope,
         deadline: Deadline,

@@ -313,7 +313,7 @@ class HttpProvider(ProviderBase):
                 f"{self.name}: no API key; pass api_key= or set {self.KEY_ENV}",
                 retryable=False,
             )
-        body = self.encode_body(request)
+        body = self._request_body(request)
         with self._http.stream(self.path(), body, signal, request.on_sent) as stream:
             reply = Reply(self.name, stream.request_id, output_tool=self.output_tool(request))
             yield from self._read(stream.events(), reply)
@@ -367,6 +367,11 @@ class HttpProvider(ProviderBase):
         wire format may produce faster (reusing what it encoded for the session's
         previous call, see ``_body_memo``) but never different in meaning."""
         return self._http.encode(self.build_body(request))
+
+    def _request_body(self, request: ModelRequest) -> bytes | memoryview:
+        """The body :meth:`_stream` sends: :meth:`encode_body`'s, or a view of the same
+        bytes a wire format keeps for the session's next call (``_body_memo.write``)."""
+        return self.encode_body(request)
 
     def _read(self, events: Iterator[ServerSentEvent], reply: Reply) -> Iterator[ModelEvent]:
         """Turn events into deltas while filling ``reply``; return once ``reply.done``."""

@@ -151,7 +151,7 @@ class Transport:
     def post(
         self,
         url: str,
-        body: bytes,
+        body: bytes | memoryview,
         timeout: tuple[float, float],
         scope: AbortScope,
         sent: Callable[[], None] | None = None,
@@ -177,7 +177,7 @@ class Transport:
         self._cookies = True  # requests keeps what it is sent in the jar
         with scoped(scope):
             answer = self._session.post(
-                url, data=body, headers=self._headers, stream=True, timeout=timeout
+                url, data=bytes(body), headers=self._headers, stream=True, timeout=timeout
             )
         if sent is not None:
             try:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import ProviderError
 from ..messages import Message, Part, ReasoningPart, TextPart, ToolCall
-from ._body_memo import Memo, frame_of, join, opening
+from ._body_memo import Memo, frame_of, opening, write
 from ._breakpoints import mark_breakpoints, marked_turn
 from ._http_provider import HttpOptions, HttpProvider, Reply
 from ._reasoning import ReasoningBlock, replay_blocks
@@ -125,12 +125,21 @@ class AnthropicProvider(HttpProvider):
         before the previous call's end on (the cache marks are there) when the session's
         previous call sent the turns before it, and the frame (model, system, tools,
         settings) only when it changed (see ``_body_memo``)."""
+        return bytes(self._encode(request))
+
+    def _request_body(self, request: ModelRequest) -> bytes | memoryview:
+        if type(self).encode_body is not AnthropicProvider.encode_body:
+            return self.encode_body(request)  # a subclass's own
+        return self._encode(request)
+
+    def _encode(self, request: ModelRequest) -> bytes | memoryview:
+        """:meth:`encode_body`'s body, as a view of the buffer the session's memo keeps."""
         messages, encode = request.messages, self._http.encode
         head = self._memos.head(request.session_id, messages, _boundary(messages))
-        start = head.start
+        start, count, memo = head.start, head.count, head.memo
         system: list[tuple[int, str]] = []
-        if head.memo is not None:
-            system += [(index, text) for index, text in head.memo.state if index < start]
+        if memo is not None:
+            system += [(index, text) for index, text in memo.state if index < start]
         tail = messages[start:]
         system += [(start + n, m.text) for n, m in enumerate(tail) if m.role == "system" and m.text]
         turns, ends, firsts = _messages(tail)
@@ -146,7 +155,7 @@ class AnthropicProvider(HttpProvider):
             request.output_schema,
             dict(request.settings),
         )
-        front: bytes | None = frame_of(head.memo, parts)
+        front: bytes | None = frame_of(memo, parts)
         if front is None:
             body = self._frame(request, texts, turns)
             if body["messages"] is not turns:  # an ``extra_body`` gave them: they win
@@ -161,15 +170,16 @@ class AnthropicProvider(HttpProvider):
         sent = b", ".join(
             [marked_turn(t, text, encode) for t, text in zip(turns, plain, strict=True)]
         )
-        kept_firsts = head.memo.firsts[: len(head.turns)] if head.memo is not None else []
-        memo = Memo(
-            messages,
-            head.turns + plain,
-            kept_firsts + [start + f for f in firsts],
-            system,
-            (parts, front),
-        )
-        data = join(front, [*head.turns, sent] if sent else [*head.turns])
+        kept: list[bytes] = []
+        kept_firsts: list[int] = []
+        previous = None
+        if memo is not None:  # the memo is this call's own (see BodyMemos.head)
+            kept, kept_firsts, previous = memo.turns, memo.firsts, memo.body
+        written, data = write(previous, front, ((kept, count),), (sent,))
+        del kept[count:], kept_firsts[count:]
+        kept += plain
+        kept_firsts += [start + f for f in firsts]
+        memo = Memo(messages, kept, kept_firsts, system, (parts, front), written)
         self._memos.keep(request.session_id, memo)
         return data
 

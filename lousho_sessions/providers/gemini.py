@@ -193,7 +193,7 @@ class GeminiProvider(HttpProvider):
         new = messages[len(memo.messages) :] if memo is not None else messages
         names = state.names_with(new)
         if names is None:  # a call of a new message renames a result sent before
-            names, head = call_names(messages), attrs.evolve(head, start=0, turns=[])
+            names, head = call_names(messages), attrs.evolve(head, start=0, count=0)
         start = head.start
         tail = messages[start:]
         out, firsts = turns(tail, names)

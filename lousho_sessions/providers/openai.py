@@ -11,7 +11,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from ..messages import ImagePart, Message, TextPart, ToolCall
-from ._body_memo import Memo, frame_of, join, opening
+from ._body_memo import Memo, frame_of, opening, write
 from ._http_provider import HttpProvider, Reply
 from ._redact import Secret
 from ._sse import ServerSentEvent
@@ -81,9 +81,18 @@ class OpenAIProvider(HttpProvider):
         """:meth:`build_body`'s body as JSON text, encoding only the messages the session's
         previous call did not send, and the frame (model, system, tools, settings) only
         when it changed (see ``_body_memo``)."""
+        return bytes(self._encode(request))
+
+    def _request_body(self, request: ModelRequest) -> bytes | memoryview:
+        if type(self).encode_body is not OpenAIProvider.encode_body:
+            return self.encode_body(request)  # a subclass's own
+        return self._encode(request)
+
+    def _encode(self, request: ModelRequest) -> bytes | memoryview:
+        """:meth:`encode_body`'s body, as a view of the buffer the session's memo keeps."""
         messages, encode = request.messages, self._http.encode
         head = self._memos.head(request.session_id, messages, len(messages))
-        start = head.start
+        start, count, memo = head.start, head.count, head.memo
         # one item a message (b"": a message of a role it does not know, not sent)
         items = [b"" if item is None else encode(item) for item in map(_item, messages[start:])]
         parts = (
@@ -95,7 +104,7 @@ class OpenAIProvider(HttpProvider):
             dict(request.settings),
             request.session_id,  # the cache key
         )
-        frame: tuple[bytes, list[bytes]] | None = frame_of(head.memo, parts)
+        frame: tuple[bytes, list[bytes]] | None = frame_of(memo, parts)
         if frame is None:
             body = self._frame(request, None)
             if body.pop("messages") is not None:  # an ``extra_body`` gave them: they win
@@ -103,9 +112,17 @@ class OpenAIProvider(HttpProvider):
             first = [encode(_system(request.system))] if request.system else []
             frame = (opening(encode, body, "messages"), first)
         front, first = frame
-        data = join(front, [*first, *head.turns, *items], gaps=True)
-        firsts = list(range(len(messages)))
-        memo = Memo(messages, head.turns + items, firsts, None, (parts, frame))
+        kept: list[bytes] = []
+        firsts: list[int] = []  # a turn a message: turn i is message i
+        previous = None
+        if memo is not None:  # the memo is this call's own (see BodyMemos.head)
+            kept, firsts, previous = memo.turns, memo.firsts, memo.body
+        stable = ((first, len(first)), (kept, count), (items, len(items)))
+        written, data = write(previous, front, stable)
+        del kept[count:], firsts[count:]
+        kept += items
+        firsts += range(start, len(messages))
+        memo = Memo(messages, kept, firsts, None, (parts, frame), written)
         self._memos.keep(request.session_id, memo)
         return data
 
