@@ -15,6 +15,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -440,3 +441,26 @@ def test_request_bodies_refuse_what_json_cannot_carry() -> None:
             _dumps([bad])
     with pytest.raises(TypeError, match="not JSON serializable"):
         _dumps({"a": object()})
+
+
+_json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(), inner, max_size=3),
+    max_leaves=8,
+)
+
+
+@given(_json_values, st.sampled_from(["", " ", "\n", " \t"]), st.sampled_from(["", " ", "x", "{}"]))
+def test_an_event_is_decoded_as_json_loads_decodes_it(value: Any, before: str, after: str) -> None:
+    """The events' decoder reads a lone value in one scanner call; space around it, more
+    after it or no JSON at all get ``json.loads``'s answer or its error."""
+    from lousho_sessions.providers._http_provider import _decode
+
+    text = before + json.dumps(value) + after
+    try:
+        expected = json.loads(text)
+    except ValueError:
+        with pytest.raises(ValueError):
+            _decode(text)
+    else:
+        assert _decode(text) == expected

@@ -217,3 +217,12 @@ def test_encoded_events_round_trip(events: list[tuple[str, str]], end: str) -> N
     assert [(e.event, e.data) for e in decoded] == [
         (name or "message", data) for name, data in events
     ]
+
+
+@given(st.lists(_line, max_size=25))
+def test_feed_gives_the_events_feed_line_gives(lines: list[str]) -> None:
+    """``feed`` handles the commonest lines (data, event, the blank line) in its own loop;
+    ``feed_line`` follows the rules line by line: the two agree on every stream."""
+    by_line = SSEDecoder()
+    expected = [e for line in lines if (e := by_line.feed_line(line)) is not None]
+    assert SSEDecoder().feed("".join(line + "\n" for line in lines).encode("utf-8")) == expected

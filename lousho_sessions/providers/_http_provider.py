@@ -42,7 +42,21 @@ from .caching import CachePolicy, cache_policy
 __all__ = ["HttpOptions", "HttpProvider", "Reply"]
 
 #: ``json.loads`` without its checks of arguments (a call an event)
-_decode = json.JSONDecoder().decode
+_DECODER = json.JSONDecoder()
+_scan: Callable[[str, int], tuple[Any, int]] = _DECODER.scan_once  # type: ignore[attr-defined]
+
+
+def _decode(text: str) -> Any:
+    """``json.loads(text)``: an event's data is nearly always one value with nothing around
+    it, which the scanner reads in one call; anything else (space around it, more after
+    it, not JSON) gets the decoder's whole check and its error."""
+    try:
+        value, end = _scan(text, 0)
+    except StopIteration:
+        return _DECODER.decode(text)
+    if end != len(text):
+        return _DECODER.decode(text)
+    return value
 
 
 class HttpOptions(TypedDict, total=False):

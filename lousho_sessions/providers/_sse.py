@@ -131,16 +131,27 @@ class SSEDecoder:
         for line in lines:
             if limit is not None and len(line) > limit:
                 self._check(len(line), "line")
-            if not line:
-                event = self._dispatch()
-                if event is not None:
-                    events.append(event)
-            elif line.startswith("data:"):  # ``feed_line``'s commonest case, inline
+            if not line:  # ``_dispatch``, inline
+                data = self._data
+                if data:
+                    events.append(
+                        ServerSentEvent(
+                            data[0] if len(data) == 1 else "\n".join(data),
+                            self._event or "message",
+                            self._last_id,
+                            self._retry,
+                        )
+                    )
+                    self._data, self._data_size = [], 0
+                self._event, self._retry = "", None
+            elif line.startswith("data:"):  # ``feed_line``'s commonest cases, inline
                 value = line[6:] if line[5:6] == " " else line[5:]
                 self._data_size += len(value) + 1
                 if limit is not None and self._data_size - 1 > limit:
                     self._check(self._data_size - 1, "event")
                 self._data.append(value)
+            elif line.startswith("event:"):
+                self._event = line[7:] if line[6:7] == " " else line[6:]
             else:
                 self.feed_line(line)  # a blank line is handled above: this dispatches nothing
         return events

@@ -14,6 +14,15 @@ from typing import Any
 from ..abort import AbortController, AbortSignal
 from ..results import ExecutionResult
 
+_getsignal: Callable[[int], Any] = signal.getsignal
+_setsignal: Callable[[int, Any], Any] = signal.signal
+try:  # the C functions ``signal.signal`` wraps: no handler turned into an enum and back
+    import _signal  # type: ignore[import-not-found]
+
+    _getsignal, _setsignal = _signal.getsignal, _signal.signal
+except ImportError:  # pragma: no cover - a Python without the ``_signal`` module
+    pass
+
 __all__ = ["Stop", "Stoppable", "chain", "linked", "run_here", "saved", "wait"]
 
 log = logging.getLogger("lousho_sessions.worker")
@@ -99,11 +108,11 @@ def run_here(future: Future[Any], stop: Stop, here: Callable[[], bool]) -> Any:
         # would need threading's locks, which that code may hold too)
         _thread.start_new_thread(_stop_quietly, (stop,))
 
-    previous = signal.signal(signal.SIGINT, interrupted)
+    previous = _setsignal(signal.SIGINT, interrupted)
     try:
         ran = here()
     finally:
-        signal.signal(signal.SIGINT, previous)
+        _setsignal(signal.SIGINT, previous)
     if not ran:
         result = wait(future, stop, None)  # queued behind another: Ctrl-C as ``wait`` has it
         if not interrupts:
@@ -120,7 +129,7 @@ def can_run_here() -> bool:
     before, so that handler sees the signal where it always did)."""
     if threading.current_thread() is not threading.main_thread():
         return True
-    return signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    return _getsignal(signal.SIGINT) is signal.default_int_handler
 
 
 def _stop_quietly(stop: Stop) -> None:
