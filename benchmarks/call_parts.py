@@ -75,8 +75,8 @@ def mark_parts() -> None:
     marked(_checkpoints.TurnCheckpoints, "flush", "owed")
     marked(_turn.Turn, "_call_model", "call")
     marked(_turn.Turn, "_tool_step", "tool")
-    marked(anthropic.AnthropicProvider, "_encode", "body")
-    marked(openai.OpenAIProvider, "_encode", "body")
+    marked(anthropic.AnthropicProvider, "_view", "body")
+    marked(openai.OpenAIProvider, "_view", "body")
     marked(_direct.DirectRoute, "post", "post")
     marked(_http_provider.HttpProvider, "_response", "response")
 

@@ -425,3 +425,21 @@ def test_a_call_for_the_same_session_meanwhile_builds_its_own_body() -> None:
             provider, ModelRequest("sys", (*first.messages, Message.assistant("x")), session_id="s")
         )
         assert taken.memo.body.data == owned, type(provider).__name__
+
+
+def test_a_subclass_that_encodes_its_own_body_has_it_sent() -> None:
+    """The buffer's view is sent only for the wire's own ``encode_body``: a subclass that
+    overrides it is sent what it returns."""
+    for provider in buffered():
+
+        class Own(type(provider)):  # type: ignore[misc]
+            def encode_body(self, request: ModelRequest) -> bytes:
+                return b'{"own": true}'
+
+        own = Own("x", api_key="k", base_url=URL)
+        request = ModelRequest("sys", (Message.user("q"),), session_id="s")
+        assert own._request_body(request) == b'{"own": true}'
+        view = provider._request_body(request)
+        assert isinstance(view, memoryview) and json.loads(bytes(view)) == provider.build_body(
+            request
+        )

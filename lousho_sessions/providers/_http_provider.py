@@ -382,10 +382,21 @@ class HttpProvider(ProviderBase):
         previous call, see ``_body_memo``) but never different in meaning."""
         return self._http.encode(self.build_body(request))
 
+    #: a wire format's ``encode_body`` when it is ``bytes(self._view(request))``: the body
+    #: is then sent as that view (a subclass overriding ``encode_body`` has its own sent)
+    _VIEWED: ClassVar[Callable[..., bytes] | None] = None
+
     def _request_body(self, request: ModelRequest) -> bytes | memoryview:
         """The body :meth:`_stream` sends: :meth:`encode_body`'s, or a view of the same
         bytes a wire format keeps for the session's next call (``_body_memo.write``)."""
+        if type(self).encode_body is type(self)._VIEWED:
+            return self._view(request)
         return self.encode_body(request)
+
+    def _view(self, request: ModelRequest) -> bytes | memoryview:
+        """:meth:`encode_body`'s bytes, as a view of the buffer the session's memo keeps
+        (wire formats that set ``_VIEWED``)."""
+        raise NotImplementedError
 
     def _read(self, events: Iterator[ServerSentEvent], reply: Reply) -> Iterator[ModelEvent]:
         """Turn events into deltas while filling ``reply``; return once ``reply.done``."""

@@ -125,15 +125,11 @@ class AnthropicProvider(HttpProvider):
         before the previous call's end on (the cache marks are there) when the session's
         previous call sent the turns before it, and the frame (model, system, tools,
         settings) only when it changed (see ``_body_memo``)."""
-        return bytes(self._encode(request))
+        return bytes(self._view(request))
 
-    def _request_body(self, request: ModelRequest) -> bytes | memoryview:
-        if type(self).encode_body is not AnthropicProvider.encode_body:
-            return self.encode_body(request)  # a subclass's own
-        return self._encode(request)
+    _VIEWED = encode_body
 
-    def _encode(self, request: ModelRequest) -> bytes | memoryview:
-        """:meth:`encode_body`'s body, as a view of the buffer the session's memo keeps."""
+    def _view(self, request: ModelRequest) -> bytes | memoryview:
         messages, encode = request.messages, self._http.encode
         head = self._memos.head(request.session_id, messages, _boundary(messages))
         start, count, memo = head.start, head.count, head.memo

@@ -81,15 +81,11 @@ class OpenAIProvider(HttpProvider):
         """:meth:`build_body`'s body as JSON text, encoding only the messages the session's
         previous call did not send, and the frame (model, system, tools, settings) only
         when it changed (see ``_body_memo``)."""
-        return bytes(self._encode(request))
+        return bytes(self._view(request))
 
-    def _request_body(self, request: ModelRequest) -> bytes | memoryview:
-        if type(self).encode_body is not OpenAIProvider.encode_body:
-            return self.encode_body(request)  # a subclass's own
-        return self._encode(request)
+    _VIEWED = encode_body
 
-    def _encode(self, request: ModelRequest) -> bytes | memoryview:
-        """:meth:`encode_body`'s body, as a view of the buffer the session's memo keeps."""
+    def _view(self, request: ModelRequest) -> bytes | memoryview:
         messages, encode = request.messages, self._http.encode
         head = self._memos.head(request.session_id, messages, len(messages))
         start, count, memo = head.start, head.count, head.memo
