@@ -369,7 +369,9 @@ def test_a_mark_spliced_into_a_turns_text_is_the_marked_turn_encoded(
 
 def buffered() -> list[HttpProvider]:
     """The wire formats that keep the body itself for the session's next call."""
-    return [p for p in providers() if isinstance(p, (AnthropicProvider, OpenAIProvider))]
+    return [
+        p for p in providers() if isinstance(p, (AnthropicProvider, OpenAIProvider, GeminiProvider))
+    ]
 
 
 def test_the_body_is_cut_and_extended_in_place_not_joined_again() -> None:

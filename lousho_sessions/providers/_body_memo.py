@@ -205,15 +205,19 @@ def write(
     front: bytes,
     stable: Sequence[tuple[Sequence[bytes], int]],
     tail: Sequence[bytes] = (),
+    same: int | None = None,
 ) -> tuple[Body, memoryview]:
     """The body of ``front``, the items of ``stable`` (each ``(items, n)``: the first ``n``
     of ``items``) and those of ``tail``, empty items left out, written into ``body`` (the
     previous call's, when its memo was this call's: its items are the first of ``stable``,
-    as many as it has ends) from where the items they share end: the body and a view of
-    its bytes. A next call may reuse the items of ``stable``, not those of ``tail``."""
+    as many as it has ends, or as ``same`` says) from where the items they share end: the
+    body and a view of its bytes. A next call may reuse the items of ``stable``, not those
+    of ``tail``."""
     reuse = 0
     if body is not None and body.front is front:
         reuse = min(len(body.ends), sum(n for _, n in stable))
+        if same is not None:
+            reuse = min(reuse, same)
         end = body.ends[reuse - 1] if reuse else len(front)
         try:
             del body.data[end:]

@@ -92,21 +92,21 @@ class Names:
     plain: Mapping[int, bytes] = attrs.field(factory=dict)
 
     def reuse(
-        self, head: list[bytes], new: Sequence[Message]
-    ) -> tuple[list[bytes], dict[int, bytes]]:
-        """The memo's ``head`` turns as this call sends them, and the form without the
-        placeholder of those that keep it: a new message with user content ends the
-        current turn, so the turns that had it go back to their form without it.
+        self, turns: list[bytes], count: int, new: Sequence[Message]
+    ) -> tuple[dict[int, bytes], int]:
+        """The memo's first ``count`` ``turns`` made, in place, what this call sends: a new
+        message with user content ends the current turn, so the turns that had the
+        placeholder go back to their form without it. Returns the forms without it of
+        those that keep it, and the first turn changed (``count``: none).
 
-        ``head`` is every memo turn but the last (built again), or none."""
-        plain = dict(self.plain) if head else {}
-        plain.pop(len(head), None)
+        ``count`` is every memo turn but the last (built again), or none."""
+        plain = dict(self.plain) if count else {}
+        plain.pop(count, None)
         if plain and any(opens_turn(m) for m in new):
-            head = list(head)
             for n, turn in plain.items():
-                head[n] = turn
-            plain = {}
-        return head, plain
+                turns[n] = turn
+            return {}, min(plain)
+        return plain, count
 
     def names_with(self, new: Iterable[Message]) -> dict[str, str] | None:
         """The call names with the calls of ``new`` messages; ``None`` when one of them

@@ -13,7 +13,7 @@ import attrs
 
 from ..errors import ProviderError
 from ..messages import Part, ReasoningPart, TextPart, ToolCall
-from ._body_memo import Memo, splice
+from ._body_memo import Memo, opening, write
 from ._gemini_contents import (
     FAMILY,
     SIGNATURE_KEY,
@@ -186,6 +186,11 @@ class GeminiProvider(HttpProvider):
         the unsigned calls of the current turn, and their form without it beside them
         (``Names.plain``) for the call whose new messages start a user turn.
         """
+        return bytes(self._view(request))
+
+    _VIEWED = encode_body
+
+    def _view(self, request: ModelRequest) -> bytes | memoryview:
         messages, encode = request.messages, self._http.encode
         head = self._memos.head(request.session_id, messages, len(messages))
         memo = head.memo
@@ -194,27 +199,36 @@ class GeminiProvider(HttpProvider):
         names = state.names_with(new)
         if names is None:  # a call of a new message renames a result sent before
             names, head = call_names(messages), attrs.evolve(head, start=0, count=0)
-        start = head.start
+        start, count = head.start, head.count
         tail = messages[start:]
         out, firsts = turns(tail, names)
         plain = [encode(turn) for turn in out]
         sent = list(plain)
-        reused, placeholders = state.reuse(head.turns, new)
+        kept: list[bytes] = []
+        kept_firsts: list[int] = []
+        if memo is not None:  # the memo is this call's own (see BodyMemos.head)
+            kept, kept_firsts = memo.turns, memo.firsts
+        placeholders, same = state.reuse(kept, count, new)  # kept[:count] as sent now
         if self._checks_signatures:
             for n in sign_foreign_calls(out):
                 sent[n] = encode(out[n])
-                placeholders[len(reused) + n] = plain[n]
+                placeholders[count + n] = plain[n]
         system = [(i, text) for i, text in state.system if i < start]
         system += [(start + n, m.text) for n, m in enumerate(tail) if m.role == "system" and m.text]
         body = self._frame(request, {}, [text for _, text in system])
         if "contents" in body:  # an ``extra_body`` gave them: they win
             return encode(self.build_body(request))
-        turns_sent = reused + sent
-        data = splice(encode, body, "contents", turns_sent, gaps=True)  # (gaps: a copy)
+        front = opening(encode, body, "contents")
+        previous = memo.body if memo is not None else None
+        if previous is not None and previous.front == front:  # the frame as it was
+            front = previous.front
+        written, data = write(previous, front, ((kept, count), (sent, len(sent))), same=same)
+        del kept[count:], kept_firsts[count:]
+        kept += sent
+        kept_firsts += [start + first for first in firsts]
         answered = state.answered | {m.tool_call_id for m in new if m.role == "tool"}
-        kept = memo.firsts[: len(reused)] if memo is not None else []
-        firsts = kept + [start + first for first in firsts]
-        memo = Memo(messages, turns_sent, firsts, Names(system, names, answered, placeholders))
+        names_kept = Names(system, names, answered, placeholders)
+        memo = Memo(messages, kept, kept_firsts, names_kept, None, written)
         self._memos.keep(request.session_id, memo)
         return data
 
