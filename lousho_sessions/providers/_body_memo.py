@@ -54,7 +54,18 @@ import attrs
 
 from ..messages import Message
 
-__all__ = ["LIMIT", "Body", "BodyMemos", "Memo", "frame_of", "join", "opening", "splice", "write"]
+__all__ = [
+    "LIMIT",
+    "Body",
+    "BodyMemos",
+    "Head",
+    "Memo",
+    "frame_of",
+    "join",
+    "opening",
+    "splice",
+    "write",
+]
 
 #: how many sessions' memos a provider keeps
 LIMIT = 32
