@@ -217,13 +217,19 @@ def write(
     stable: Sequence[tuple[Sequence[bytes], int]],
     tail: Sequence[bytes] = (),
     same: int | None = None,
+    *,
+    by_value: bool = False,
 ) -> tuple[Body, memoryview]:
     """The body of ``front``, the items of ``stable`` (each ``(items, n)``: the first ``n``
     of ``items``) and those of ``tail``, empty items left out, written into ``body`` (the
     previous call's, when its memo was this call's: its items are the first of ``stable``,
     as many as it has ends, or as ``same`` says) from where the items they share end: the
     body and a view of its bytes. A next call may reuse the items of ``stable``, not those
-    of ``tail``."""
+    of ``tail``. ``body`` is kept when its front is ``front`` (the same object: the wire's
+    frame memo gave it, with the items that follow it), or ``by_value`` an equal one (a
+    wire that encodes its frame each call, all of whose items are in ``stable``)."""
+    if body is not None and by_value and body.front == front:
+        front = body.front
     reuse = 0
     if body is not None and body.front is front:
         reuse = min(len(body.ends), sum(n for _, n in stable))

@@ -18,7 +18,7 @@ from typing import Any
 
 from ._wire import plain_json
 
-__all__ = ["openapi_schema"]
+__all__ = ["declaration", "openapi_schema"]
 
 _TYPES = {
     "string": "STRING",
@@ -166,4 +166,20 @@ def _any_of(schema: dict[str, Any], options: Any) -> dict[str, Any]:
         out.update({k: schema[k] for k in ("title", "description") if k in schema})
     if nulls:
         out["nullable"] = True
+    return out
+
+
+def declaration(spec: Any) -> dict[str, Any]:
+    """A tool's ``FunctionDeclaration``: its parameters in the OpenAPI subset, or as JSON
+    schema (``parametersJsonSchema``) where the subset cannot say them; none said for a
+    tool without parameters."""
+    out: dict[str, Any] = {"name": spec.name, "description": spec.description}
+    schema = plain_json(spec.parameters)
+    if not schema.get("properties") and schema.get("type", "object") == "object":
+        return out  # no parameters: the API wants none said
+    converted = openapi_schema(schema)
+    if converted is not None:
+        out["parameters"] = converted
+    else:
+        out["parametersJsonSchema"] = schema
     return out

@@ -23,7 +23,7 @@ from ._gemini_contents import (
     sign_foreign_calls,
     turns,
 )
-from ._gemini_schema import openapi_schema
+from ._gemini_schema import declaration, openapi_schema
 from ._http_provider import HttpOptions, HttpProvider, Reply
 from ._reasoning import AFTER_PARTS
 from ._redact import Secret
@@ -204,10 +204,8 @@ class GeminiProvider(HttpProvider):
         out, firsts = turns(tail, names)
         plain = [encode(turn) for turn in out]
         sent = list(plain)
-        kept: list[bytes] = []
-        kept_firsts: list[int] = []
-        if memo is not None:  # the memo is this call's own (see BodyMemos.head)
-            kept, kept_firsts = memo.turns, memo.firsts
+        # the memo is this call's own (see BodyMemos.head): its lists are extended in place
+        kept, kept_firsts = (memo.turns, memo.firsts) if memo is not None else ([], [])
         placeholders, same = state.reuse(kept, count, new)  # kept[:count] as sent now
         if self._checks_signatures:
             for n in sign_foreign_calls(out):
@@ -220,9 +218,8 @@ class GeminiProvider(HttpProvider):
             return encode(self.build_body(request))
         front = opening(encode, body, "contents")
         previous = memo.body if memo is not None else None
-        if previous is not None and previous.front == front:  # the frame as it was
-            front = previous.front
-        written, data = write(previous, front, ((kept, count), (sent, len(sent))), same=same)
+        stable = ((kept, count), (sent, len(sent)))
+        written, data = write(previous, front, stable, same=same, by_value=True)
         del kept[count:], kept_firsts[count:]
         kept += sent
         kept_firsts += [start + first for first in firsts]
@@ -239,7 +236,7 @@ class GeminiProvider(HttpProvider):
         system = [request.system, *system] if request.system else system
         config: dict[str, Any] = {}
         if request.tools:
-            body["tools"] = [{"functionDeclarations": [_declaration(s) for s in request.tools]}]
+            body["tools"] = [{"functionDeclarations": [declaration(s) for s in request.tools]}]
         if request.output_schema is not None:
             output = request.output_schema
             if request.tools and _OLD_MODELS.match(self.model):
@@ -380,19 +377,6 @@ def _tool_config(choice: object) -> dict[str, Any]:
     else:
         name = choice
     return {"functionCallingConfig": {"mode": "ANY", "allowedFunctionNames": [str(name)]}}
-
-
-def _declaration(spec: Any) -> dict[str, Any]:
-    declaration: dict[str, Any] = {"name": spec.name, "description": spec.description}
-    schema = plain_json(spec.parameters)
-    if not schema.get("properties") and schema.get("type", "object") == "object":
-        return declaration  # no parameters: the API wants none said
-    converted = openapi_schema(schema)
-    if converted is not None:
-        declaration["parameters"] = converted
-    else:
-        declaration["parametersJsonSchema"] = schema
-    return declaration
 
 
 def _usage(reply: Reply, usage: Mapping[str, Any]) -> None:

@@ -206,9 +206,8 @@ class OpenAIResponsesProvider(HttpProvider):
         previous = None
         if memo is not None:  # the memo is this call's own (see BodyMemos.head)
             kept, firsts, previous = memo.turns, memo.firsts, memo.body
-            if previous is not None and previous.front == front:  # the frame as it was
-                front = previous.front
-        written, data = write(previous, front, ((kept, count), (items, len(items))))
+        stable = ((kept, count), (items, len(items)))
+        written, data = write(previous, front, stable, by_value=True)
         del kept[count:], firsts[count:]
         kept += items
         firsts += range(head.start, len(messages))

@@ -13,6 +13,7 @@ import logging
 import os
 import sqlite3
 import threading
+import time
 import weakref
 from collections.abc import Callable
 from pathlib import Path
@@ -290,7 +291,7 @@ class SqliteDatabase:
             version = conn.execute("PRAGMA user_version").fetchone()[0]
             self._check_version(version)
             if self.path != _MEMORY:
-                mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+                mode = _switch_to_wal(conn)
                 if str(mode).lower() != "wal":
                     log.warning("%s: could not switch to WAL (journal_mode is %s)", self.path, mode)
             conn.execute(f"PRAGMA synchronous = {self.synchronous}")
@@ -375,6 +376,33 @@ class _Connection:
                 raise _wrap(self.db.path, exc) from exc
         finally:
             self.db._lock.release()
+
+
+def _switch_to_wal(conn: sqlite3.Connection, patience: float = 5.0) -> str:
+    """``PRAGMA journal_mode = WAL``; the journal mode it gives. Processes opening a new
+    database at once each switch it, and SQLite answers "database is locked" at once
+    (without its busy handler) to one that would otherwise wait for another's switch
+    while holding its own read lock: that one tries again, for up to ``patience``
+    seconds, as the busy timeout would have it wait."""
+    deadline = time.monotonic() + patience
+    delay = 0.001
+    while True:
+        try:
+            return str(conn.execute("PRAGMA journal_mode = WAL").fetchone()[0])
+        except sqlite3.OperationalError as exc:
+            if not _busy(exc) or time.monotonic() + delay > deadline:
+                raise
+        time.sleep(delay)  # a back-off between tries (nothing to wait on but the lock)
+        delay = min(delay * 2, 0.05)
+
+
+def _busy(exc: sqlite3.OperationalError) -> bool:
+    """Whether SQLite said the database is busy (SQLITE_BUSY, 5, or one of its extended
+    codes; before Python 3.11 the error carries no code: its message tells)."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    if isinstance(code, int):
+        return code & 0xFF == 5
+    return "database is locked" in str(exc)
 
 
 class _Transaction:
