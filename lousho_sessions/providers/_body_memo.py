@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import threading
 from bisect import bisect_right
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any
 
 import attrs
@@ -139,6 +139,42 @@ class BodyMemos:
         if turn <= 0:
             return Head(0, 0, memo)
         return Head(memo.firsts[turn], turn, memo)
+
+    def extend(
+        self,
+        key: Hashable,
+        head: Head,
+        messages: tuple[Message, ...],
+        front: bytes,
+        turns: list[bytes],
+        firsts: Iterable[int],
+        *,
+        lead: Sequence[bytes] = (),
+        sent: Sequence[bytes] | None = None,
+        state: Any = None,
+        frame: tuple[tuple[Any, ...], Any] | None = None,
+        same: int | None = None,
+        by_value: bool = False,
+    ) -> memoryview:
+        """This call's body: ``front``, ``lead``, the memo's first ``head.count`` turns, then
+        the new ``turns`` (or ``sent``, this call's form of them, which a next call does not
+        reuse), written into the buffer of ``head``'s memo (:func:`write`, with ``same`` and
+        ``by_value``). The memo's turns and their first messages are extended in place with
+        ``turns`` and ``firsts`` (it is this call's own: see :meth:`head`), and kept with
+        ``state`` and ``frame`` for the session's next call."""
+        memo, count = head.memo, head.count
+        kept: list[bytes] = [] if memo is None else memo.turns
+        kept_firsts: list[int] = [] if memo is None else memo.firsts
+        stable = [(lead, len(lead)), (kept, count)]
+        if sent is None:
+            stable.append((turns, len(turns)))
+        previous = None if memo is None else memo.body
+        written, data = write(previous, front, stable, sent or (), same, by_value=by_value)
+        del kept[count:], kept_firsts[count:]
+        kept += turns
+        kept_firsts += firsts
+        self.keep(key, Memo(messages, kept, kept_firsts, state, frame, written))
+        return data
 
     def keep(self, key: Hashable, memo: Memo) -> None:
         with self._lock:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import ProviderError
 from ..messages import Message, Part, ReasoningPart, TextPart, ToolCall
-from ._body_memo import Memo, frame_of, opening, write
+from ._body_memo import frame_of, opening
 from ._breakpoints import mark_breakpoints, marked_turn
 from ._http_provider import HttpOptions, HttpProvider, Reply
 from ._reasoning import ReasoningBlock, replay_blocks
@@ -132,7 +132,7 @@ class AnthropicProvider(HttpProvider):
     def _view(self, request: ModelRequest) -> bytes | memoryview:
         messages, encode = request.messages, self._http.encode
         head = self._memos.head(request.session_id, messages, _boundary(messages))
-        start, count, memo = head.start, head.count, head.memo
+        start, memo = head.start, head.memo
         system: list[tuple[int, str]] = []
         if memo is not None:
             system += [(index, text) for index, text in memo.state if index < start]
@@ -166,18 +166,17 @@ class AnthropicProvider(HttpProvider):
         sent = b", ".join(
             [marked_turn(t, text, encode) for t, text in zip(turns, plain, strict=True)]
         )
-        kept: list[bytes] = []
-        kept_firsts: list[int] = []
-        previous = None
-        if memo is not None:  # the memo is this call's own (see BodyMemos.head)
-            kept, kept_firsts, previous = memo.turns, memo.firsts, memo.body
-        written, data = write(previous, front, ((kept, count),), (sent,))
-        del kept[count:], kept_firsts[count:]
-        kept += plain
-        kept_firsts += [start + f for f in firsts]
-        memo = Memo(messages, kept, kept_firsts, system, (parts, front), written)
-        self._memos.keep(request.session_id, memo)
-        return data
+        return self._memos.extend(
+            request.session_id,
+            head,
+            messages,
+            front,
+            plain,
+            [start + f for f in firsts],
+            sent=(sent,),
+            state=system,
+            frame=(parts, front),
+        )
 
     def _frame(
         self, request: ModelRequest, system: list[str], messages: list[dict[str, Any]]

@@ -13,7 +13,7 @@ import attrs
 
 from ..errors import ProviderError
 from ..messages import Part, ReasoningPart, TextPart, ToolCall
-from ._body_memo import Memo, opening, write
+from ._body_memo import opening
 from ._gemini_contents import (
     FAMILY,
     SIGNATURE_KEY,
@@ -204,9 +204,9 @@ class GeminiProvider(HttpProvider):
         out, firsts = turns(tail, names)
         plain = [encode(turn) for turn in out]
         sent = list(plain)
-        # the memo is this call's own (see BodyMemos.head): its lists are extended in place
-        kept, kept_firsts = (memo.turns, memo.firsts) if memo is not None else ([], [])
-        placeholders, same = state.reuse(kept, count, new)  # kept[:count] as sent now
+        # the memo's turns as this call sends them (it is this call's own: BodyMemos.head)
+        kept: list[bytes] = [] if memo is None else memo.turns
+        placeholders, same = state.reuse(kept, count, new)
         if self._checks_signatures:
             for n in sign_foreign_calls(out):
                 sent[n] = encode(out[n])
@@ -216,18 +216,18 @@ class GeminiProvider(HttpProvider):
         body = self._frame(request, {}, [text for _, text in system])
         if "contents" in body:  # an ``extra_body`` gave them: they win
             return encode(self.build_body(request))
-        front = opening(encode, body, "contents")
-        previous = memo.body if memo is not None else None
-        stable = ((kept, count), (sent, len(sent)))
-        written, data = write(previous, front, stable, same=same, by_value=True)
-        del kept[count:], kept_firsts[count:]
-        kept += sent
-        kept_firsts += [start + first for first in firsts]
         answered = state.answered | {m.tool_call_id for m in new if m.role == "tool"}
-        names_kept = Names(system, names, answered, placeholders)
-        memo = Memo(messages, kept, kept_firsts, names_kept, None, written)
-        self._memos.keep(request.session_id, memo)
-        return data
+        return self._memos.extend(
+            request.session_id,
+            head,
+            messages,
+            opening(encode, body, "contents"),
+            sent,
+            [start + first for first in firsts],
+            state=Names(system, names, answered, placeholders),
+            same=same,
+            by_value=True,
+        )
 
     def _frame(
         self, request: ModelRequest, body: dict[str, Any], system: list[str]

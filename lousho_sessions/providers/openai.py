@@ -11,7 +11,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from ..messages import ImagePart, Message, TextPart, ToolCall
-from ._body_memo import Memo, frame_of, opening, write
+from ._body_memo import frame_of, opening
 from ._http_provider import HttpProvider, Reply
 from ._redact import Secret
 from ._sse import ServerSentEvent
@@ -88,7 +88,7 @@ class OpenAIProvider(HttpProvider):
     def _view(self, request: ModelRequest) -> bytes | memoryview:
         messages, encode = request.messages, self._http.encode
         head = self._memos.head(request.session_id, messages, len(messages))
-        start, count, memo = head.start, head.count, head.memo
+        start, memo = head.start, head.memo
         # one item a message (b"": a message of a role it does not know, not sent)
         items = [b"" if item is None else encode(item) for item in map(_item, messages[start:])]
         parts = (
@@ -108,19 +108,11 @@ class OpenAIProvider(HttpProvider):
             first = [encode(_system(request.system))] if request.system else []
             frame = (opening(encode, body, "messages"), first)
         front, first = frame
-        kept: list[bytes] = []
-        firsts: list[int] = []  # a turn a message: turn i is message i
-        previous = None
-        if memo is not None:  # the memo is this call's own (see BodyMemos.head)
-            kept, firsts, previous = memo.turns, memo.firsts, memo.body
-        stable = ((first, len(first)), (kept, count), (items, len(items)))
-        written, data = write(previous, front, stable)
-        del kept[count:], firsts[count:]
-        kept += items
-        firsts += range(start, len(messages))
-        memo = Memo(messages, kept, firsts, None, (parts, frame), written)
-        self._memos.keep(request.session_id, memo)
-        return data
+        firsts = range(start, len(messages))  # a turn a message: turn i is message i
+        return self._memos.extend(
+            request.session_id, head, messages, front, items, firsts, lead=first,
+            frame=(parts, frame),
+        )  # fmt: skip
 
     def _frame(self, request: ModelRequest, messages: Any) -> dict[str, Any]:
         """The body around the messages: model, tools, settings, cache key."""

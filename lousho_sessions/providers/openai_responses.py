@@ -19,7 +19,7 @@ import attrs
 from ..abort import AbortSignal
 from ..errors import ProviderError
 from ..messages import Message
-from ._body_memo import Head, Memo, opening, splice, write
+from ._body_memo import Memo, opening, splice
 from ._http_provider import HttpOptions, HttpProvider, Reply
 from ._redact import Secret
 from ._responses_items import (
@@ -179,7 +179,12 @@ class OpenAIResponsesProvider(HttpProvider):
         new = [message_items(m, store=self.store) for m in messages[head.start :]]
         items = [b",".join([encode(item) for item in m]) for m in new]  # b"": no item
         if not self.store:  # the whole transcript every call: in the session's buffer
-            return self._buffered(request, body, head, items)
+            front = opening(encode, body, "input")
+            firsts = range(head.start, len(messages))  # a turn a message
+            view = self._memos.extend(
+                request.session_id, head, messages, front, items, firsts, by_value=True
+            )
+            return _Encoded(view, None, False)
         turns = head.turns + items
         seen: _Seen | None = None
         if self.store:
@@ -193,26 +198,6 @@ class OpenAIResponsesProvider(HttpProvider):
         memo = Memo(messages, head.turns + items, list(range(len(messages))), seen)
         self._memos.keep(request.session_id, memo)
         return _Encoded(data, seen.hash if seen else None, "previous_response_id" in body)
-
-    def _buffered(
-        self, request: ModelRequest, body: dict[str, Any], head: Head, items: list[bytes]
-    ) -> _Encoded:
-        """The body of ``head``'s turns and the new ``items``, written into the buffer of the
-        session's memo from where the reused turns end (see ``_body_memo.write``)."""
-        messages, memo, count = request.messages, head.memo, head.count
-        front = opening(self._http.encode, body, "input")
-        kept: list[bytes] = []
-        firsts: list[int] = []  # a turn a message: turn i is message i
-        previous = None
-        if memo is not None:  # the memo is this call's own (see BodyMemos.head)
-            kept, firsts, previous = memo.turns, memo.firsts, memo.body
-        stable = ((kept, count), (items, len(items)))
-        written, data = write(previous, front, stable, by_value=True)
-        del kept[count:], firsts[count:]
-        kept += items
-        firsts += range(head.start, len(messages))
-        self._memos.keep(request.session_id, Memo(messages, kept, firsts, None, None, written))
-        return _Encoded(data, None, False)
 
     def _frame(self, request: ModelRequest, body: dict[str, Any]) -> dict[str, Any]:
         """``body`` with what follows the input: stream, store, tools, reasoning, settings."""

@@ -30,6 +30,9 @@ __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "SqliteDatabase"]
 
 log = logging.getLogger("lousho_sessions.stores.sqlite")
 
+#: how long a statement waits for another connection's lock (seconds)
+_BUSY_TIMEOUT = 5.0
+
 #: ``(summary, statements)`` per schema version; entry ``n`` takes version ``n`` to ``n + 1``.
 MIGRATIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
     (
@@ -282,12 +285,12 @@ class SqliteDatabase:
             self._create_file()
         try:
             conn = sqlite3.connect(
-                self.path, timeout=5.0, isolation_level=None, check_same_thread=False
+                self.path, timeout=_BUSY_TIMEOUT, isolation_level=None, check_same_thread=False
             )
         except sqlite3.Error as exc:
             raise _wrap(self.path, exc) from exc
         try:
-            conn.execute("PRAGMA busy_timeout = 5000")
+            conn.execute(f"PRAGMA busy_timeout = {int(_BUSY_TIMEOUT * 1000)}")
             version = conn.execute("PRAGMA user_version").fetchone()[0]
             self._check_version(version)
             if self.path != _MEMORY:
@@ -378,13 +381,13 @@ class _Connection:
             self.db._lock.release()
 
 
-def _switch_to_wal(conn: sqlite3.Connection, patience: float = 5.0) -> str:
+def _switch_to_wal(conn: sqlite3.Connection) -> str:
     """``PRAGMA journal_mode = WAL``; the journal mode it gives. Processes opening a new
     database at once each switch it, and SQLite answers "database is locked" at once
     (without its busy handler) to one that would otherwise wait for another's switch
-    while holding its own read lock: that one tries again, for up to ``patience``
-    seconds, as the busy timeout would have it wait."""
-    deadline = time.monotonic() + patience
+    while holding its own read lock: that one tries again, for as long as the busy
+    timeout would have it wait."""
+    deadline = time.monotonic() + _BUSY_TIMEOUT
     delay = 0.001
     while True:
         try:
