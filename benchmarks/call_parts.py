@@ -85,6 +85,11 @@ def mark_parts() -> None:
             self._sock.sendall(data, *args)
             mark("sent")
 
+        def sendmsg(self, buffers: Any, *args: Any) -> int:
+            sent: int = self._sock.sendmsg(buffers, *args)
+            mark("sent")
+            return sent
+
         def recv(self, size: int, *args: Any) -> bytes:
             data: bytes = self._sock.recv(size, *args)
             mark("read")

@@ -187,7 +187,8 @@ Stamp = tuple[str, float, float]
 
 class _Stamped:
     """A client socket that notes when each send ends and each read returns (the clock and
-    the process's CPU time, every thread's)."""
+    the process's CPU time, every thread's); a plain socket sends a request in one
+    ``sendmsg``, a TLS one with ``sendall``."""
 
     def __init__(self, sock: Any, log: list[Stamp]) -> None:
         self._sock = sock
@@ -196,6 +197,11 @@ class _Stamped:
     def sendall(self, data: Any, *args: Any) -> None:
         self._sock.sendall(data, *args)
         self._log.append(("sent", time.perf_counter(), time.process_time()))
+
+    def sendmsg(self, buffers: Any, *args: Any) -> int:
+        sent: int = self._sock.sendmsg(buffers, *args)
+        self._log.append(("sent", time.perf_counter(), time.process_time()))
+        return sent
 
     def recv(self, size: int, *args: Any) -> bytes:
         data: bytes = self._sock.recv(size, *args)

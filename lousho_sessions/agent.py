@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from typing import Any, overload
 
+from ._random import uuid4_hex
 from ._session_state import StateScope
 from .abort import AbortSignal
 from .approvals import ApprovalRequest, Approvals, TurnKey
@@ -285,7 +286,7 @@ class Agent:
         output = self.config.output_for(output_type)
         controller = linked(signal)
         holder: list[AgentRun] = []
-        run_id = "run-" + uuid.uuid4().hex
+        run_id = "run-" + uuid4_hex()
 
         def wire(future: Future[Any], stop: Stop | None) -> None:
             holder.append(AgentRun(run_id, future, controller, stop=stop))  # before any event

@@ -7,11 +7,11 @@ re-exported here.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from typing import Any
 
+from ._random import uuid4_hex
 from .abort import AbortController
 from .engine._approvals import (
     ApprovalRequest,
@@ -152,7 +152,7 @@ class Approvals:
         self, record: Mapping[str, Any], context: Any, output_type: Any = None
     ) -> AgentRun:
         """The run that continues the turn of a resolved approval ``record``."""
-        run_id = str(record.get("run_id") or "run-" + uuid.uuid4().hex)
+        run_id = str(record.get("run_id") or "run-" + uuid4_hex())
         turn = TurnKey.of_record(record)
         if turn is not None:
             return self._resume_stream(turn, context, run_id, output_type)

@@ -12,12 +12,13 @@ this one.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any, Literal, NoReturn, Union
 
 import attrs
+
+from ._random import uuid4_hex
 
 __all__ = [
     "FrozenMapping",
@@ -406,12 +407,9 @@ def _now() -> datetime:
 
 
 def _new_id() -> str:
-    """``uuid.uuid4().hex``: 16 random bytes with the version 4 and variant bits set, without
-    building a ``UUID`` object (a message and a turn each take one)."""
-    data = bytearray(os.urandom(16))
-    data[6] = (data[6] & 0x0F) | 0x40
-    data[8] = (data[8] & 0x3F) | 0x80
-    return data.hex()
+    """``uuid.uuid4().hex``, from the pool of OS randomness (``_random``), without building a
+    ``UUID`` object (a message and a turn each take one)."""
+    return uuid4_hex()
 
 
 @attrs.frozen(weakref_slot=False)

@@ -86,7 +86,9 @@ def read_direct(raw: bytes, cuts: list[int]) -> tuple[int, dict[str, str], bytes
     sender = threading.Thread(target=send)
     sender.start()
     try:
-        response = DirectResponse.read_head(DirectConnection(_Conn(reader)), _Route())  # type: ignore[arg-type]
+        connection = DirectConnection(_Conn(reader))
+        connection.wait = 10  # a read never waits longer
+        response = DirectResponse.read_head(connection, _Route())  # type: ignore[arg-type]
         pieces = list(response.chunks())
         response.close()
     finally:

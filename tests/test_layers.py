@@ -15,7 +15,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parent.parent / "lousho_sessions"
 
 #: The model: plain data, importing nothing but itself.
-MODEL = {"errors", "messages", "events", "results", "run", "inputs", "abort", "pricing"}
+MODEL = {"errors", "messages", "events", "results", "run", "inputs", "abort", "pricing", "_random"}
 #: The engine: one turn and how it is settled (the sub-package ``engine/``).
 ENGINE = {"engine"}
 #: The threads an agent owns (``runtime/``).
@@ -39,7 +39,14 @@ FACE = {
     "_session_state",
 }
 #: Every flat private module sits in a layer; the rest of the engine is in ``engine/``.
-FLAT_PRIVATE = {"_kept_json", "_message_codec", "_recover", "_session_history", "_session_state"}
+FLAT_PRIVATE = {
+    "_kept_json",
+    "_message_codec",
+    "_random",
+    "_recover",
+    "_session_history",
+    "_session_state",
+}
 
 
 def module_name(path: Path) -> str:

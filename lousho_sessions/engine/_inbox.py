@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import threading
-import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from .._random import uuid4_hex
 from ..events import Event, InputQueued
 from ..messages import Message
 from ..serde import message_from_dict
@@ -50,7 +50,7 @@ class Inbox:
         with self._lock:
             if self.closed:
                 return None
-            ticket = Ticket("in-" + uuid.uuid4().hex, tuple(messages), steer, future=future)
+            ticket = Ticket("in-" + uuid4_hex(), tuple(messages), steer, future=future)
             self._waiting.append(ticket)
             self.tickets.append(ticket)
             on_steer = self._on_steer if steer else None

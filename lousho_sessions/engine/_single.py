@@ -11,13 +11,13 @@ one whose process died, and a send whose lease was taken over writes nothing.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
 from contextlib import contextmanager
 from functools import partial
 from typing import Any, Protocol
 
+from .._random import uuid4_hex
 from ..abort import AbortController, AbortSignal
 from ..errors import SessionAwaitingApprovalError, SessionBusyError
 from ..events import Event
@@ -79,7 +79,7 @@ class SingleTurns:
         """One single turn: its Future and what stops it (a queued turn is withdrawn, a
         running one aborted). ``wire`` gets both before the turn is queued; ``context``
         is the caller's object for tools. ``queue=False``: queued when waited for."""
-        run_id = run_id or "run-" + uuid.uuid4().hex
+        run_id = run_id or "run-" + uuid4_hex()
         if session_id is not None:
             validate_session_id(session_id)
         durable = session_id is not None and self.runner.config.store.checkpoints is not None
@@ -260,9 +260,7 @@ class AgentExecutor:
         checkpoint store is given. The transcript is yours to keep: see ``result.messages``.
         ``context`` is given to tools as ``ToolContext.context``; ``output_type`` as for
         ``Agent.send``."""
-        key = (
-            validate_session_id(session_id) if session_id is not None else "run-" + uuid.uuid4().hex
-        )
+        key = validate_session_id(session_id) if session_id is not None else "run-" + uuid4_hex()
         turn = TurnKey("single", key)
         state = TurnState.start(
             to_messages(input), history=history, session_id=session_id, turn_id=turn.turn_id

@@ -7,11 +7,11 @@ one more ends the turn with ``ProviderError`` (``check_malformed``).
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Sequence
 
 import attrs
 
+from .._random import uuid4_hex
 from ..errors import ProviderError
 from ..messages import ToolCall
 from ..tools._arguments import malformed_arguments_problem
@@ -60,7 +60,7 @@ def unique_call_ids(calls: Sequence[ToolCall], state: TurnState) -> tuple[ToolCa
     for index, call in enumerate(calls):
         call_id = call.id
         if not call_id or call_id in seen:
-            call_id = f"call_{state.steps}_{index}_{uuid.uuid4().hex[:8]}"
+            call_id = f"call_{state.steps}_{index}_{uuid4_hex()[:8]}"
             call = attrs.evolve(call, id=call_id)
         seen.add(call_id)
         out.append(call)

@@ -17,13 +17,13 @@ is also in ``new`` (saved before it runs), which a release that does not know th
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Sequence
 from datetime import datetime, timezone
 from typing import Any
 
 import attrs
 
+from .._random import uuid4_hex
 from ..messages import NO_USAGE, Message, Usage
 
 __all__ = ["CHECKPOINT_FORMAT", "CHECKPOINT_VERSION", "TurnState"]
@@ -110,7 +110,7 @@ class TurnState:
         if copy_history:
             history = tuple(history)
         return cls(
-            run_id=run_id or "run-" + uuid.uuid4().hex,
+            run_id=run_id or "run-" + uuid4_hex(),
             session_id=session_id,
             turn_id=turn_id,
             history=history,

@@ -7,7 +7,8 @@ none of that once its URL is known. A :class:`DirectRoute` is made once per URL 
 ``.netrc`` entry applies to the URL, and follows redirects there): it keeps the request
 head, written once, and a pool of kept-alive connections. urllib3's connection classes
 open the connections (``create_connection``, TLS with the same context, CA bundle and
-host-name check ``requests`` would use); what goes over them is written and read here:
+host-name check ``requests`` would use); what goes over them is written and read here
+(a connection's own sends and reads, and their timeouts: ``_direct_connection``):
 
 - the request: the head and ``Content-Length``, then the body;
 - the response: status line (informational 1xx responses skipped), headers (at most
@@ -33,112 +34,14 @@ import urllib3.response
 import urllib3.util
 from urllib3.util.wait import wait_for_read
 
+from ._direct_connection import _MAX_HEADERS, _RECV, DirectConnection
 from ._sockets import AbortableHTTPConnection, AbortableHTTPSConnection, AbortScope, scoped
 
-__all__ = ["DirectPool", "DirectResponse", "DirectRoute"]
+__all__ = ["DirectConnection", "DirectPool", "DirectResponse", "DirectRoute"]
 
-_MAX_LINE = 65536
-_MAX_HEADERS = 100
-_RECV = 65536
+
 #: idle connections kept per server (as urllib3's pools keep)
 MAX_IDLE = 10
-#: bodies up to this size go out with the head in one send
-_JOIN_BELOW = 65536
-
-
-class DirectConnection:
-    """One kept-alive connection: urllib3's connection (which made the socket and its TLS)
-    and the bytes read from it that were not used yet (``buffer`` from ``at`` on)."""
-
-    __slots__ = ("at", "buffer", "conn", "sock")
-
-    def __init__(self, conn: Any) -> None:
-        self.conn = conn
-        self.sock = conn.sock
-        self.buffer = b""
-        self.at = 0
-
-    def close(self) -> None:
-        self.conn.close()
-
-    @property
-    def buffered(self) -> bool:
-        return self.at < len(self.buffer)
-
-    def has_line(self) -> bool:
-        return self.buffer.find(b"\n", self.at) >= 0
-
-    def line(self) -> bytes:
-        """The next line, without its line end; EOF before it ends is ``IncompleteRead``."""
-        while True:
-            end = self.buffer.find(b"\n", self.at)
-            if end >= 0:
-                line, self.at = self.buffer[self.at : end], end + 1
-                if len(line) > _MAX_LINE:
-                    raise http.client.LineTooLong("header or chunk-size line")
-                return line[:-1] if line.endswith(b"\r") else line
-            rest = self.buffer[self.at :]
-            if len(rest) > _MAX_LINE:
-                raise http.client.LineTooLong("header or chunk-size line")
-            data = self.sock.recv(_RECV)
-            if not data:
-                raise http.client.IncompleteRead(rest)
-            self.buffer, self.at = rest + data, 0
-
-    def head_lines(self) -> list[str] | None:
-        """The header lines up to the blank line, decoded and consumed, when all of them are
-        buffered and plainly framed (each ending in CRLF, none too long, not too many);
-        ``None``: not here whole or not plain, nothing consumed (read them one by one)."""
-        buffer, at = self.buffer, self.at
-        if buffer.startswith(b"\r\n", at):
-            self.at = at + 2
-            return []
-        end = buffer.find(b"\r\n\r\n", at)
-        if end < 0 or end - at > _MAX_LINE:
-            return None
-        block = buffer[at:end]
-        crlf = block.count(b"\r\n")
-        if block.count(b"\n") != crlf or block.count(b"\r") != crlf or crlf >= _MAX_HEADERS:
-            return None  # a bare LF or CR, or too many lines: each as ``line`` reads it
-        self.at = end + 4
-        return block.decode("latin-1").split("\r\n")
-
-    def whole_chunks(self, pieces: list[bytes]) -> None:
-        """Add to ``pieces`` the data of the chunks buffered whole (a plain size line, the
-        data, CRLF), consuming them; stop before a chunk not all here, the last chunk
-        (size 0) and anything ``DirectResponse._chunked`` must judge (extensions, spaces,
-        a bad size or line end)."""
-        buffer, at = self.buffer, self.at
-        while True:
-            eol = buffer.find(b"\r\n", at, at + 18)
-            if eol <= at:
-                break
-            text = buffer[at:eol]
-            if not text.isalnum():
-                break
-            try:
-                size = int(text, 16)
-            except ValueError:
-                break
-            start = eol + 2
-            stop = start + size
-            if size == 0 or buffer[stop : stop + 2] != b"\r\n":
-                break
-            pieces.append(buffer[start:stop])
-            at = stop + 2
-        self.at = at
-
-    def take(self, limit: int) -> bytes:
-        """At most ``limit`` bytes: those buffered, else what one read gives (b"" at EOF)."""
-        if self.at < len(self.buffer):
-            end = min(len(self.buffer), self.at + limit)
-            data, self.at = self.buffer[self.at : end], end
-            return data
-        data = self.sock.recv(_RECV)
-        if len(data) <= limit:
-            return data  # type: ignore[no-any-return]
-        self.buffer, self.at = data, limit
-        return data[:limit]  # type: ignore[no-any-return]
 
 
 class DirectPool:
@@ -225,21 +128,12 @@ class DirectRoute:
         connection = self._pool.take(self.key)
         if connection is None:
             connection = self._connect(timeout[0], scope)
-        sock = connection.sock
-        scope.add(sock)
+        scope.add(connection.sock)
         try:
-            sock.settimeout(timeout[0])
-            try:
-                if len(body) < _JOIN_BELOW:
-                    sock.sendall(head + body)
-                else:
-                    sock.sendall(head)
-                    sock.sendall(body)
-            except BrokenPipeError:
-                pass  # the server stopped reading: it may have answered why (as urllib3 does)
+            connection.send(head, body, timeout[0])
             if sent is not None:
                 sent()
-            sock.settimeout(timeout[1])
+            connection.wait = timeout[1]
             return DirectResponse.read_head(connection, self)
         except BaseException:
             connection.close()
@@ -316,6 +210,12 @@ class DirectResponse:
     def chunks(self) -> Iterator[bytes]:
         """The body, decoded, as it arrives (each piece as soon as it is read)."""
         return self._body
+
+    def read_timeout(self, seconds: float) -> None:
+        """The timeout of the body's reads from now on (set on the socket by the next read
+        that needs the socket: none for what is buffered already)."""
+        if self._connection is not None:
+            self._connection.wait = seconds
 
     def read(self) -> bytes:
         """The rest of the body."""

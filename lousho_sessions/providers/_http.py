@@ -184,9 +184,12 @@ class HttpStream:
     def _chunks(self, timeout: Any) -> Iterator[bytes]:
         """The body's chunks; before each read the socket's timeout becomes ``timeout()``."""
         body = self.response.chunks()
+        # a direct response sets the timeout on its socket when a read needs it
+        timed: Callable[[float], None] | None = getattr(self.response, "read_timeout", None)
         while True:
-            sock = self._scope.current
-            if sock is not None:
+            if timed is not None:
+                timed(timeout())
+            elif (sock := self._scope.current) is not None:
                 wait = timeout()
                 if sock.gettimeout() != wait:  # setting it is a system call
                     sock.settimeout(wait)

@@ -12,12 +12,12 @@ a :class:`Reply`.
 from __future__ import annotations
 
 import json
-import uuid
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, ClassVar, TypedDict
 
 import attrs
 
+from .._random import uuid4_hex
 from ..abort import AbortSignal
 from ..errors import ProviderError
 from ..messages import Message, ToolCall, Usage
@@ -192,7 +192,7 @@ class Reply:
         calls: list[ToolCall] = []
         for index in sorted(self.calls):
             call = self.calls[index]
-            call_id = call.id or f"{id_prefix}{uuid.uuid4().hex[:24]}"
+            call_id = call.id or f"{id_prefix}{uuid4_hex()[:24]}"
             if not call.name:
                 raise ProviderError(
                     None,

@@ -13,12 +13,12 @@ engine's ``SessionCore`` and ``SingleTurns`` and the face's recovery use it.
 from __future__ import annotations
 
 import builtins
-import uuid
 from collections.abc import Callable
 from concurrent.futures import Future
 from functools import partial
 from typing import Any, TypeVar
 
+from .._random import uuid4_hex
 from ..abort import AbortController
 from ..errors import SessionBusyError
 from ..events import ErrorEvent, Event, RunDone
@@ -177,7 +177,7 @@ def aborted(
 
 def joined_run(future: Future[ExecutionResult | None]) -> AgentRun:
     """A stream that joined another turn (``turn_policy``): it yields that turn's end only."""
-    run = AgentRun("run-" + uuid.uuid4().hex, future, AbortController())
+    run = AgentRun("run-" + uuid4_hex(), future, AbortController())
 
     def done(f: Future[ExecutionResult | None]) -> None:
         end_stream(run._push, run.id, None if f.exception() else f.result(), f.exception())
