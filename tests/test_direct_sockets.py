@@ -99,7 +99,7 @@ def test_a_send_the_server_never_reads_times_out_by_the_send_timeout() -> None:
         assert time.monotonic() - started < 60  # the send timeout, not the read one (120 s)
 
 
-@pytest.mark.skipif(not hasattr(signal, "setitimer"), reason="needs setitimer")
+@pytest.mark.skipif(not hasattr(signal, "pthread_kill"), reason="needs pthread_kill")
 def test_a_send_a_signal_cuts_short_sends_the_rest_of_the_body() -> None:
     """A blocking ``sendmsg`` interrupted by a signal after part of the request returns
     the part it sent; the rest follows, and the server reads the whole body."""
@@ -118,19 +118,59 @@ def test_a_send_a_signal_cuts_short_sends_the_rest_of_the_body() -> None:
 
         thread = threading.Thread(target=serve, daemon=True)
         thread.start()
-        previous = signal.signal(signal.SIGALRM, lambda *_: reading.set())
-        signal.setitimer(signal.ITIMER_REAL, 0.3)
+        previous = signal.signal(signal.SIGUSR1, lambda *_: reading.set())
+        main = threading.main_thread().ident
+        assert main is not None
+        kill = threading.Timer(0.3, signal.pthread_kill, args=(main, signal.SIGUSR1))
+        kill.start()
         try:
             response = _route(server).post(b"y" * BIG, (60.0, 60.0), AbortScope())
             body = response.read()
+            connection = response._connection
+            assert connection is not None and connection.plain
             response.close()
         finally:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-            signal.signal(signal.SIGALRM, previous)
+            kill.cancel()
+            kill.join(10)
+            signal.signal(signal.SIGUSR1, previous)
             reading.set()
             thread.join(30)
         assert received == [BIG]
         assert body == b"%d" % BIG
+
+
+@pytest.mark.skipif(not hasattr(signal, "setitimer"), reason="needs setitimer")
+def test_a_timer_signal_handler_keeps_pythons_timeouts_and_the_read_timeout_fires() -> None:
+    """A timer signal every 20 ms with a Python handler: each would start a kernel
+    timeout over, so the request keeps Python's timeouts, and a silent server is cut off
+    by the read timeout all the same."""
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("signals are delivered to the main thread")
+    with listener() as server:
+        release = threading.Event()
+
+        def serve() -> None:
+            conn, _ = server.accept()
+            with conn:
+                _read_request(conn)
+                release.wait(60)  # never answers
+
+        thread = threading.Thread(target=serve, daemon=True)
+        thread.start()
+        ticks: list[int] = []
+        previous = signal.signal(signal.SIGALRM, lambda *_: ticks.append(1))
+        signal.setitimer(signal.ITIMER_REAL, 0.02, 0.02)
+        started = time.monotonic()
+        try:
+            with pytest.raises(TimeoutError):
+                _route(server).post(b"{}", (5.0, 0.5), AbortScope())
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
+            release.set()
+            thread.join(10)
+        assert time.monotonic() - started < 30
+        assert ticks  # the timer did interrupt the wait
 
 
 def test_a_read_timeout_set_for_buffered_bytes_costs_no_system_call() -> None:

@@ -7,12 +7,15 @@ call, where Python's own timeouts add a ``poll`` before each and an ``ioctl`` wh
 the timeout changes (twice a request). Right after the process waited for a model, each
 system call costs it several microseconds of cold caches; a request's head and body also
 go out in one ``sendmsg``. A TLS socket keeps Python's timeouts (``ssl`` would retry a
-kernel timeout forever), set only when a read needs the socket.
+kernel timeout forever), set only when a read needs the socket; so does every socket
+while Python code handles a timer signal (a signal makes Python read again, which would
+start the kernel's timeout over).
 """
 
 from __future__ import annotations
 
 import http.client
+import signal
 import socket
 import ssl
 import struct
@@ -31,6 +34,22 @@ _JOIN_BELOW = 65536
 _TIMEVAL = struct.Struct("@ll")
 #: where plain sockets block with kernel timeouts (``DirectConnection``)
 _KERNEL_TIMEOUTS = sys.platform.startswith("linux") and _TIMEVAL.size == 16
+
+
+#: signals a timer sends again and again (see ``DirectConnection.send``)
+_TIMER_SIGNALS = tuple(
+    getattr(signal, name) for name in ("SIGALRM", "SIGPROF", "SIGVTALRM") if hasattr(signal, name)
+)
+try:  # the C function ``signal.getsignal`` wraps (no enum made of its answer)
+    from _signal import getsignal as _getsignal  # type: ignore[import-not-found]
+except ImportError:  # pragma: no cover - a Python without the ``_signal`` module
+    _getsignal = signal.getsignal
+
+
+def _timer_handled() -> bool:
+    """Whether Python code handles one of the timer signals (a handler other than the
+    default or ignoring)."""
+    return any(callable(_getsignal(signum)) for signum in _TIMER_SIGNALS)
 
 
 def _timeval(seconds: float | None) -> bytes:
@@ -52,10 +71,11 @@ class DirectConnection:
     on Linux) blocks, its timeouts set in the kernel (``SO_SNDTIMEO``, ``SO_RCVTIMEO``)
     once per value: a send or read is then one system call, where Python's own timeouts
     add a ``poll`` before each and an ``ioctl`` whenever the timeout changes (twice a
-    request). An expired kernel timeout raises ``TimeoutError`` as Python's does.
+    request). An expired kernel timeout raises ``TimeoutError`` as Python's does. While
+    Python code handles a timer signal, requests keep Python's timeouts (``send``).
     """
 
-    __slots__ = ("_timeouts", "at", "buffer", "conn", "plain", "sock", "wait")
+    __slots__ = ("_timeouts", "at", "buffer", "conn", "kernel", "plain", "sock", "wait")
 
     def __init__(self, conn: Any) -> None:
         self.conn = conn
@@ -63,16 +83,24 @@ class DirectConnection:
         self.buffer = b""
         self.at = 0
         self.wait: float | None = None
-        self.plain = _KERNEL_TIMEOUTS and not isinstance(conn.sock, ssl.SSLSocket)
+        #: whether the socket may keep its timeouts in the kernel (no TLS, Linux)
+        self.kernel = _KERNEL_TIMEOUTS and not isinstance(conn.sock, ssl.SSLSocket)
+        #: whether it does for the request now sent (``send`` decides, each request)
+        self.plain = False
         #: the kernel's send and read timeouts of a plain socket, as last set
         self._timeouts: list[float | None] = [None, None]
-        if self.plain:
-            self.sock.settimeout(None)
 
     def send(self, head: bytes, body: bytes | memoryview, timeout: float) -> None:
         """Send ``head`` then ``body``; ``timeout`` bounds each wait for the peer to read.
         A peer that stopped reading (``BrokenPipeError``) may have answered why: its
-        answer is read next, as urllib3 does."""
+        answer is read next, as urllib3 does.
+
+        A process that handles a timer signal (``SIGALRM``, ``SIGPROF``, ``SIGVTALRM``: a
+        sampling profiler, a watchdog) gets Python's timeouts for the request: a signal
+        handled while a read waits makes Python read again, which starts a kernel timeout
+        over (timer signals more frequent than the timeout would hold off a silent
+        server's for ever) but not Python's, which counts from the first read."""
+        self.plain = self.kernel and not _timer_handled()
         try:
             if self.plain:
                 self._send_plain(head, body, timeout)
@@ -91,6 +119,8 @@ class DirectConnection:
     def _send_plain(self, head: bytes, body: bytes | memoryview, timeout: float) -> None:
         """Both in one ``sendmsg`` (the rest in more if it is cut short: a signal, a timeout)."""
         sock = self.sock
+        if sock.gettimeout() is not None:  # blocking: the kernel's timeouts apply
+            sock.settimeout(None)
         self._kernel_timeout(0, socket.SO_SNDTIMEO, timeout)
         try:
             sent = sock.sendmsg((head, body))
