@@ -98,8 +98,8 @@ class DirectConnection:
         A process that handles a timer signal (``SIGALRM``, ``SIGPROF``, ``SIGVTALRM``: a
         sampling profiler, a watchdog) gets Python's timeouts for the request: a signal
         handled while a read waits makes Python read again, which starts a kernel timeout
-        over (timer signals more frequent than the timeout would hold off a silent
-        server's for ever) but not Python's, which counts from the first read."""
+        over (with timer signals more frequent than the timeout, a silent server would
+        never time out) but not Python's, which counts from the first read."""
         self.plain = self.kernel and not _timer_handled()
         try:
             if self.plain:
