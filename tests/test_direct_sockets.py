@@ -76,6 +76,30 @@ def _answer(conn: socket.socket, text: bytes) -> None:
     conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(text), text))
 
 
+@contextmanager
+def silent_server(answer: bytes = b"") -> Iterator[socket.socket]:
+    """A listener whose one connection reads a request, writes ``answer`` (the start of a
+    response, or nothing) and then stays silent until the test ends."""
+    with listener() as server:
+        release = threading.Event()
+
+        def serve() -> None:
+            conn, _ = server.accept()
+            with conn:
+                _read_request(conn)
+                if answer:
+                    conn.sendall(answer)
+                release.wait(60)
+
+        thread = threading.Thread(target=serve, daemon=True)
+        thread.start()
+        try:
+            yield server
+        finally:
+            release.set()
+            thread.join(10)
+
+
 def test_a_send_the_server_never_reads_times_out_by_the_send_timeout() -> None:
     with listener() as server:
         accepted: list[socket.socket] = []
@@ -146,17 +170,7 @@ def test_a_timer_signal_handler_keeps_pythons_timeouts_and_the_read_timeout_fire
     by the read timeout all the same."""
     if threading.current_thread() is not threading.main_thread():
         pytest.skip("signals are delivered to the main thread")
-    with listener() as server:
-        release = threading.Event()
-
-        def serve() -> None:
-            conn, _ = server.accept()
-            with conn:
-                _read_request(conn)
-                release.wait(60)  # never answers
-
-        thread = threading.Thread(target=serve, daemon=True)
-        thread.start()
+    with silent_server() as server:
         ticks: list[int] = []
         previous = signal.signal(signal.SIGALRM, lambda *_: ticks.append(1))
         signal.setitimer(signal.ITIMER_REAL, 0.02, 0.02)
@@ -167,8 +181,6 @@ def test_a_timer_signal_handler_keeps_pythons_timeouts_and_the_read_timeout_fire
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, previous)
-            release.set()
-            thread.join(10)
         assert time.monotonic() - started < 30
         assert ticks  # the timer did interrupt the wait
 
@@ -176,36 +188,23 @@ def test_a_timer_signal_handler_keeps_pythons_timeouts_and_the_read_timeout_fire
 def test_a_read_timeout_set_for_buffered_bytes_costs_no_system_call() -> None:
     """The read timeout reaches the socket only when a read needs the socket; and a
     silent server then times the read out by the new timeout."""
-    with listener() as server:
-        release = threading.Event()
-
-        def serve() -> None:
-            conn, _ = server.accept()
-            with conn:
-                _read_request(conn)
-                conn.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n")
-                release.wait(60)  # then silent: the rest never comes
-
-        thread = threading.Thread(target=serve, daemon=True)
-        thread.start()
-        try:
-            response = _route(server).post(b"{}", (5.0, 30.0), AbortScope())
-            connection = response._connection
-            assert connection is not None and connection.plain
-            chunks = response.chunks()
-            assert next(chunks) == b"hello"
-            assert connection._timeouts[1] == 30.0  # the head's read set it
-            response.read_timeout(0.2)
-            assert connection._timeouts[1] == 30.0  # not yet: nothing read since
-            started = time.monotonic()
-            with pytest.raises(TimeoutError):
-                next(chunks)
-            assert connection._timeouts[1] == 0.2
-            assert time.monotonic() - started < 20
-            response.close()
-        finally:
-            release.set()
-            thread.join(10)
+    with silent_server(
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n"
+    ) as server:
+        response = _route(server).post(b"{}", (5.0, 30.0), AbortScope())
+        connection = response._connection
+        assert connection is not None and connection.plain
+        chunks = response.chunks()
+        assert next(chunks) == b"hello"
+        assert connection._timeouts[1] == 30.0  # the head's read set it
+        response.read_timeout(0.2)
+        assert connection._timeouts[1] == 30.0  # not yet: nothing read since
+        started = time.monotonic()
+        with pytest.raises(TimeoutError):
+            next(chunks)
+        assert connection._timeouts[1] == 0.2
+        assert time.monotonic() - started < 20
+        response.close()
 
 
 def test_each_request_sets_the_sockets_timeouts_it_asks_for() -> None:
@@ -263,17 +262,7 @@ def _seconds(raw: bytes) -> float:
 def test_an_abort_wakes_a_read_blocked_in_the_kernel() -> None:
     """A blocking read (no ``poll`` before it) still ends at once when the request aborts:
     the abort shuts the socket down."""
-    with listener() as server:
-        release = threading.Event()
-
-        def serve() -> None:
-            conn, _ = server.accept()
-            with conn:
-                _read_request(conn)
-                release.wait(60)  # never answers
-
-        thread = threading.Thread(target=serve, daemon=True)
-        thread.start()
+    with silent_server() as server:
         scope = AbortScope()
         timer = threading.Timer(0.2, scope.abort, args=(AbortSignal(),))
         started = time.monotonic()
@@ -283,7 +272,5 @@ def test_an_abort_wakes_a_read_blocked_in_the_kernel() -> None:
                 _route(server).post(b"{}", (5.0, 120.0), scope)
         finally:
             timer.cancel()
-            release.set()
-            thread.join(10)
         assert time.monotonic() - started < 60  # not the read timeout
         assert not isinstance(caught.value, TimeoutError)
