@@ -11,6 +11,7 @@ from datetime import timezone
 from pathlib import Path
 from typing import Any, cast
 
+import attrs
 import pytest
 from helpers import calls
 from hypothesis import HealthCheck, given, settings
@@ -604,3 +605,32 @@ def test_message_ids_are_uuid4_hex() -> None:
     for message in (Message.user("a"), Message.assistant("b")):
         parsed = uuid.UUID(hex=message.id)
         assert (parsed.version, parsed.variant, parsed.hex) == (4, uuid.RFC_4122, message.id)
+
+
+def test_a_snapshot_carries_every_field_in_containers_of_its_own() -> None:
+    """``TurnState.snapshot`` builds the copy by position: every field (a new one too) must
+    come out equal, and each list and dict must be a new one the turn can change."""
+    state = TurnState.start(
+        [Message.user("q")], history=[Message.user("before")], session_id="s", turn_id="s.t"
+    )
+    names = list(attrs.fields_dict(TurnState))
+    for n, name in enumerate(names):
+        if name in {"new", "history", "records", "message_dicts"}:
+            continue
+        value = getattr(state, name)
+        if isinstance(value, list):
+            value.append(f"item {n}")
+        elif isinstance(value, dict):
+            value[f"key {n}"] = Message.user("r") if name == "results" else {"n": n}
+        elif isinstance(value, bool) or value is None or isinstance(value, (int, str)):
+            setattr(state, name, f"{name} {n}" if not isinstance(value, int) else n)
+        elif isinstance(value, Usage):
+            setattr(state, name, Usage(n, n))
+    state.records.append("r-1")
+    copy = state.snapshot()
+    for name in names:
+        mine, theirs = getattr(state, name), getattr(copy, name)
+        assert mine == theirs, name
+        if isinstance(mine, (list, dict)) and name not in {"message_dicts", "history"}:
+            assert mine is not theirs, name
+    assert copy.history is state.history and copy.message_dicts is state.message_dicts

@@ -226,3 +226,42 @@ def test_feed_gives_the_events_feed_line_gives(lines: list[str]) -> None:
     by_line = SSEDecoder()
     expected = [e for line in lines if (e := by_line.feed_line(line)) is not None]
     assert SSEDecoder().feed("".join(line + "\n" for line in lines).encode("utf-8")) == expected
+
+
+#: an event as model APIs send it (an ``event:`` line and a ``data:`` line, or a ``data:``
+#: line alone), or any lines
+_block = st.one_of(
+    st.tuples(
+        st.one_of(
+            st.builds(lambda v: f"event: {v}", _values), st.builds(lambda v: f"event:{v}", _values)
+        ),
+        st.one_of(
+            st.builds(lambda v: f"data: {v}", _values), st.builds(lambda v: f"data:{v}", _values)
+        ),
+    ).map(list),
+    st.one_of(
+        st.builds(lambda v: f"data: {v}", _values), st.builds(lambda v: f"data:{v}", _values)
+    ).map(lambda line: [line]),
+    st.lists(_line, max_size=4),
+)
+
+
+@given(st.lists(_block, min_size=1, max_size=8), st.lists(st.integers(0, 25), max_size=4))
+def test_whole_events_fed_at_once_give_the_events_feed_line_gives(
+    blocks: list[list[str]], cuts: list[int]
+) -> None:
+    """Text of whole events (LF line ends, each block ended by a blank line) takes the
+    path that makes an ``event:``/``data:`` block at once; cut after any block, each piece
+    is whole events too: every way gives what ``feed_line`` gives line by line."""
+    pieces = ["".join(line + "\n" for line in [*block, ""]) for block in blocks]
+    by_line = SSEDecoder()
+    expected = [
+        e for piece in pieces for line in piece.split("\n")[:-1] if (e := by_line.feed_line(line))
+    ]
+    decoder = SSEDecoder()
+    ends = sorted({c % len(pieces) for c in cuts} | {len(pieces) - 1})
+    got, start = [], 0
+    for end in ends:
+        got += decoder.feed("".join(pieces[start : end + 1]).encode())
+        start = end + 1
+    assert got == expected

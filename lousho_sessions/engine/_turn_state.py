@@ -83,14 +83,27 @@ class TurnState:
     def snapshot(self) -> TurnState:
         """The state as it is now, to be saved later: its own lists and dicts (the messages
         in them shared: they are frozen), its records and the message dicts converted so far."""
-        copy = attrs.evolve(
-            self,
-            new=list(self.new),
-            results=dict(self.results),
-            decisions=dict(self.decisions),
-            queued=list(self.queued),
-            started=list(self.started),
-            extra=dict(self.extra),
+        copy = TurnState(  # by position (``attrs.evolve`` looks every field up by name)
+            self.run_id,
+            self.session_id,
+            self.turn_id,
+            list(self.new),
+            self.base_length,
+            self.base_last_id,
+            self.status,
+            self.approval_id,
+            dict(self.results),
+            dict(self.decisions),
+            self.steps,
+            self.tool_calls,
+            self.usage,
+            list(self.queued),
+            self.created_at,
+            self.attempts,
+            list(self.started),
+            self.fence,
+            dict(self.extra),
+            history=self.history,
         )
         copy.records = list(self.records)
         copy.message_dicts = self.message_dicts

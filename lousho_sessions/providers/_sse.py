@@ -110,6 +110,16 @@ class SSEDecoder:
             return []
         # only the new text is searched: the tail was searched when it came
         self._scanned += len(text)
+        if (
+            text.endswith("\n\n")  # whole events, and nothing of one before them
+            and not self._tail
+            and not self._data
+            and not self._event
+            and self._retry is None
+            and "\r" not in text
+            and (self._limit is None or len(text) <= self._limit)  # no line, no event over
+        ):
+            return self._blocks(text)
         if "\r" in text:
             lines = _LINE_END.split(text)
             self._skip_lf = text.endswith("\r")
@@ -127,6 +137,43 @@ class SSEDecoder:
         if rest:
             self._keep(rest)
         events: list[ServerSentEvent] = []
+        self._lines(lines, events)
+        return events
+
+    def _blocks(self, text: str) -> list[ServerSentEvent]:
+        """Whole events, LF-ended, none pending before them: an ``event:`` line and a
+        ``data:`` line, or a ``data:`` line alone (what model APIs send), made at once, any
+        other block line by line as ``feed_text`` reads it."""
+        events: list[ServerSentEvent] = []
+        for block in text[:-2].split("\n\n"):
+            kind, newline, data = block.partition("\n")
+            if (
+                newline
+                and kind.startswith("event:")
+                and data.startswith("data:")
+                and "\n" not in data
+            ):
+                kind = kind[7:] if kind[6:7] == " " else kind[6:]
+                events.append(
+                    ServerSentEvent(
+                        data[6:] if data[5:6] == " " else data[5:],
+                        kind or "message",
+                        self._last_id,
+                        None,
+                    )
+                )
+            elif not newline and kind.startswith("data:"):  # a ``data:`` line alone
+                events.append(
+                    ServerSentEvent(
+                        kind[6:] if kind[5:6] == " " else kind[5:], "message", self._last_id, None
+                    )
+                )
+            else:
+                self._lines([*block.split("\n"), ""], events)
+        return events
+
+    def _lines(self, lines: list[str], events: list[ServerSentEvent]) -> None:
+        """Process whole ``lines``; add the events they dispatch to ``events``."""
         limit = self._limit
         for line in lines:
             if limit is not None and len(line) > limit:
@@ -154,7 +201,6 @@ class SSEDecoder:
                 self._event = line[7:] if line[6:7] == " " else line[6:]
             else:
                 self.feed_line(line)  # a blank line is handled above: this dispatches nothing
-        return events
 
     def _keep(self, piece: str) -> None:
         self._tail.append(piece)
