@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import threading
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -50,8 +49,10 @@ class AbortSignal:
                 self._callbacks.append(fn)
 
                 def remove() -> None:
-                    with self._lock, contextlib.suppress(ValueError):
-                        self._callbacks.remove(fn)
+                    with self._lock:
+                        callbacks = self._callbacks
+                        if fn in callbacks:  # gone already: aborted, or removed before
+                            callbacks.remove(fn)
 
                 return remove
         fn(self)
