@@ -2,15 +2,33 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import NoReturn
+
+import pytest
 
 from lousho_sessions import FunctionProvider, Message, ModelRequest, ToolCall, Usage
 from lousho_sessions.stores import _lockfile
 
 WAIT = 10.0  # seconds any Event wait may take before a test fails
+
+
+def skip_or_fail(message: str) -> NoReturn:
+    """Skip the test saying ``message``; under ``LOUSHO_REQUIRE_SERVICES=1`` (``.ci/run``)
+    fail instead, so that CI never skips a test silently."""
+    if os.environ.get("LOUSHO_REQUIRE_SERVICES") == "1":
+        pytest.fail("LOUSHO_REQUIRE_SERVICES=1: " + message, pytrace=False)
+    pytest.skip(message)
+
+
+def needs(condition: bool, message: str) -> None:
+    """``skip_or_fail(message)`` unless ``condition`` holds (what this machine must have)."""
+    if not condition:
+        skip_or_fail(message)
 
 
 def until(condition: Callable[[], bool], what: str, timeout: float = WAIT) -> None:

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
-import pytest
+from helpers import skip_or_fail
 
 DEFAULT_URL = "postgresql://postgres@127.0.0.1:5432/test"
 
@@ -56,9 +56,7 @@ def require_postgres() -> str:
         "PostgreSQL 15+ (trust auth) or point LOUSHO_POSTGRES_URL at one, e.g. "
         "LOUSHO_POSTGRES_URL=postgresql://postgres@127.0.0.1:5432/test make test"
     )
-    if os.environ.get("LOUSHO_REQUIRE_SERVICES") == "1":
-        pytest.fail("LOUSHO_REQUIRE_SERVICES=1: " + message, pytrace=False)
-    pytest.skip(message)
+    skip_or_fail(message)
 
 
 def schema_for(path: Path | str) -> str:

@@ -14,8 +14,8 @@ import hashlib
 import os
 from pathlib import Path
 
-import pytest
 import redis
+from helpers import skip_or_fail
 
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
 
@@ -48,9 +48,7 @@ def require_redis() -> str:
         "or point LOUSHO_REDIS_URL at one, e.g. "
         "LOUSHO_REDIS_URL=redis://127.0.0.1:6379/0 make test"
     )
-    if os.environ.get("LOUSHO_REQUIRE_SERVICES") == "1":
-        pytest.fail("LOUSHO_REQUIRE_SERVICES=1: " + message, pytrace=False)
-    pytest.skip(message)
+    skip_or_fail(message)
 
 
 def prefix_for(path: Path | str) -> str:

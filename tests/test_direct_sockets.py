@@ -15,15 +15,18 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import pytest
+from helpers import needs
 
 from lousho_sessions.abort import AbortSignal
 from lousho_sessions.providers import _direct_connection
 from lousho_sessions.providers._direct import DirectPool, DirectRoute
 from lousho_sessions.providers._sockets import AbortScope
 
-pytestmark = pytest.mark.skipif(
-    not _direct_connection._KERNEL_TIMEOUTS, reason="kernel socket timeouts are used on Linux only"
-)
+
+@pytest.fixture(autouse=True)
+def _kernel_timeouts() -> None:
+    needs(_direct_connection._KERNEL_TIMEOUTS, "kernel socket timeouts are used on Linux only")
+
 
 #: more than loopback's socket buffers hold (a few MB each side), so a send must wait
 BIG = 64 * 1024 * 1024
@@ -43,6 +46,15 @@ def listener() -> Iterator[socket.socket]:
 
 #: the pools of the routes a test made, closed with its listener
 POOLS: list[DirectPool] = []
+
+
+def _main_thread_signals(call: str) -> None:
+    """The test sends itself signals: it needs ``signal.<call>`` and the main thread."""
+    needs(hasattr(signal, call), f"needs signal.{call}")
+    needs(
+        threading.current_thread() is threading.main_thread(),
+        "signals are delivered to the main thread",
+    )
 
 
 def _route(server: socket.socket) -> DirectRoute:
@@ -123,12 +135,10 @@ def test_a_send_the_server_never_reads_times_out_by_the_send_timeout() -> None:
         assert time.monotonic() - started < 60  # the send timeout, not the read one (120 s)
 
 
-@pytest.mark.skipif(not hasattr(signal, "pthread_kill"), reason="needs pthread_kill")
 def test_a_send_a_signal_cuts_short_sends_the_rest_of_the_body() -> None:
     """A blocking ``sendmsg`` interrupted by a signal after part of the request returns
     the part it sent; the rest follows, and the server reads the whole body."""
-    if threading.current_thread() is not threading.main_thread():
-        pytest.skip("signals are delivered to the main thread")
+    _main_thread_signals("pthread_kill")
     with listener() as server:
         reading = threading.Event()
         received: list[int] = []
@@ -163,13 +173,11 @@ def test_a_send_a_signal_cuts_short_sends_the_rest_of_the_body() -> None:
         assert body == b"%d" % BIG
 
 
-@pytest.mark.skipif(not hasattr(signal, "setitimer"), reason="needs setitimer")
 def test_a_timer_signal_handler_keeps_pythons_timeouts_and_the_read_timeout_fires() -> None:
     """A timer signal every 20 ms with a Python handler: each would start a kernel
     timeout over, so the request keeps Python's timeouts, and a silent server is cut off
     by the read timeout all the same."""
-    if threading.current_thread() is not threading.main_thread():
-        pytest.skip("signals are delivered to the main thread")
+    _main_thread_signals("setitimer")
     with silent_server() as server:
         ticks: list[int] = []
         previous = signal.signal(signal.SIGALRM, lambda *_: ticks.append(1))

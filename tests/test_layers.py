@@ -15,7 +15,18 @@ import pytest
 PACKAGE = Path(__file__).resolve().parent.parent / "lousho_sessions"
 
 #: The model: plain data, importing nothing but itself.
-MODEL = {"errors", "messages", "events", "results", "run", "inputs", "abort", "pricing", "_random"}
+MODEL = {
+    "errors",
+    "messages",
+    "events",
+    "results",
+    "run",
+    "inputs",
+    "abort",
+    "pricing",
+    "_random",
+    "_signals",
+}
 #: The engine: one turn and how it is settled (the sub-package ``engine/``).
 ENGINE = {"engine"}
 #: The threads an agent owns (``runtime/``).
@@ -43,6 +54,7 @@ FLAT_PRIVATE = {
     "_kept_json",
     "_message_codec",
     "_random",
+    "_signals",
     "_recover",
     "_session_history",
     "_session_state",

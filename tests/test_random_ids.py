@@ -8,7 +8,7 @@ import os
 import threading
 import uuid
 
-import pytest
+from helpers import needs
 
 from lousho_sessions import Message, _random
 
@@ -50,8 +50,8 @@ def test_messages_take_their_ids_from_the_pool() -> None:
     assert Message.user("b").id != "00000000000040008000000000000000"
 
 
-@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
 def test_a_forked_child_hands_out_other_ids_than_its_parent() -> None:
+    needs(hasattr(os, "fork"), "needs os.fork")
     _random.uuid4_hex()  # the pool holds unused bytes now, which the child must not reuse
     reader, writer = os.pipe()
     pid = os.fork()

@@ -22,6 +22,8 @@ import struct
 import sys
 from typing import Any
 
+from .._signals import getsignal
+
 __all__ = ["DirectConnection"]
 
 _MAX_LINE = 65536
@@ -40,16 +42,12 @@ _KERNEL_TIMEOUTS = sys.platform.startswith("linux") and _TIMEVAL.size == 16
 _TIMER_SIGNALS = tuple(
     getattr(signal, name) for name in ("SIGALRM", "SIGPROF", "SIGVTALRM") if hasattr(signal, name)
 )
-try:  # the C function ``signal.getsignal`` wraps (no enum made of its answer)
-    from _signal import getsignal as _getsignal  # type: ignore[import-not-found]
-except ImportError:  # pragma: no cover - a Python without the ``_signal`` module
-    _getsignal = signal.getsignal
 
 
 def _timer_handled() -> bool:
     """Whether Python code handles one of the timer signals (a handler other than the
     default or ignoring)."""
-    return any(callable(_getsignal(signum)) for signum in _TIMER_SIGNALS)
+    return any(callable(getsignal(signum)) for signum in _TIMER_SIGNALS)
 
 
 def _timeval(seconds: float | None) -> bytes:

@@ -183,16 +183,9 @@ class HttpStream:
 
     def _chunks(self, timeout: Any) -> Iterator[bytes]:
         """The body's chunks; before each read the socket's timeout becomes ``timeout()``."""
-        body = self.response.chunks()
-        # a direct response sets the timeout on its socket when a read needs it
-        timed: Callable[[float], None] | None = getattr(self.response, "read_timeout", None)
+        body, read_timeout = self.response.chunks(), self.response.read_timeout
         while True:
-            if timed is not None:
-                timed(timeout())
-            elif (sock := self._scope.current) is not None:
-                wait = timeout()
-                if sock.gettimeout() != wait:  # setting it is a system call
-                    sock.settimeout(wait)
+            read_timeout(timeout())
             chunk = next(body, None)
             if chunk is None:
                 return

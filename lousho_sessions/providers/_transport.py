@@ -53,6 +53,10 @@ class Response(Protocol):
         """The body, decoded, as it arrives."""
         ...
 
+    def read_timeout(self, seconds: float) -> None:
+        """The longest wait of the body's next reads."""
+        ...
+
     def read(self) -> bytes:
         """The rest of the body."""
         ...
@@ -63,8 +67,9 @@ class Response(Protocol):
 class RequestsResponse:
     """A ``requests.Response`` seen as a :class:`Response`."""
 
-    def __init__(self, response: requests.Response) -> None:
+    def __init__(self, response: requests.Response, scope: AbortScope) -> None:
         self.response = response
+        self._scope = scope  # its current socket is the one urllib3 reads this body from
         self.status = response.status_code
         self.reason = response.reason or ""
         self.headers: Mapping[str, str] = response.headers
@@ -80,6 +85,11 @@ class RequestsResponse:
             if not chunk:
                 return
             yield chunk
+
+    def read_timeout(self, seconds: float) -> None:
+        sock = self._scope.current
+        if sock is not None and sock.gettimeout() != seconds:  # setting it is a system call
+            sock.settimeout(seconds)
 
     def read(self) -> bytes:
         return self.response.content
@@ -185,7 +195,7 @@ class Transport:
             except BaseException:
                 answer.close()
                 raise
-        return RequestsResponse(answer)
+        return RequestsResponse(answer, scope)
 
     def _route(self, url: str) -> DirectRoute | None:
         environ = _environment()

@@ -11,17 +11,10 @@ from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
+from .._signals import getsignal as _getsignal
+from .._signals import setsignal as _setsignal
 from ..abort import AbortController, AbortSignal
 from ..results import ExecutionResult
-
-_getsignal: Callable[[int], Any] = signal.getsignal
-_setsignal: Callable[[int, Any], Any] = signal.signal
-try:  # the C functions ``signal.signal`` wraps: no handler turned into an enum and back
-    import _signal  # type: ignore[import-not-found]
-
-    _getsignal, _setsignal = _signal.getsignal, _signal.signal
-except ImportError:  # pragma: no cover - a Python without the ``_signal`` module
-    pass
 
 __all__ = ["Stop", "Stoppable", "chain", "linked", "run_here", "saved", "wait"]
 
