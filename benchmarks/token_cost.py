@@ -42,8 +42,8 @@
    runs, as ``timeit`` takes the lowest of its repeats; every run's median is printed, and
    so is the highest median of any single run.
 
-Run: ``python benchmarks/token_cost.py`` (``--turns N`` for a shorter cache run,
-``--repeat 1`` for one timing run).
+Run: ``python benchmarks/token_cost.py`` (about seven minutes; ``--turns N`` for a shorter
+cache run, ``--repeat 1`` for one timing run, ``--quick`` for a smoke run of a few seconds).
 """
 
 from __future__ import annotations
@@ -351,9 +351,13 @@ def best_of(runs: list[dict[Config, tuple[float, float, float]]]) -> tuple[float
     return worst[0], worst[1], worst[2]
 
 
+def _runs(n: int) -> str:
+    return "1 run" if n == 1 else f"{n} runs"
+
+
 def best_report(name: str, runs: list[dict[Config, tuple[float, float, float]]]) -> None:
     """Print each configuration's lowest median across ``runs`` and every run's."""
-    print(f"\n{name}, 1,000 messages, lowest median of {len(runs)} runs (every run's)")
+    print(f"\n{name}, 1,000 messages, lowest median of {_runs(len(runs))} (every run's)")
     for config in runs[0]:
         if config[2] != 1000:
             continue
@@ -386,7 +390,12 @@ def main() -> None:
         default=3,
         help="timing runs, answered at once and streamed, taken in turn",
     )
+    parser.add_argument(
+        "--quick", action="store_true", help="a smoke run: 5 cache turns, 6 timed, one run"
+    )
     args = parser.parse_args()
+    if args.quick:
+        args.turns, args.timed_turns, args.repeat = 5, 6, 1
     cached = cache_report(args.turns)
     at_once: list[dict[Config, tuple[float, float, float]]] = []
     held: list[dict[Config, tuple[float, float, float]]] = []
@@ -408,7 +417,7 @@ def main() -> None:
         print(f"time target (<= 1 ms at 1,000 messages) by {how}: "
               f"{'met' if worst <= 1.0 else 'MISSED'}: "
               f"{best_at_once[n]:.3f} ms answered at once, {best_held[n]:.3f} ms streamed "
-              f"(each configuration's lowest median of {len(at_once)} runs; the highest "
+              f"(each configuration's lowest median of {_runs(len(at_once))}; the highest "
               f"median of any single run {single:.3f})")  # fmt: skip
     print(
         f"for comparison, not the target: an instant server (no wait cools our caches), "
