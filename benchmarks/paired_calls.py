@@ -17,6 +17,14 @@ Run: ``python benchmarks/paired_calls.py --before REV [--turns 100] [--messages 
 [--config anthropic:memory:0 --config openai:sqlite:0.1 ...]`` (wire, store, hold in s).
 With ``--before HEAD`` both sides run the same code: the spread of that run is the
 harness's own (a few per cent).
+
+``--instructions N`` counts instead of timing, which no load or slow spell of the machine
+changes: each side's process runs under ``valgrind --tool=callgrind`` twice, its session
+made and warmed up, then 0 and ``N`` turns, and the difference of the instructions it
+executed, over the ``2 N`` model calls, is printed per side and configuration with the
+ratio. It counts all of the process's work for a call, what it does while the model
+works too (the owed checkpoint writes, the earlier events of a streamed answer), and
+none of the server's (a process of its own, not traced).
 """
 
 from __future__ import annotations
@@ -24,6 +32,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -43,8 +53,9 @@ DEFAULT_CONFIGS = [
 ]
 
 
-def worker(wire: str, store: str, hold: float, stored: int) -> None:
-    """One side: a session ready, then a turn for each line read, its CPU ms a call printed."""
+def worker(wire: str, store: str, hold: float, stored: int, counting: bool = False) -> None:
+    """One side: a session ready, then a turn for each line read, its CPU ms a call printed.
+    ``counting`` (under callgrind): nothing asked of the server between turns."""
     sys.path.insert(0, str(HERE))
     import requests
     import token_cost as tc
@@ -73,7 +84,8 @@ def worker(wire: str, store: str, hold: float, stored: int) -> None:
             for n, line in enumerate(sys.stdin):
                 if line.strip() != "turn":
                     break
-                control.get(url + "/clear").raise_for_status()
+                if not counting:  # the server's stamps are not read: nothing to clear
+                    control.get(url + "/clear").raise_for_status()
                 log.clear()
                 start = time.process_time()
                 session.send(f"Question {n}?")
@@ -133,18 +145,63 @@ def worktree(rev: str) -> Iterator[Path]:
             )
 
 
+_COLLECTED = re.compile(r"Collected : (\d+)")
+
+
+def executed(tree: Path, config: list[str], stored: int, turns: int) -> int:
+    """Instructions a worker importing ``tree`` executes, under callgrind, for ``turns`` turns
+    after its session is made and warmed up."""
+    valgrind = shutil.which("valgrind")
+    if valgrind is None:
+        sys.exit("--instructions needs valgrind (apt-get install valgrind)")
+    done = subprocess.run(
+        [valgrind, "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable,
+         str(Path(__file__).resolve()), "--worker", *config, str(stored), "count"],
+        input="turn\n" * turns + "done\n",
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(tree), "PYTHONHASHSEED": "0"},
+        check=False,
+    )  # fmt: skip
+    found = _COLLECTED.findall(done.stderr)
+    if done.returncode != 0 or not found:
+        sys.exit(f"the worker under callgrind failed ({done.returncode}): {done.stderr[-2000:]}")
+    return int(found[-1])
+
+
+def counted(before: Path, configs: list[list[str]], stored: int, turns: int) -> None:
+    """Print the instructions a model call costs each side: (I(turns) - I(0)) / (2 turns)."""
+    for config in configs:
+        per_call = []
+        for tree in (before, ROOT):
+            base = executed(tree, config, stored, 0)
+            per_call.append((executed(tree, config, stored, turns) - base) / (2 * turns))
+        was, now = per_call
+        print(f"  {':'.join(config):24} before {was:12,.0f}  now {now:12,.0f}  "
+              f"ratio {now / was:.4f}", flush=True)  # fmt: skip
+
+
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--worker":
         wire, store, hold, stored = sys.argv[2:6]
-        worker(wire, store, float(hold), int(stored))
+        worker(wire, store, float(hold), int(stored), sys.argv[6:7] == ["count"])
         return
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--before", required=True, help="the revision to compare with")
     parser.add_argument("--turns", type=int, default=100, help="turns a side and configuration")
     parser.add_argument("--messages", type=int, default=1000, help="stored messages")
     parser.add_argument("--config", action="append", help="wire:store:hold (repeatable)")
+    parser.add_argument(
+        "--instructions", type=int, metavar="N", help="count instructions over N turns instead"
+    )
     args = parser.parse_args()
     configs = [c.split(":") for c in (args.config or DEFAULT_CONFIGS)]
+    if args.instructions:
+        print(f"instructions a model call executes in our process at {args.messages} messages "
+              f"(callgrind, {args.instructions} turns), {args.before} against this checkout")  # fmt: skip
+        with worktree(args.before) as before:
+            counted(before, configs, args.messages, args.instructions)
+        return
     print(f"our CPU ms per model call at {args.messages} messages, {args.before} against "
           f"this checkout, {args.turns} turns a side, alternating (ABBA)")  # fmt: skip
     with worktree(args.before) as before:
