@@ -14,7 +14,8 @@ request or to ``send()`` returning, per model call). Printed per configuration: 
 median of each side, their ratio, and the median of the turn-by-turn ratios.
 
 Run: ``python benchmarks/paired_calls.py --before REV [--turns 100] [--messages 1000]
-[--config anthropic:memory:0 --config openai:sqlite:0.1 ...]`` (wire, store, hold in s).
+[--config anthropic:memory:0 --config openai:sqlite:0.1 ...] [--instructions N]`` (wire, store,
+hold in s).
 With ``--before HEAD`` both sides run the same code: the spread of that run is the
 harness's own (a few per cent).
 
