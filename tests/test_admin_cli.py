@@ -25,6 +25,7 @@ from helpers import until
 
 from lousho_sessions import __version__
 from lousho_sessions.admin import main
+from lousho_sessions.sqlite import SqliteStore
 
 # one populated store per module: on one pytest-xdist worker (``make test`` runs ``--dist loadgroup``)
 pytestmark = pytest.mark.xdist_group("test_admin_cli")
@@ -102,6 +103,24 @@ def test_read_only_commands_create_no_store(tmp_path: Path, argv: list[str]) -> 
         assert not made.exists() and not Path(f"{made}.locks").exists()
     code, _, err = run("migrate", "--from", f"sqlite:///{tmp_path}/no.db", "--to", "memory:")
     assert code == 3 and "no SQLite database" in err and not (tmp_path / "no.db").exists()
+
+
+def test_a_relative_sqlite_url_naming_an_absolute_database_says_how_to_write_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db = tmp_path / "here.db"
+    SqliteStore(str(db)).close()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)  # three slashes: relative to here, where it is not
+    code, _, err = run("sessions", "list", "--store", f"sqlite://{db}")
+    assert code == 3, err
+    assert f"no SQLite database {str(db)[1:]!r}" in err
+    assert f"write sqlite:///{db}" in err
+    assert run("sessions", "list", "--store", f"sqlite:///{db}")[0] == 0  # as it says
+    # a database missing at both readings gets no such hint
+    code, _, err = run("sessions", "list", "--store", f"sqlite://{tmp_path}/none.db")
+    assert code == 3 and "no SQLite database" in err and "write sqlite" not in err
 
 
 def test_errors_that_were_tracebacks_are_usage_errors(tmp_path: Path) -> None:

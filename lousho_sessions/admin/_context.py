@@ -32,7 +32,15 @@ def _missing_local_store(url: str) -> str | None:
     raw = unquote(parts.path)
     if scheme == "sqlite" and raw.startswith("/") and raw not in ("/", "/:memory:"):
         path = Path(raw[1:])
-        return None if path.is_file() else f"no SQLite database {str(path)!r}"
+        if path.is_file():
+            return None
+        missing = f"no SQLite database {str(path)!r}"
+        if not path.is_absolute() and Path(raw).is_file():  # three slashes meant four
+            missing += (
+                f"; sqlite:/// takes a path relative to the current directory: for the "
+                f"database at {raw} write sqlite:///{raw}"
+            )
+        return missing
     if scheme == "file" and raw:
         path = Path(raw)
         return None if path.is_dir() else f"no file store directory {str(path)!r}"
