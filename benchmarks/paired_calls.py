@@ -33,8 +33,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import re
-import shutil
 import statistics
 import subprocess
 import sys
@@ -43,6 +41,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
+
+import turn_ab
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -146,28 +146,12 @@ def worktree(rev: str) -> Iterator[Path]:
             )
 
 
-_COLLECTED = re.compile(r"Collected : (\d+)")
-
-
 def executed(tree: Path, config: list[str], stored: int, turns: int) -> int:
     """Instructions a worker importing ``tree`` executes, under callgrind, for ``turns`` turns
     after its session is made and warmed up."""
-    valgrind = shutil.which("valgrind")
-    if valgrind is None:
-        sys.exit("--instructions needs valgrind (apt-get install valgrind)")
-    done = subprocess.run(
-        [valgrind, "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable,
-         str(Path(__file__).resolve()), "--worker", *config, str(stored), "count"],
-        input="turn\n" * turns + "done\n",
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(tree), "PYTHONHASHSEED": "0"},
-        check=False,
-    )  # fmt: skip
-    found = _COLLECTED.findall(done.stderr)
-    if done.returncode != 0 or not found:
-        sys.exit(f"the worker under callgrind failed ({done.returncode}): {done.stderr[-2000:]}")
-    return int(found[-1])
+    command = [sys.executable, str(Path(__file__).resolve()), "--worker", *config, str(stored)]
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    return turn_ab.executed([*command, "count"], env, "turn\n" * turns + "done\n")
 
 
 def counted(before: Path, configs: list[list[str]], stored: int, turns: int) -> None:

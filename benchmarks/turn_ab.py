@@ -292,23 +292,29 @@ def timed(args: argparse.Namespace, sources: dict[str, str], url: str) -> dict[s
 _COLLECTED = re.compile(r"Collected : (\d+)")
 
 
-def instructions(args: argparse.Namespace, source: str, url: str, turns: int) -> int:
-    """Instructions the side's process executes under callgrind for ``turns`` turns."""
+def executed(command: list[str], env: dict[str, str], stdin: str | None = None) -> int:
+    """Instructions ``command``'s process executes under callgrind (``PYTHONHASHSEED=0``
+    added to ``env``; ``stdin`` its input); exits naming the failure if it fails."""
     valgrind = shutil.which("valgrind")
     if valgrind is None:
         sys.exit("--instructions needs valgrind (apt-get install valgrind)")
-    command = [valgrind, "--tool=callgrind", "--callgrind-out-file=/dev/null"]
     done = subprocess.run(
-        [*command, *side_command(args, source, url, turns)],
+        [valgrind, "--tool=callgrind", "--callgrind-out-file=/dev/null", *command],
+        input=stdin,
         capture_output=True,
         text=True,
-        env=os.environ | {"PYTHONHASHSEED": "0"},
+        env=env | {"PYTHONHASHSEED": "0"},
         check=False,
     )
     found = _COLLECTED.findall(done.stderr)
     if done.returncode != 0 or not found:
-        sys.exit(f"the side under callgrind failed ({done.returncode}): {done.stderr[-2000:]}")
+        sys.exit(f"the process under callgrind failed ({done.returncode}): {done.stderr[-2000:]}")
     return int(found[-1])
+
+
+def instructions(args: argparse.Namespace, source: str, url: str, turns: int) -> int:
+    """Instructions the side's process executes under callgrind for ``turns`` turns."""
+    return executed(side_command(args, source, url, turns), dict(os.environ))
 
 
 def counted(args: argparse.Namespace, sources: dict[str, str], url: str) -> None:

@@ -406,10 +406,9 @@ def _now() -> datetime:
     return datetime.now(timezone.utc)
 
 
-def _new_id() -> str:
-    """``uuid.uuid4().hex``, from the pool of OS randomness (``_random``), without building a
-    ``UUID`` object (a message and a turn each take one)."""
-    return uuid4_hex()
+#: ``uuid.uuid4().hex``, from the pool of OS randomness (``_random``), without building a
+#: ``UUID`` object (a message and a turn each take one)
+_new_id = uuid4_hex
 
 
 @attrs.frozen(weakref_slot=False)

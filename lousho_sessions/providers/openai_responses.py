@@ -185,19 +185,19 @@ class OpenAIResponsesProvider(HttpProvider):
                 request.session_id, head, messages, front, items, firsts, by_value=True
             )
             return _Encoded(view, None, False)
-        turns = head.turns + items
-        seen: _Seen | None = None
-        if self.store:
-            kept = (len(memo.messages), memo.state) if memo is not None else None
-            seen = _seen(messages, new, head.start, kept)
-            previous = seen.previous
-            if continuation and previous is not None and seen.last < len(messages) - 1:
-                body.setdefault("previous_response_id", previous)
-                turns = turns[seen.last + 1 :]
+        # store=True: only what follows the response a stored one saw is sent
+        kept = (len(memo.messages), memo.state) if memo is not None else None
+        seen = _seen(messages, new, head.start, kept)
+        every = head.turns + items
+        turns = every
+        if continuation and seen.previous is not None and seen.last < len(messages) - 1:
+            body.setdefault("previous_response_id", seen.previous)
+            turns = every[seen.last + 1 :]
         data = splice(encode, body, "input", turns, gaps=True)
-        memo = Memo(messages, head.turns + items, list(range(len(messages))), seen)
-        self._memos.keep(request.session_id, memo)
-        return _Encoded(data, seen.hash if seen else None, "previous_response_id" in body)
+        self._memos.keep(
+            request.session_id, Memo(messages, every, list(range(len(messages))), seen)
+        )
+        return _Encoded(data, seen.hash, "previous_response_id" in body)
 
     def _frame(self, request: ModelRequest, body: dict[str, Any]) -> dict[str, Any]:
         """``body`` with what follows the input: stream, store, tools, reasoning, settings."""
